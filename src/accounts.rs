@@ -1,0 +1,86 @@
+//! API keys and the accounts they belong to. Keys are stored as SHA-256
+//! digests; a request's key is hashed and looked up, never compared in clear.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use actix_web::HttpRequest;
+use actix_web::http::header;
+use diesel::pg::PgConnection;
+use diesel::prelude::*;
+use sha2::{Digest, Sha256};
+
+use crate::db::DbPool;
+use crate::problem::ApiError;
+use crate::schema::accounts;
+
+/// The documented key of the seeded demo account.
+pub const DEMO_API_KEY: &str = "sk_test_demo";
+pub const DEMO_ACCOUNT_NAME: &str = "Demo account";
+
+pub fn hash_api_key(key: &str) -> String {
+    format!("{:x}", Sha256::digest(key.as_bytes()))
+}
+
+pub fn create_account(conn: &mut PgConnection, name: &str, api_key: &str) -> QueryResult<i64> {
+    diesel::insert_into(accounts::table)
+        .values((
+            accounts::name.eq(name),
+            accounts::api_key_sha256.eq(hash_api_key(api_key)),
+        ))
+        .returning(accounts::id)
+        .get_result(conn)
+}
+
+pub fn find_by_api_key(conn: &mut PgConnection, api_key: &str) -> QueryResult<Option<i64>> {
+    accounts::table
+        .filter(accounts::api_key_sha256.eq(hash_api_key(api_key)))
+        .select(accounts::id)
+        .first(conn)
+        .optional()
+}
+
+pub fn seed_demo_account(conn: &mut PgConnection) -> QueryResult<i64> {
+    diesel::insert_into(accounts::table)
+        .values((
+            accounts::name.eq(DEMO_ACCOUNT_NAME),
+            accounts::api_key_sha256.eq(hash_api_key(DEMO_API_KEY)),
+        ))
+        .on_conflict(accounts::api_key_sha256)
+        .do_nothing()
+        .execute(conn)?;
+    find_by_api_key(conn, DEMO_API_KEY).map(|id| id.expect("demo account was just seeded"))
+}
+
+/// Accounts are only ever added, so a key that resolved once resolves to the
+/// same account forever: caching hits saves a query on every request.
+#[derive(Default)]
+pub struct AccountCache(RwLock<HashMap<String, i64>>);
+
+impl AccountCache {
+    /// The caller's account from `Authorization: Bearer <key>`.
+    pub async fn authenticate(&self, req: &HttpRequest, pool: &DbPool) -> Result<i64, ApiError> {
+        let key = bearer_token(req).ok_or(ApiError::Unauthorized)?;
+        let digest = hash_api_key(key);
+        if let Some(id) = self.0.read().expect("cache lock").get(&digest) {
+            return Ok(*id);
+        }
+        let pool = pool.clone();
+        let key = key.to_owned();
+        let found = actix_web::web::block(move || -> Result<Option<i64>, ApiError> {
+            let mut conn = pool.get()?;
+            Ok(find_by_api_key(&mut conn, &key)?)
+        })
+        .await??;
+        let id = found.ok_or(ApiError::Unauthorized)?;
+        self.0.write().expect("cache lock").insert(digest, id);
+        Ok(id)
+    }
+}
+
+fn bearer_token(req: &HttpRequest) -> Option<&str> {
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}

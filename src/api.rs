@@ -1,0 +1,151 @@
+//! The HTTP application: state, routes, and `Application::build`, which binds
+//! the listener first so tests can ask for port 0 and read the real port.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+
+use actix_web::dev::Server;
+use actix_web::{App, HttpResponse, HttpServer, web};
+use serde_json::json;
+
+use crate::accounts::AccountCache;
+use crate::charges;
+use crate::config::Settings;
+use crate::db::{self, DbPool, SetupError};
+use crate::problem::{self, ApiError};
+
+pub struct AppState {
+    pub pool: DbPool,
+    pub accounts: AccountCache,
+    pub settings: Arc<Settings>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Database(#[from] SetupError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+pub struct Application {
+    port: u16,
+    host: String,
+    server: Server,
+    pool: DbPool,
+}
+
+impl Application {
+    pub fn build(settings: Settings) -> Result<Application, StartupError> {
+        let pool = db::setup(&settings)?;
+        let addr = settings.bind.clone();
+        let bind_error = |source| StartupError::Bind {
+            addr: addr.clone(),
+            source,
+        };
+        let listener = TcpListener::bind(&settings.bind).map_err(bind_error)?;
+        let local = listener.local_addr().map_err(bind_error)?;
+        let host = if local.ip().is_unspecified() {
+            "localhost".to_owned()
+        } else {
+            local.ip().to_string()
+        };
+        let workers = settings
+            .workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+        let state = web::Data::new(AppState {
+            pool: pool.clone(),
+            accounts: AccountCache::default(),
+            settings: Arc::new(settings),
+        });
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .app_data(web::QueryConfig::default().error_handler(|e, _| {
+                    ApiError::invalid(format!("Bad query string: {e}.")).into()
+                }))
+                .app_data(
+                    web::PathConfig::default().error_handler(|_, _| ApiError::NotFound.into()),
+                )
+                .configure(routes)
+                .default_service(web::to(not_found))
+        })
+        .workers(workers)
+        .shutdown_timeout(10)
+        .listen(listener)
+        .map_err(bind_error)?
+        .run();
+        Ok(Application {
+            port: local.port(),
+            host,
+            server,
+            pool,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}:{}", self.host, self.port)
+    }
+
+    pub fn pool(&self) -> &DbPool {
+        &self.pool
+    }
+
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource(charges::PATH)
+            .route(web::post().to(charges::create))
+            .route(web::get().to(charges::list))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/charges/{id}")
+            .route(web::get().to(charges::get))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .route("/healthz", web::get().to(healthz))
+    .route("/readyz", web::get().to(readyz))
+    .route("/problems/{slug}", web::get().to(problem_type));
+}
+
+async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::MethodNotAllowed)
+}
+
+async fn not_found() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::NotFound)
+}
+
+/// The process is up.
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"status": "ok"}))
+}
+
+/// The process can reach its database.
+async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let pool = state.pool.clone();
+    web::block(move || -> Result<(), ApiError> { Ok(db::ping(&mut *pool.get()?)?) }).await??;
+    Ok(HttpResponse::Ok().json(json!({"status": "ready"})))
+}
+
+/// The documentation behind each problem `type` URI.
+async fn problem_type(slug: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let (slug, status, title) = problem::TYPES
+        .iter()
+        .find(|t| t.0 == slug.as_str())
+        .ok_or(ApiError::NotFound)?;
+    Ok(HttpResponse::Ok()
+        .json(json!({"type": format!("/problems/{slug}"), "status": status, "title": title})))
+}

@@ -1,0 +1,232 @@
+//! The charge endpoints. `POST /charges` parses the request into a
+//! `NewCharge`, then hands the database work to the idempotency protocol when
+//! the request carries an `Idempotency-Key`, or runs it plainly when not.
+
+use std::collections::BTreeMap;
+
+use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::http::{Method, StatusCode};
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use chrono::SecondsFormat;
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::api::AppState;
+use crate::db::{self, Charge};
+use crate::domain::NewCharge;
+use crate::hooks::RequestHooks;
+use crate::idempotency::{
+    self, Created, Fingerprint, IdempotencyKey, KeyedRequest, Outcome, SavedResponse,
+};
+use crate::problem::ApiError;
+
+pub const PATH: &str = "/charges";
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+pub const DEFAULT_LIST_LIMIT: i64 = 20;
+pub const MAX_LIST_LIMIT: i64 = 100;
+/// Set on a response that was replayed from a stored key instead of executed.
+pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+pub async fn create(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let account_id = state.accounts.authenticate(&req, &state.pool).await?;
+    let key = IdempotencyKey::from_headers(req.headers())?;
+    if key.is_none() && state.settings.require_idempotency_key {
+        return Err(ApiError::IdempotencyKeyRequired);
+    }
+    require_json(&req)?;
+    let body = read_body(&req, payload).await?;
+    let body: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::invalid(format!("The body is not valid JSON: {e}.")))?;
+    let new_charge = NewCharge::parse(&body).map_err(|errors| ApiError::InvalidRequest {
+        detail: "The charge has invalid fields; see `errors`.".to_owned(),
+        errors,
+    })?;
+    let hooks = req
+        .extensions()
+        .get::<RequestHooks>()
+        .cloned()
+        .unwrap_or_default();
+    let pool = state.pool.clone();
+
+    let Some(key) = key else {
+        // No key: nothing can tell a retry from a new charge.
+        let created = web::block(move || -> Result<Created, ApiError> {
+            let mut conn = pool.get()?;
+            let created = conn.build_transaction().read_committed().run(|tx| {
+                let created = create_charge(tx, account_id, &new_charge)?;
+                hooks.0.before_commit()?;
+                Ok::<_, idempotency::Error>(created)
+            })?;
+            Ok(created)
+        })
+        .await??;
+        return Ok(respond(&created.response, false));
+    };
+
+    let fingerprint = Fingerprint::of(Method::POST.as_str(), PATH, &body);
+    let ttl = state.settings.idempotency_ttl;
+    let outcome = web::block(move || -> Result<Outcome, ApiError> {
+        let mut conn = pool.get()?;
+        let request = KeyedRequest {
+            account_id,
+            key: &key,
+            fingerprint: &fingerprint,
+            ttl,
+        };
+        Ok(idempotency::execute(
+            &mut conn,
+            &request,
+            hooks.0.as_ref(),
+            |tx| create_charge(tx, account_id, &new_charge),
+        )?)
+    })
+    .await??;
+    match outcome {
+        Outcome::Executed(response) => Ok(respond(&response, false)),
+        Outcome::Replayed(response) => Ok(respond(&response, true)),
+        Outcome::Mismatch => Err(ApiError::IdempotencyKeyReused),
+        Outcome::InFlight => Err(ApiError::IdempotencyKeyInFlight {
+            retry_after_secs: 1,
+        }),
+    }
+}
+
+/// Inserts the charge and renders the 201 that is sent and stored.
+fn create_charge(
+    conn: &mut diesel::PgConnection,
+    account_id: i64,
+    new: &NewCharge,
+) -> Result<Created, diesel::result::Error> {
+    let charge = db::insert_charge(conn, account_id, new)?;
+    let headers = BTreeMap::from([
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("location".to_owned(), format!("{PATH}/{}", charge.id)),
+    ]);
+    Ok(Created {
+        resource_id: Some(charge.id),
+        response: SavedResponse {
+            status: StatusCode::CREATED.as_u16(),
+            headers,
+            body: charge_json(&charge),
+        },
+    })
+}
+
+pub fn charge_json(charge: &Charge) -> Value {
+    json!({
+        "id": charge.id,
+        "object": "charge",
+        "amount": charge.amount,
+        "currency": charge.currency,
+        "description": charge.description,
+        "created_at": charge.created_at.to_rfc3339_opts(SecondsFormat::Micros, true),
+    })
+}
+
+fn respond(saved: &SavedResponse, replayed: bool) -> HttpResponse {
+    let status = StatusCode::from_u16(saved.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = HttpResponse::build(status);
+    for (name, value) in &saved.headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::try_from(name.as_str()),
+            HeaderValue::try_from(value.as_str()),
+        ) {
+            response.insert_header((name, value));
+        }
+    }
+    if replayed {
+        response.insert_header((IDEMPOTENT_REPLAYED, HeaderValue::from_static("true")));
+    }
+    response.body(saved.body_bytes())
+}
+
+fn require_json(req: &HttpRequest) -> Result<(), ApiError> {
+    match req.mime_type() {
+        Ok(Some(mime))
+            if mime.essence_str() == "application/json"
+                || mime.suffix().is_some_and(|s| s == "json") =>
+        {
+            Ok(())
+        }
+        _ => Err(ApiError::UnsupportedMediaType),
+    }
+}
+
+async fn read_body(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+) -> Result<web::BytesMut, ApiError> {
+    let too_large = ApiError::PayloadTooLarge {
+        limit: MAX_BODY_BYTES,
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
+        return Err(too_large);
+    }
+    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(256));
+    while let Some(chunk) = payload.next().await {
+        let chunk =
+            chunk.map_err(|e| ApiError::invalid(format!("The body could not be read: {e}.")))?;
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(too_large);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    limit: Option<i64>,
+}
+
+pub async fn list(
+    req: HttpRequest,
+    query: web::Query<ListQuery>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let account_id = state.accounts.authenticate(&req, &state.pool).await?;
+    let limit = query.limit.unwrap_or(DEFAULT_LIST_LIMIT);
+    if !(1..=MAX_LIST_LIMIT).contains(&limit) {
+        return Err(ApiError::invalid(format!(
+            "`limit` must be between 1 and {MAX_LIST_LIMIT}."
+        )));
+    }
+    let pool = state.pool.clone();
+    let charges = web::block(move || -> Result<Vec<Charge>, ApiError> {
+        let mut conn = pool.get()?;
+        Ok(db::list_charges(&mut conn, account_id, limit)?)
+    })
+    .await??;
+    let data: Vec<Value> = charges.iter().map(charge_json).collect();
+    Ok(HttpResponse::Ok().json(json!({ "object": "list", "data": data })))
+}
+
+pub async fn get(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let account_id = state.accounts.authenticate(&req, &state.pool).await?;
+    // A malformed id names no charge: 404, like an unknown one.
+    let id = Uuid::parse_str(&path).map_err(|_| ApiError::NotFound)?;
+    let pool = state.pool.clone();
+    let charge = web::block(move || -> Result<Option<Charge>, ApiError> {
+        let mut conn = pool.get()?;
+        Ok(db::find_charge(&mut conn, account_id, id)?)
+    })
+    .await??
+    .ok_or(ApiError::NotFound)?;
+    Ok(HttpResponse::Ok().json(charge_json(&charge)))
+}

@@ -1,0 +1,182 @@
+//! The `Idempotency-Key` request header.
+//!
+//! The draft defines it as a Structured Field String (RFC 8941), e.g.
+//! `Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`. Many clients send
+//! the value unquoted, so a bare token is accepted as well.
+
+use actix_web::http::header::{HeaderMap, HeaderName};
+
+pub const HEADER: HeaderName = HeaderName::from_static("idempotency-key");
+pub const MAX_LEN: usize = 255;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("send the Idempotency-Key header only once")]
+    Repeated,
+    #[error("the Idempotency-Key must be 1 to {MAX_LEN} printable ASCII characters")]
+    Length,
+    #[error("the Idempotency-Key may contain only printable ASCII characters")]
+    Charset,
+    #[error(
+        "the Idempotency-Key is a quoted string with an unterminated or invalid escape; send it as \"value\""
+    )]
+    Syntax,
+}
+
+impl IdempotencyKey {
+    /// `Ok(None)` when the header is absent.
+    pub fn from_headers(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, KeyError> {
+        let mut values = headers.get_all(HEADER);
+        let Some(value) = values.next() else {
+            return Ok(None);
+        };
+        if values.next().is_some() {
+            return Err(KeyError::Repeated);
+        }
+        IdempotencyKey::parse(value.as_bytes()).map(Some)
+    }
+
+    pub fn parse(raw: &[u8]) -> Result<IdempotencyKey, KeyError> {
+        // Structured field parsing ignores surrounding spaces.
+        let raw = raw.trim_ascii_matches_sp();
+        let key = match raw {
+            [b'"', rest @ ..] => parse_sf_string(rest)?,
+            _ => parse_bare(raw)?,
+        };
+        if key.is_empty() || key.len() > MAX_LEN {
+            return Err(KeyError::Length);
+        }
+        Ok(IdempotencyKey(key))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The rest of `"..."` after the opening quote: printable ASCII, with `\"`
+/// and `\\` the only escapes, and nothing after the closing quote.
+fn parse_sf_string(rest: &[u8]) -> Result<String, KeyError> {
+    let mut out = String::with_capacity(rest.len());
+    let mut bytes = rest.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'\\' => match bytes.next() {
+                Some(&e @ (b'"' | b'\\')) => out.push(e as char),
+                _ => return Err(KeyError::Syntax),
+            },
+            b'"' => {
+                return if bytes.as_slice().is_empty() {
+                    Ok(out)
+                } else {
+                    Err(KeyError::Syntax)
+                };
+            }
+            0x20..=0x7e => out.push(b as char),
+            _ => return Err(KeyError::Charset),
+        }
+    }
+    Err(KeyError::Syntax)
+}
+
+/// An unquoted value: visible ASCII, without the characters that only make
+/// sense inside a quoted string.
+fn parse_bare(raw: &[u8]) -> Result<String, KeyError> {
+    if raw.is_empty() {
+        return Err(KeyError::Length);
+    }
+    if raw
+        .iter()
+        .all(|b| (0x21..=0x7e).contains(b) && *b != b'"' && *b != b'\\')
+    {
+        Ok(String::from_utf8_lossy(raw).into_owned())
+    } else {
+        Err(KeyError::Charset)
+    }
+}
+
+trait TrimSp {
+    fn trim_ascii_matches_sp(&self) -> &[u8];
+}
+
+impl TrimSp for [u8] {
+    fn trim_ascii_matches_sp(&self) -> &[u8] {
+        let start = self.iter().position(|b| *b != b' ').unwrap_or(self.len());
+        let end = self
+            .iter()
+            .rposition(|b| *b != b' ')
+            .map_or(start, |i| i + 1);
+        &self[start..end]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<String, KeyError> {
+        IdempotencyKey::parse(s.as_bytes()).map(|k| k.0)
+    }
+
+    #[test]
+    fn a_structured_field_string_is_unquoted() {
+        assert_eq!(
+            parse(r#""8e03978e-40d5-43e8-bc93-6894a57f9324""#).unwrap(),
+            "8e03978e-40d5-43e8-bc93-6894a57f9324"
+        );
+    }
+
+    #[test]
+    fn a_bare_token_is_accepted() {
+        assert_eq!(parse("k-8f3a").unwrap(), "k-8f3a");
+    }
+
+    #[test]
+    fn quoted_and_bare_forms_of_one_key_are_the_same_key() {
+        assert_eq!(parse(r#""abc""#).unwrap(), parse("abc").unwrap());
+    }
+
+    #[test]
+    fn escapes_and_spaces_inside_quotes_are_allowed() {
+        assert_eq!(parse(r#""a \"b\" \\c""#).unwrap(), r#"a "b" \c"#);
+        assert_eq!(parse(r#"  "padded"  "#).unwrap(), "padded");
+    }
+
+    #[test]
+    fn malformed_keys_are_rejected() {
+        assert_eq!(parse(r#""""#), Err(KeyError::Length));
+        assert_eq!(parse(""), Err(KeyError::Length));
+        assert_eq!(parse(r#""open"#), Err(KeyError::Syntax));
+        assert_eq!(parse(r#""bad\escape""#), Err(KeyError::Syntax));
+        assert_eq!(parse(r#""a"b"#), Err(KeyError::Syntax));
+        assert_eq!(parse("two words"), Err(KeyError::Charset));
+        assert_eq!(parse("caf\u{e9}"), Err(KeyError::Charset));
+        assert_eq!(parse("tab\there"), Err(KeyError::Charset));
+    }
+
+    #[test]
+    fn length_is_bounded() {
+        assert!(parse(&"k".repeat(MAX_LEN)).is_ok());
+        assert_eq!(parse(&"k".repeat(MAX_LEN + 1)), Err(KeyError::Length));
+        assert_eq!(
+            parse(&format!("\"{}\"", "k".repeat(MAX_LEN + 1))),
+            Err(KeyError::Length)
+        );
+    }
+
+    #[test]
+    fn the_header_may_appear_once() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(IdempotencyKey::from_headers(&headers), Ok(None));
+        headers.append(HEADER, "a".parse().unwrap());
+        assert!(IdempotencyKey::from_headers(&headers).unwrap().is_some());
+        headers.append(HEADER, "b".parse().unwrap());
+        assert_eq!(
+            IdempotencyKey::from_headers(&headers),
+            Err(KeyError::Repeated)
+        );
+    }
+}

@@ -1,0 +1,78 @@
+//! The `charges` command line: serve (the default), migrate.
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use charges::api::Application;
+use charges::config::{DEFAULT_DATABASE_URL, Settings};
+use charges::db;
+
+#[derive(Parser)]
+#[command(version, about, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: Settings,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the migrations, then serve the API and the teaching page (the default).
+    Serve(Settings),
+    /// Run the pending migrations and exit.
+    Migrate(DatabaseArgs),
+}
+
+#[derive(Args)]
+struct DatabaseArgs {
+    /// PostgreSQL URL; the database is created if it does not exist.
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
+    database_url: String,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,actix_server=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Some(Command::Migrate(args)) => migrate(&args.database_url),
+        Some(Command::Serve(settings)) => serve(settings),
+        None => serve(cli.serve),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("charges: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(settings: Settings) -> Result<(), String> {
+    actix_web::rt::System::new().block_on(async move {
+        let app = Application::build(settings).map_err(|e| e.to_string())?;
+        println!("charges is ready: open {}/", app.url());
+        app.run_until_stopped().await.map_err(|e| e.to_string())
+    })
+}
+
+fn migrate(url: &str) -> Result<(), String> {
+    let mut conn = db::connect_or_create(url).map_err(|e| e.to_string())?;
+    let applied = db::migrate(&mut conn)?;
+    println!(
+        "applied {} migration(s) to {}",
+        applied.len(),
+        db::redact(url)
+    );
+    for name in applied {
+        println!("  {name}");
+    }
+    Ok(())
+}

@@ -1,0 +1,273 @@
+//! Every error the API answers, as `application/problem+json` (RFC 9457).
+//!
+//! Each kind has a stable `type` URI, `/problems/<slug>` (relative, resolved
+//! against the API's origin, and served there as a short description). A 500
+//! logs its whole cause chain and answers an opaque body: no SQL, no traces.
+
+use std::fmt;
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+
+use crate::domain::FieldError;
+use crate::hooks::HookFailure;
+use crate::idempotency::{self, KeyError};
+
+pub const CONTENT_TYPE: &str = "application/problem+json";
+
+/// The stable problem types: (slug, status, title).
+pub const TYPES: &[(&str, u16, &str)] = &[
+    ("invalid-request", 400, "The request is invalid"),
+    (
+        "invalid-idempotency-key",
+        400,
+        "The Idempotency-Key header is invalid",
+    ),
+    ("unauthorized", 401, "Authentication is required"),
+    ("not-found", 404, "Not found"),
+    ("method-not-allowed", 405, "Method not allowed"),
+    (
+        "idempotency-key-in-flight",
+        409,
+        "A request with this Idempotency-Key is still being processed",
+    ),
+    ("payload-too-large", 413, "The request body is too large"),
+    (
+        "unsupported-media-type",
+        415,
+        "The request body must be JSON",
+    ),
+    (
+        "idempotency-key-reused",
+        422,
+        "The Idempotency-Key was used with a different request",
+    ),
+    ("internal", 500, "Internal server error"),
+    (
+        "service-unavailable",
+        503,
+        "The service is temporarily unavailable",
+    ),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("invalid request: {detail}")]
+    InvalidRequest {
+        detail: String,
+        errors: Vec<FieldError>,
+    },
+    #[error(transparent)]
+    InvalidIdempotencyKey(#[from] KeyError),
+    #[error("this endpoint requires an Idempotency-Key header")]
+    IdempotencyKeyRequired,
+    #[error("missing or unknown API key")]
+    Unauthorized,
+    #[error("not found")]
+    NotFound,
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("idempotency key in flight")]
+    IdempotencyKeyInFlight { retry_after_secs: u64 },
+    #[error("payload too large")]
+    PayloadTooLarge { limit: usize },
+    #[error("unsupported media type")]
+    UnsupportedMediaType,
+    #[error("idempotency key reused with another request")]
+    IdempotencyKeyReused,
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn invalid(detail: impl Into<String>) -> ApiError {
+        ApiError::InvalidRequest {
+            detail: detail.into(),
+            errors: Vec::new(),
+        }
+    }
+
+    pub fn internal(error: impl fmt::Display) -> ApiError {
+        ApiError::Internal(error.to_string())
+    }
+
+    pub fn slug(&self) -> &'static str {
+        match self {
+            ApiError::InvalidRequest { .. } => "invalid-request",
+            ApiError::InvalidIdempotencyKey(_) | ApiError::IdempotencyKeyRequired => {
+                "invalid-idempotency-key"
+            }
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::NotFound => "not-found",
+            ApiError::MethodNotAllowed => "method-not-allowed",
+            ApiError::IdempotencyKeyInFlight { .. } => "idempotency-key-in-flight",
+            ApiError::PayloadTooLarge { .. } => "payload-too-large",
+            ApiError::UnsupportedMediaType => "unsupported-media-type",
+            ApiError::IdempotencyKeyReused => "idempotency-key-reused",
+            ApiError::Unavailable(_) => "service-unavailable",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+
+    fn detail(&self) -> String {
+        match self {
+            ApiError::InvalidRequest { detail, .. } => detail.clone(),
+            ApiError::InvalidIdempotencyKey(e) => e.to_string(),
+            ApiError::IdempotencyKeyRequired => {
+                "This endpoint requires an Idempotency-Key header; generate a UUID once per charge and reuse it for every retry.".into()
+            }
+            ApiError::Unauthorized => "Send your API key as `Authorization: Bearer <key>` (the demo key is sk_test_demo).".into(),
+            ApiError::NotFound => "There is nothing at this address for your account.".into(),
+            ApiError::MethodNotAllowed => "This address does not accept that method.".into(),
+            ApiError::IdempotencyKeyInFlight { retry_after_secs } => format!(
+                "The first request with this Idempotency-Key has not finished yet. Retry the same request after {retry_after_secs} s to get its result."
+            ),
+            ApiError::PayloadTooLarge { limit } => format!("The request body must be at most {limit} bytes."),
+            ApiError::UnsupportedMediaType => "Send the body as JSON with `Content-Type: application/json`.".into(),
+            ApiError::IdempotencyKeyReused => {
+                "This Idempotency-Key was already used with a different request body or endpoint. Use a new key for a new charge.".into()
+            }
+            ApiError::Unavailable(_) => "The database cannot be reached right now. Retry the same request (with the same Idempotency-Key) shortly.".into(),
+            ApiError::Internal(_) => "Something went wrong on our side. Retrying with the same Idempotency-Key is safe.".into(),
+        }
+    }
+}
+
+pub fn title_of(slug: &str) -> &'static str {
+    TYPES.iter().find(|t| t.0 == slug).map_or("Error", |t| t.2)
+}
+
+#[derive(Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    type_: String,
+    title: &'static str,
+    status: u16,
+    detail: String,
+    #[serde(skip_serializing_if = "<[FieldError]>::is_empty")]
+    errors: &'a [FieldError],
+}
+
+/// A problem response outside `ApiError`, for the demo's simulated faults.
+pub fn response(
+    status: StatusCode,
+    slug: &str,
+    title: &'static str,
+    detail: impl Into<String>,
+) -> HttpResponse {
+    let body = Problem {
+        type_: format!("/problems/{slug}"),
+        title,
+        status: status.as_u16(),
+        detail: detail.into(),
+        errors: &[],
+    };
+    HttpResponse::build(status)
+        .content_type(CONTENT_TYPE)
+        .json(body)
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidRequest { .. }
+            | ApiError::InvalidIdempotencyKey(_)
+            | ApiError::IdempotencyKeyRequired => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::IdempotencyKeyInFlight { .. } => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        match self {
+            ApiError::Internal(cause) => tracing::error!(%cause, "request failed"),
+            ApiError::Unavailable(cause) => tracing::warn!(%cause, "database unavailable"),
+            _ => {}
+        }
+        let errors = match self {
+            ApiError::InvalidRequest { errors, .. } => errors.as_slice(),
+            _ => &[],
+        };
+        let status = self.status_code();
+        let slug = self.slug();
+        let body = Problem {
+            type_: format!("/problems/{slug}"),
+            title: title_of(slug),
+            status: status.as_u16(),
+            detail: self.detail(),
+            errors,
+        };
+        let mut response = HttpResponse::build(status)
+            .content_type(CONTENT_TYPE)
+            .json(body);
+        let headers = response.headers_mut();
+        match self {
+            ApiError::Unauthorized => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"charges\""),
+                );
+            }
+            ApiError::IdempotencyKeyInFlight { retry_after_secs } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+            }
+            ApiError::Unavailable(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+impl From<diesel::result::Error> for ApiError {
+    fn from(e: diesel::result::Error) -> Self {
+        use diesel::result::{DatabaseErrorKind, Error};
+        match e {
+            Error::DatabaseError(
+                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+                info,
+            ) => ApiError::Unavailable(info.message().to_owned()),
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+impl From<r2d2::Error> for ApiError {
+    /// The pool gave no connection within its timeout.
+    fn from(e: r2d2::Error) -> Self {
+        ApiError::Unavailable(e.to_string())
+    }
+}
+
+impl From<actix_web::error::BlockingError> for ApiError {
+    fn from(e: actix_web::error::BlockingError) -> Self {
+        ApiError::internal(e)
+    }
+}
+
+impl From<HookFailure> for ApiError {
+    fn from(e: HookFailure) -> Self {
+        ApiError::internal(e)
+    }
+}
+
+impl From<idempotency::Error> for ApiError {
+    fn from(e: idempotency::Error) -> Self {
+        match e {
+            idempotency::Error::Database(e) => e.into(),
+            idempotency::Error::Hook(e) => e.into(),
+        }
+    }
+}

@@ -1,0 +1,43 @@
+// @generated automatically by Diesel CLI.
+
+diesel::table! {
+    accounts (id) {
+        id -> Int8,
+        name -> Text,
+        api_key_sha256 -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    charges (id) {
+        id -> Uuid,
+        account_id -> Int8,
+        amount -> Int8,
+        currency -> Text,
+        description -> Nullable<Text>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    idempotency_keys (id) {
+        id -> Int8,
+        account_id -> Int8,
+        key -> Text,
+        fingerprint -> Text,
+        status -> Text,
+        response_status -> Nullable<Int2>,
+        response_headers -> Nullable<Jsonb>,
+        response_body -> Nullable<Jsonb>,
+        charge_id -> Nullable<Uuid>,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+    }
+}
+
+diesel::joinable!(charges -> accounts (account_id));
+diesel::joinable!(idempotency_keys -> accounts (account_id));
+diesel::joinable!(idempotency_keys -> charges (charge_id));
+
+diesel::allow_tables_to_appear_in_same_query!(accounts, charges, idempotency_keys,);

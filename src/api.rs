@@ -4,15 +4,17 @@
 use std::net::TcpListener;
 use std::sync::Arc;
 
+use actix_files::Files;
 use actix_web::dev::Server;
+use actix_web::middleware::{Condition, from_fn};
 use actix_web::{App, HttpResponse, HttpServer, web};
 use serde_json::json;
 
 use crate::accounts::AccountCache;
-use crate::charges;
 use crate::config::Settings;
 use crate::db::{self, DbPool, SetupError};
 use crate::problem::{self, ApiError};
+use crate::{charges, demo};
 
 pub struct AppState {
     pub pool: DbPool,
@@ -53,6 +55,8 @@ impl Application {
         } else {
             local.ip().to_string()
         };
+        let demo = settings.demo_enabled();
+        let web_dir = settings.web_dir.clone();
         let workers = settings
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
@@ -70,7 +74,18 @@ impl Application {
                 .app_data(
                     web::PathConfig::default().error_handler(|_, _| ApiError::NotFound.into()),
                 )
-                .configure(routes)
+                .configure(|cfg| routes(cfg, demo))
+                .configure(|cfg| {
+                    if demo {
+                        demo::routes(cfg);
+                        // Last: the teaching page and its assets.
+                        cfg.service(
+                            Files::new("/", &web_dir)
+                                .index_file("index.html")
+                                .default_handler(web::to(not_found)),
+                        );
+                    }
+                })
                 .default_service(web::to(not_found))
         })
         .workers(workers)
@@ -103,9 +118,14 @@ impl Application {
     }
 }
 
-pub fn routes(cfg: &mut web::ServiceConfig) {
+pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
+    let mut charges_resource = web::resource(charges::PATH);
+    if demo {
+        charges_resource = charges_resource.route(demo::check_then_insert_route());
+    }
     cfg.service(
-        web::resource(charges::PATH)
+        charges_resource
+            .wrap(Condition::new(demo, from_fn(demo::faults)))
             .route(web::post().to(charges::create))
             .route(web::get().to(charges::list))
             .default_service(web::to(method_not_allowed)),

@@ -29,24 +29,62 @@ pub const MAX_LIST_LIMIT: i64 = 100;
 /// Set on a response that was replayed from a stored key instead of executed.
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
-pub async fn create(
-    req: HttpRequest,
+/// A `POST /charges` that passed authentication and validation.
+pub struct ChargeRequest {
+    pub account_id: i64,
+    pub key: Option<IdempotencyKey>,
+    /// The body as parsed JSON: what the fingerprint is computed over.
+    pub body: Value,
+    pub new_charge: NewCharge,
+}
+
+impl ChargeRequest {
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::of(Method::POST.as_str(), PATH, &self.body)
+    }
+}
+
+/// Everything that can reject a charge before the database is touched, in
+/// the order a client would want to hear about it.
+pub async fn parse_request(
+    req: &HttpRequest,
     payload: web::Payload,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let account_id = state.accounts.authenticate(&req, &state.pool).await?;
+    state: &AppState,
+) -> Result<ChargeRequest, ApiError> {
+    let account_id = state.accounts.authenticate(req, &state.pool).await?;
     let key = IdempotencyKey::from_headers(req.headers())?;
     if key.is_none() && state.settings.require_idempotency_key {
         return Err(ApiError::IdempotencyKeyRequired);
     }
-    require_json(&req)?;
-    let body = read_body(&req, payload).await?;
+    require_json(req)?;
+    let body = read_body(req, payload).await?;
     let body: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::invalid(format!("The body is not valid JSON: {e}.")))?;
     let new_charge = NewCharge::parse(&body).map_err(|errors| ApiError::InvalidRequest {
         detail: "The charge has invalid fields; see `errors`.".to_owned(),
         errors,
     })?;
+    Ok(ChargeRequest {
+        account_id,
+        key,
+        body,
+        new_charge,
+    })
+}
+
+pub async fn create(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let request = parse_request(&req, payload, &state).await?;
+    let fingerprint = request.fingerprint();
+    let ChargeRequest {
+        account_id,
+        key,
+        new_charge,
+        ..
+    } = request;
     let hooks = req
         .extensions()
         .get::<RequestHooks>()
@@ -69,7 +107,6 @@ pub async fn create(
         return Ok(respond(&created.response, false));
     };
 
-    let fingerprint = Fingerprint::of(Method::POST.as_str(), PATH, &body);
     let ttl = state.settings.idempotency_ttl;
     let outcome = web::block(move || -> Result<Outcome, ApiError> {
         let mut conn = pool.get()?;
@@ -98,7 +135,7 @@ pub async fn create(
 }
 
 /// Inserts the charge and renders the 201 that is sent and stored.
-fn create_charge(
+pub fn create_charge(
     conn: &mut diesel::PgConnection,
     account_id: i64,
     new: &NewCharge,
@@ -129,7 +166,7 @@ pub fn charge_json(charge: &Charge) -> Value {
     })
 }
 
-fn respond(saved: &SavedResponse, replayed: bool) -> HttpResponse {
+pub fn respond(saved: &SavedResponse, replayed: bool) -> HttpResponse {
     let status = StatusCode::from_u16(saved.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = HttpResponse::build(status);
     for (name, value) in &saved.headers {

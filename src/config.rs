@@ -7,6 +7,7 @@ use clap::{ArgAction, Args};
 
 pub const DEFAULT_DATABASE_URL: &str = "postgres://localhost/charges";
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
+pub const DEFAULT_WEB_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/web");
 pub const DEFAULT_POOL_SIZE: u32 = 10;
 pub const DEFAULT_POOL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a completed key is replayed. Clients must finish retrying within
@@ -48,6 +49,10 @@ pub struct Settings {
     #[arg(long = "no-demo", action = ArgAction::SetTrue)]
     pub no_demo: bool,
 
+    /// Directory of the teaching page, served at / in demo mode.
+    #[arg(long, env = "WEB_DIR", default_value = DEFAULT_WEB_DIR)]
+    pub web_dir: String,
+
     /// HTTP worker threads (default: one per core).
     #[arg(long, env = "WORKERS")]
     pub workers: Option<usize>,
@@ -65,6 +70,7 @@ impl Settings {
             require_idempotency_key: false,
             demo: true,
             no_demo: false,
+            web_dir: DEFAULT_WEB_DIR.to_owned(),
             workers: None,
         }
     }

@@ -10,6 +10,7 @@ pub mod api;
 pub mod charges;
 pub mod config;
 pub mod db;
+pub mod demo;
 pub mod domain;
 pub mod hooks;
 pub mod idempotency;

@@ -21,6 +21,18 @@ diesel::table! {
 }
 
 diesel::table! {
+    demo_unguarded_keys (id) {
+        id -> Int8,
+        account_id -> Int8,
+        key -> Text,
+        fingerprint -> Text,
+        charge_id -> Uuid,
+        response_body -> Jsonb,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     idempotency_keys (id) {
         id -> Int8,
         account_id -> Int8,
@@ -37,7 +49,14 @@ diesel::table! {
 }
 
 diesel::joinable!(charges -> accounts (account_id));
+diesel::joinable!(demo_unguarded_keys -> accounts (account_id));
+diesel::joinable!(demo_unguarded_keys -> charges (charge_id));
 diesel::joinable!(idempotency_keys -> accounts (account_id));
 diesel::joinable!(idempotency_keys -> charges (charge_id));
 
-diesel::allow_tables_to_appear_in_same_query!(accounts, charges, idempotency_keys,);
+diesel::allow_tables_to_appear_in_same_query!(
+    accounts,
+    charges,
+    demo_unguarded_keys,
+    idempotency_keys,
+);

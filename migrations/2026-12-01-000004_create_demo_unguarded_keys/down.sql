@@ -1,0 +1,1 @@
+DROP TABLE demo_unguarded_keys;

@@ -1,0 +1,365 @@
+//! Demo mode: the fault injection and the database views that the teaching
+//! page uses. Mounted only when demo mode is on; with `--no-demo` none of it
+//! is routed and the `Demo-*` headers mean nothing.
+//!
+//! - `Demo-Fault` (on `POST /charges`, comma-separated): `lose-response`
+//!   (commit, then answer 504 as a timed-out gateway would),
+//!   `delay-commit=<ms>` (hold the transaction open before COMMIT),
+//!   `fail-before-commit` (fail inside the transaction: everything rolls back).
+//!   The transaction faults act through the `TxHooks` seam; `lose-response`
+//!   wraps the handler from outside.
+//! - `Demo-Mode: check-then-insert`: the naive algorithm (look the key up,
+//!   then insert it) against a table without a unique constraint, to show
+//!   the race the constraint prevents.
+//! - `GET /demo/state`, `POST /demo/reset`, `POST /demo/keys/{key}/expire`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::middleware::Next;
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, guard, web};
+use chrono::{DateTime, SecondsFormat, Utc};
+use diesel::dsl::now;
+use diesel::prelude::*;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::accounts::{self, DEMO_ACCOUNT_NAME, DEMO_API_KEY};
+use crate::api::AppState;
+use crate::charges::{self, ChargeRequest};
+use crate::db::{self, DbConn};
+use crate::hooks::{HookFailure, RequestHooks, TxHooks};
+use crate::idempotency::SavedResponse;
+use crate::problem::{self, ApiError};
+use crate::schema::{
+    charges as charges_t, demo_unguarded_keys as unguarded, idempotency_keys as keys,
+};
+
+pub const FAULT_HEADER: &str = "demo-fault";
+pub const MODE_HEADER: &str = "demo-mode";
+pub const CHECK_THEN_INSERT: &str = "check-then-insert";
+/// The longest `delay-commit` accepted: below the pool's and clients' timeouts.
+pub const MAX_DELAY: Duration = Duration::from_secs(15);
+/// The pause between the check and the insert that makes the race reliable.
+pub const CHECK_THEN_INSERT_PAUSE: Duration = Duration::from_millis(300);
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Faults {
+    pub lose_response: bool,
+    pub delay_commit: Option<Duration>,
+    pub fail_before_commit: bool,
+}
+
+impl Faults {
+    pub fn parse(header: &str) -> Result<Faults, String> {
+        let mut faults = Faults::default();
+        for item in header.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match item.split_once('=') {
+                None if item == "lose-response" => faults.lose_response = true,
+                None if item == "fail-before-commit" => faults.fail_before_commit = true,
+                Some(("delay-commit", ms)) => {
+                    let ms: u64 = ms
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("delay-commit takes milliseconds, not {ms:?}"))?;
+                    let delay = Duration::from_millis(ms);
+                    if delay > MAX_DELAY {
+                        return Err(format!(
+                            "delay-commit is at most {} ms",
+                            MAX_DELAY.as_millis()
+                        ));
+                    }
+                    faults.delay_commit = Some(delay);
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown Demo-Fault {item:?} (known: lose-response, delay-commit=<ms>, fail-before-commit)"
+                    ));
+                }
+            }
+        }
+        Ok(faults)
+    }
+}
+
+impl TxHooks for Faults {
+    fn before_commit(&self) -> Result<(), HookFailure> {
+        if let Some(delay) = self.delay_commit {
+            std::thread::sleep(delay);
+        }
+        if self.fail_before_commit {
+            return Err(HookFailure("Demo-Fault: fail-before-commit".to_owned()));
+        }
+        Ok(())
+    }
+}
+
+/// Middleware on `/charges`: reads `Demo-Fault`, hands the transaction faults
+/// to the handler through the hooks seam, and loses the response afterwards.
+pub async fn faults(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let header = req
+        .headers()
+        .get(FAULT_HEADER)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned());
+    let faults = match header.as_deref().map(Faults::parse).transpose() {
+        Ok(f) => f.unwrap_or_default(),
+        Err(detail) => {
+            return Ok(req
+                .error_response(ApiError::invalid(detail))
+                .map_into_boxed_body());
+        }
+    };
+    if let Some(mode) = req.headers().get(MODE_HEADER) {
+        if mode.as_bytes() != CHECK_THEN_INSERT.as_bytes() {
+            let detail = format!("unknown Demo-Mode {mode:?} (known: {CHECK_THEN_INSERT})");
+            return Ok(req
+                .error_response(ApiError::invalid(detail))
+                .map_into_boxed_body());
+        }
+    }
+    let lose_response = faults.lose_response;
+    req.extensions_mut().insert(RequestHooks(Arc::new(faults)));
+    let response = next.call(req).await?;
+    if !lose_response {
+        return Ok(response.map_into_boxed_body());
+    }
+    // The work is done and committed; only the answer goes missing.
+    let (req, _) = response.into_parts();
+    let lost = problem::response(
+        StatusCode::GATEWAY_TIMEOUT,
+        "simulated-lost-response",
+        "Simulated lost response",
+        "Demo-Fault: lose-response. The server processed this request, but its response was thrown away, as a gateway that timed out would. Retry to find out what happened.",
+    );
+    Ok(ServiceResponse::new(req, lost))
+}
+
+/// The routes demo mode adds. `POST /charges` with `Demo-Mode:
+/// check-then-insert` is matched here before the real handler.
+pub fn check_then_insert_route() -> actix_web::Route {
+    web::post()
+        .guard(guard::Header(MODE_HEADER, CHECK_THEN_INSERT))
+        .to(check_then_insert)
+}
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::scope("/demo")
+            .route("/state", web::get().to(state))
+            .route("/reset", web::post().to(reset))
+            .route("/keys/{key}/expire", web::post().to(expire)),
+    );
+}
+
+/// The naive algorithm, kept only to be watched failing: SELECT the key; if
+/// absent, pause, then INSERT key and charge. Nothing stops two requests
+/// from both passing the SELECT.
+async fn check_then_insert(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let request = charges::parse_request(&req, payload, &state).await?;
+    let fingerprint = request.fingerprint();
+    let ChargeRequest {
+        account_id,
+        key,
+        new_charge,
+        ..
+    } = request;
+    let key = key.ok_or_else(|| {
+        ApiError::invalid("Demo-Mode: check-then-insert needs an Idempotency-Key")
+    })?;
+    let hooks = req
+        .extensions()
+        .get::<RequestHooks>()
+        .cloned()
+        .unwrap_or_default();
+    let pool = state.pool.clone();
+    let (saved, replayed) = web::block(move || -> Result<(SavedResponse, bool), ApiError> {
+        let mut conn = pool.get()?;
+        let found: Option<(String, Value)> = unguarded::table
+            .filter(unguarded::account_id.eq(account_id))
+            .filter(unguarded::key.eq(key.as_str()))
+            .select((unguarded::fingerprint, unguarded::response_body))
+            .first(&mut conn)
+            .optional()?;
+        if let Some((stored, body)) = found {
+            if stored != fingerprint.as_str() {
+                return Err(ApiError::IdempotencyKeyReused);
+            }
+            let mut saved = SavedResponse {
+                status: 201,
+                headers: Default::default(),
+                body,
+            };
+            saved
+                .headers
+                .insert("content-type".into(), "application/json".into());
+            return Ok((saved, true));
+        }
+        std::thread::sleep(CHECK_THEN_INSERT_PAUSE);
+        let created = conn.transaction(|tx| {
+            let created = charges::create_charge(tx, account_id, &new_charge)?;
+            diesel::insert_into(unguarded::table)
+                .values((
+                    unguarded::account_id.eq(account_id),
+                    unguarded::key.eq(key.as_str()),
+                    unguarded::fingerprint.eq(fingerprint.as_str()),
+                    unguarded::charge_id.eq(created.resource_id.expect("a charge has an id")),
+                    unguarded::response_body.eq(&created.response.body),
+                ))
+                .execute(tx)?;
+            hooks.0.before_commit()?;
+            Ok::<_, crate::idempotency::Error>(created)
+        })?;
+        Ok((created.response, false))
+    })
+    .await??;
+    Ok(charges::respond(&saved, replayed))
+}
+
+fn demo_account(conn: &mut DbConn) -> Result<i64, ApiError> {
+    accounts::find_by_api_key(conn, DEMO_API_KEY)?.ok_or(ApiError::NotFound)
+}
+
+fn ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// What the page shows as "the database": the demo account's rows.
+fn snapshot(conn: &mut DbConn, settings: &crate::config::Settings) -> Result<Value, ApiError> {
+    let account_id = demo_account(conn)?;
+    let charges = charges_t::table
+        .filter(charges_t::account_id.eq(account_id))
+        .order((charges_t::created_at.desc(), charges_t::id.desc()))
+        .limit(200)
+        .select(db::Charge::as_select())
+        .load(conn)?;
+    type KeyView = (
+        String,
+        String,
+        String,
+        Option<i16>,
+        Option<Uuid>,
+        DateTime<Utc>,
+        DateTime<Utc>,
+        bool,
+    );
+    let key_rows: Vec<KeyView> = keys::table
+        .filter(keys::account_id.eq(account_id))
+        .order((keys::created_at.desc(), keys::id.desc()))
+        .limit(200)
+        .select((
+            keys::key,
+            keys::status,
+            keys::fingerprint,
+            keys::response_status,
+            keys::charge_id,
+            keys::created_at,
+            keys::expires_at,
+            keys::expires_at.le(now),
+        ))
+        .load(conn)?;
+    let unguarded_rows: Vec<(String, Uuid, DateTime<Utc>)> = unguarded::table
+        .filter(unguarded::account_id.eq(account_id))
+        .order((unguarded::created_at.desc(), unguarded::id.desc()))
+        .limit(200)
+        .select((unguarded::key, unguarded::charge_id, unguarded::created_at))
+        .load(conn)?;
+    Ok(json!({
+        "backend": "postgresql",
+        "idempotency_mode": "atomic",
+        "idempotency_ttl_seconds": settings.idempotency_ttl.as_secs(),
+        "account": {"name": DEMO_ACCOUNT_NAME, "api_key": DEMO_API_KEY},
+        "charges": charges.iter().map(|c| json!({
+            "id": c.id,
+            "amount": c.amount,
+            "currency": c.currency,
+            "description": c.description,
+            "created_at": ts(c.created_at),
+        })).collect::<Vec<_>>(),
+        "idempotency_keys": key_rows.into_iter().map(|(key, status, fingerprint, response_status, charge_id, created_at, expires_at, expired)| json!({
+            "key": key,
+            "status": status,
+            // Enough of the digest to tell two requests apart on screen.
+            "fingerprint": fingerprint.chars().take("sha256:".len() + 12).collect::<String>(),
+            "response_status": response_status,
+            "charge_id": charge_id,
+            "created_at": ts(created_at),
+            "expires_at": ts(expires_at),
+            "expired": expired,
+        })).collect::<Vec<_>>(),
+        "unguarded_keys": unguarded_rows.into_iter().map(|(key, charge_id, created_at)| json!({
+            "key": key,
+            "charge_id": charge_id,
+            "created_at": ts(created_at),
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+async fn state(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let app = state.into_inner();
+    let snapshot = web::block(move || -> Result<Value, ApiError> {
+        let mut conn = app.pool.get()?;
+        snapshot(&mut conn, &app.settings)
+    })
+    .await??;
+    Ok(HttpResponse::Ok().json(snapshot))
+}
+
+/// Deletes the demo account's rows (keys first: they point at charges).
+async fn reset(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let app = state.into_inner();
+    let snapshot = web::block(move || -> Result<Value, ApiError> {
+        let mut conn = app.pool.get()?;
+        let account_id = demo_account(&mut conn)?;
+        conn.transaction(|tx| {
+            diesel::delete(keys::table.filter(keys::account_id.eq(account_id))).execute(tx)?;
+            diesel::delete(unguarded::table.filter(unguarded::account_id.eq(account_id)))
+                .execute(tx)?;
+            diesel::delete(charges_t::table.filter(charges_t::account_id.eq(account_id)))
+                .execute(tx)?;
+            Ok::<_, diesel::result::Error>(())
+        })?;
+        snapshot(&mut conn, &app.settings)
+    })
+    .await??;
+    Ok(HttpResponse::Ok().json(snapshot))
+}
+
+/// Moves one key's `expires_at` into the past, as if its retention had run out.
+async fn expire(
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let app = state.into_inner();
+    let key = path.into_inner();
+    let snapshot = web::block(move || -> Result<Value, ApiError> {
+        let mut conn = app.pool.get()?;
+        let account_id = demo_account(&mut conn)?;
+        let updated = diesel::update(
+            keys::table
+                .filter(keys::account_id.eq(account_id))
+                .filter(keys::key.eq(&key)),
+        )
+        .set(
+            keys::expires_at.eq(diesel::dsl::sql::<diesel::sql_types::Timestamptz>(
+                "now() - interval '1 second'",
+            )),
+        )
+        .execute(&mut conn)?;
+        if updated == 0 {
+            return Err(ApiError::NotFound);
+        }
+        snapshot(&mut conn, &app.settings)
+    })
+    .await??;
+    Ok(HttpResponse::Ok().json(snapshot))
+}

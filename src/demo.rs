@@ -115,13 +115,13 @@ pub async fn faults(
                 .map_into_boxed_body());
         }
     };
-    if let Some(mode) = req.headers().get(MODE_HEADER) {
-        if mode.as_bytes() != CHECK_THEN_INSERT.as_bytes() {
-            let detail = format!("unknown Demo-Mode {mode:?} (known: {CHECK_THEN_INSERT})");
-            return Ok(req
-                .error_response(ApiError::invalid(detail))
-                .map_into_boxed_body());
-        }
+    if let Some(mode) = req.headers().get(MODE_HEADER)
+        && mode.as_bytes() != CHECK_THEN_INSERT.as_bytes()
+    {
+        let detail = format!("unknown Demo-Mode {mode:?} (known: {CHECK_THEN_INSERT})");
+        return Ok(req
+            .error_response(ApiError::invalid(detail))
+            .map_into_boxed_body());
     }
     let lose_response = faults.lose_response;
     req.extensions_mut().insert(RequestHooks(Arc::new(faults)));

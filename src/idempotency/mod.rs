@@ -187,3 +187,78 @@ pub fn is_transient(error: &DieselError) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use diesel::result::DatabaseErrorInformation;
+
+    struct Info(&'static str);
+
+    impl DatabaseErrorInformation for Info {
+        fn message(&self) -> &str {
+            self.0
+        }
+        fn details(&self) -> Option<&str> {
+            None
+        }
+        fn hint(&self) -> Option<&str> {
+            None
+        }
+        fn table_name(&self) -> Option<&str> {
+            None
+        }
+        fn column_name(&self) -> Option<&str> {
+            None
+        }
+        fn constraint_name(&self) -> Option<&str> {
+            None
+        }
+        fn statement_position(&self) -> Option<i32> {
+            None
+        }
+    }
+
+    fn db_error(kind: DatabaseErrorKind, message: &'static str) -> Error {
+        Error::Database(DieselError::DatabaseError(kind, Box::new(Info(message))))
+    }
+
+    #[test]
+    fn serialization_failures_and_deadlocks_are_retried_a_bounded_number_of_times() {
+        let mut calls = 0;
+        let result = with_transient_retries(|| {
+            calls += 1;
+            match calls {
+                1 => Err(db_error(
+                    DatabaseErrorKind::SerializationFailure,
+                    "could not serialize access",
+                )),
+                2 => Err(db_error(DatabaseErrorKind::Unknown, "deadlock detected")),
+                _ => Ok(calls),
+            }
+        });
+        assert_eq!(result.unwrap(), 3);
+
+        let mut calls = 0;
+        let result: Result<(), _> = with_transient_retries(|| {
+            calls += 1;
+            Err(db_error(DatabaseErrorKind::SerializationFailure, "again"))
+        });
+        assert!(result.is_err());
+        assert_eq!(calls, MAX_ATTEMPTS);
+    }
+
+    #[test]
+    fn other_errors_are_not_retried() {
+        let mut calls = 0;
+        let result: Result<(), _> = with_transient_retries(|| {
+            calls += 1;
+            Err(db_error(
+                DatabaseErrorKind::UniqueViolation,
+                "duplicate key",
+            ))
+        });
+        assert!(result.is_err());
+        assert_eq!(calls, 1);
+    }
+}

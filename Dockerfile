@@ -1,0 +1,26 @@
+# Build: libpq is compiled from source by pq-sys (feature "bundled"), so the
+# only build dependencies are OpenSSL's headers and pkg-config.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libssl-dev pkg-config \
+ && rm -rf /var/lib/apt/lists/*
+COPY Cargo.toml Cargo.lock ./
+COPY src src
+COPY migrations migrations
+RUN cargo build --release --locked --bin charges
+
+# Run: a small Debian with OpenSSL, a non-root user, the binary and the page.
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates libssl3 \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --no-create-home charges
+COPY --from=build /src/target/release/charges /usr/local/bin/charges
+COPY web /app/web
+ENV BIND=0.0.0.0:8080 \
+    WEB_DIR=/app/web
+USER charges
+EXPOSE 8080
+ENTRYPOINT ["charges"]
+CMD ["serve"]

@@ -1,0 +1,214 @@
+//! `spawn_app`: a fresh database and the real application on port 0.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use charges::api::Application;
+use charges::config::Settings;
+use charges::db::DbPool;
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use reqwest::{Client, Response};
+use serde_json::{Value, json};
+
+pub const DEMO_KEY: &str = "sk_test_demo";
+
+/// The PostgreSQL server tests create their databases on.
+pub fn server_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// A database that exists for one test and is dropped when the guard drops.
+pub struct TestDatabase {
+    pub url: String,
+    name: String,
+    admin_url: String,
+}
+
+impl TestDatabase {
+    pub fn create() -> TestDatabase {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "charges_test_{}_{}_{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed),
+            uuid::Uuid::new_v4().simple().to_string().get(..8).unwrap()
+        );
+        let mut admin_url = url::Url::parse(&server_url()).expect("TEST_DATABASE_URL is a URL");
+        admin_url.set_path("/postgres");
+        let mut url = admin_url.clone();
+        url.set_path(&format!("/{name}"));
+        let mut admin = PgConnection::establish(admin_url.as_str())
+            .expect("connect to the test PostgreSQL server");
+        diesel::sql_query(format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .unwrap();
+        TestDatabase {
+            url: url.to_string(),
+            name,
+            admin_url: admin_url.to_string(),
+        }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        if let Ok(mut admin) = PgConnection::establish(&self.admin_url) {
+            let _ = diesel::sql_query(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .execute(&mut admin);
+        }
+    }
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub client: Client,
+    pub pool: DbPool,
+    // Last, so the server's connections are gone before the drop.
+    pub _db: TestDatabase,
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
+    let db = TestDatabase::create();
+    let mut settings = Settings::with_database_url(&db.url);
+    settings.bind = "127.0.0.1:0".to_owned();
+    settings.workers = Some(2);
+    settings.pool_size = 20;
+    configure(&mut settings);
+    let app = Application::build(settings).expect("the app starts");
+    let address = app.url();
+    let pool = app.pool().clone();
+    tokio::spawn(app.run_until_stopped());
+    TestApp {
+        address,
+        client: Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap(),
+        pool,
+        _db: db,
+    }
+}
+
+pub fn charge_body() -> Value {
+    json!({"amount": 1000, "currency": "jpy", "description": "a book"})
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.address, path)
+    }
+
+    /// `POST /charges` as the demo account, with the key sent as a
+    /// Structured Field string when given.
+    pub fn post_charge(
+        &self,
+        key: Option<&str>,
+        body: &Value,
+    ) -> impl Future<Output = Response> + 'static {
+        self.post_charge_with(key, body, &[])
+    }
+
+    /// Builds the request now and sends it when awaited, so the future
+    /// borrows nothing and can be raced with others.
+    pub fn post_charge_with(
+        &self,
+        key: Option<&str>,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> impl Future<Output = Response> + 'static {
+        let mut request = self
+            .client
+            .post(self.url("/charges"))
+            .bearer_auth(DEMO_KEY)
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(key) = key {
+            request = request.header("idempotency-key", format!("\"{key}\""));
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        async move { request.send().await.expect("request sent") }
+    }
+
+    pub fn count(&self, sql_from_where: &str) -> i64 {
+        #[derive(QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        let mut conn = self.pool.get().unwrap();
+        diesel::sql_query(format!("SELECT count(*) AS n FROM {sql_from_where}"))
+            .get_result::<Count>(&mut conn)
+            .unwrap()
+            .n
+    }
+
+    pub fn charges(&self) -> i64 {
+        self.count("charges")
+    }
+
+    pub fn keys(&self) -> i64 {
+        self.count("idempotency_keys")
+    }
+
+    pub fn execute(&self, sql: &str) -> usize {
+        let mut conn = self.pool.get().unwrap();
+        diesel::sql_query(sql).execute(&mut conn).unwrap()
+    }
+
+    pub fn create_account(&self, name: &str, api_key: &str) -> i64 {
+        let mut conn = self.pool.get().unwrap();
+        charges::accounts::create_account(&mut conn, name, api_key).unwrap()
+    }
+}
+
+/// Status, the headers a client reads, and the exact body bytes.
+pub struct Captured {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+}
+
+impl Captured {
+    pub async fn from(response: Response) -> Captured {
+        Captured {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            body: response.text().await.unwrap(),
+        }
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("body is JSON ({e}): {}", self.body))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    /// Asserts a problem+json error of the given status and type.
+    pub fn assert_problem(&self, status: u16, slug: &str) {
+        assert_eq!(self.status, status, "status for {slug}: {}", self.body);
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "{}",
+            self.body
+        );
+        let body = self.json();
+        assert_eq!(body["type"], format!("/problems/{slug}"), "{}", self.body);
+        assert_eq!(body["status"], status);
+        assert!(body["title"].as_str().is_some_and(|t| !t.is_empty()));
+        assert!(body["detail"].as_str().is_some_and(|t| !t.is_empty()));
+    }
+}

@@ -1,0 +1,9 @@
+//! Integration tests: the real app on a random port, over real HTTP, against
+//! a fresh PostgreSQL database per test (dropped afterwards).
+
+mod charges;
+mod demo;
+mod helpers;
+mod idempotency;
+mod startup;
+mod validation;

@@ -1,0 +1,110 @@
+//! The binary's start: migrations, database creation, and one-line errors.
+
+use std::process::Command;
+
+use charges::api::Application;
+use charges::config::Settings;
+
+use crate::helpers::{TestDatabase, server_url};
+
+fn charges_bin() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_charges"));
+    cmd.env_remove("DATABASE_URL").env_remove("BIND");
+    cmd
+}
+
+#[test]
+fn starting_twice_on_one_database_applies_the_migrations_once() {
+    let db = TestDatabase::create();
+    let mut settings = Settings::with_database_url(&db.url);
+    settings.bind = "127.0.0.1:0".into();
+    drop(Application::build(settings.clone()).expect("first start"));
+    drop(Application::build(settings).expect("second start"));
+    let out = charges_bin()
+        .args(["migrate", "--database-url", &db.url])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("applied 0 migration(s)"));
+}
+
+#[test]
+fn migrate_creates_a_missing_database() {
+    let db = TestDatabase::create();
+    // Drop it first so that `migrate` has to create it; the guard drops it again.
+    let mut admin = url::Url::parse(&db.url).unwrap();
+    let name = admin.path().trim_start_matches('/').to_owned();
+    admin.set_path("/postgres");
+    let status = Command::new("psql")
+        .args([admin.as_str(), "-qc", &format!("DROP DATABASE {name}")])
+        .status();
+    if !matches!(status, Ok(s) if s.success()) {
+        use diesel::prelude::*;
+        let mut conn = PgConnection::establish(admin.as_str()).unwrap();
+        diesel::sql_query(format!("DROP DATABASE {name}"))
+            .execute(&mut conn)
+            .unwrap();
+    }
+    let out = charges_bin()
+        .args(["migrate", "--database-url", &db.url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("applied 4 migration(s)"));
+}
+
+fn assert_one_line_failure(args: &[&str], env: &[(&str, &str)], expected: &str) {
+    let out = charges_bin()
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{args:?} should fail");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("charges:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one error line: {stderr}");
+    assert!(lines[0].contains(expected), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn bad_configuration_is_one_clear_line_and_a_failing_exit() {
+    assert_one_line_failure(
+        &["serve", "--database-url", "mysql://localhost/x"],
+        &[],
+        "not a PostgreSQL URL",
+    );
+    assert_one_line_failure(
+        &[
+            "serve",
+            "--database-url",
+            "postgres://postgres@127.0.0.1:1/x",
+        ],
+        &[],
+        "cannot connect to the database",
+    );
+    assert_one_line_failure(
+        &["serve", "--bind", "256.0.0.1:80"],
+        &[("DATABASE_URL", &server_url())],
+        "cannot listen on 256.0.0.1:80",
+    );
+}
+
+#[test]
+fn a_taken_port_is_reported() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let db = TestDatabase::create();
+    assert_one_line_failure(
+        &["serve", "--bind", &addr, "--database-url", &db.url],
+        &[],
+        "cannot listen on",
+    );
+}

@@ -3,6 +3,7 @@
 
 use std::net::TcpListener;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_files::Files;
 use actix_web::dev::Server;
@@ -14,7 +15,7 @@ use crate::accounts::AccountCache;
 use crate::config::Settings;
 use crate::db::{self, DbPool, SetupError};
 use crate::problem::{self, ApiError};
-use crate::{charges, demo};
+use crate::{charges, demo, idempotency};
 
 pub struct AppState {
     pub pool: DbPool,
@@ -38,6 +39,8 @@ pub struct Application {
     host: String,
     server: Server,
     pool: DbPool,
+    purge_interval: Duration,
+    purge_batch: i64,
 }
 
 impl Application {
@@ -56,6 +59,7 @@ impl Application {
             local.ip().to_string()
         };
         let demo = settings.demo_enabled();
+        let (purge_interval, purge_batch) = (settings.purge_interval, settings.purge_batch);
         let web_dir = settings.web_dir.clone();
         let workers = settings
             .workers
@@ -98,6 +102,8 @@ impl Application {
             host,
             server,
             pool,
+            purge_interval,
+            purge_batch,
         })
     }
 
@@ -113,8 +119,41 @@ impl Application {
         &self.pool
     }
 
+    /// Serves until the server stops (SIGINT/SIGTERM: it stops accepting,
+    /// lets in-flight requests finish for up to 10 s, then returns).
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        let purger = (!self.purge_interval.is_zero()).then(|| {
+            tokio::spawn(purge_periodically(
+                self.pool.clone(),
+                self.purge_interval,
+                self.purge_batch,
+            ))
+        });
+        let result = self.server.await;
+        if let Some(purger) = purger {
+            purger.abort();
+        }
+        result
+    }
+}
+
+/// Deletes expired idempotency keys every `interval`, in batches.
+async fn purge_periodically(pool: DbPool, interval: Duration, batch: i64) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let pool = pool.clone();
+        let purged = web::block(move || -> Result<usize, ApiError> {
+            Ok(idempotency::purge_expired(&mut *pool.get()?, batch)?)
+        })
+        .await;
+        match purged {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!(purged = n, "purged expired idempotency keys"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "purge failed; will retry"),
+            Err(e) => tracing::warn!(error = %e, "purge failed; will retry"),
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use crate::db::{self, Charge};
 use crate::domain::NewCharge;
 use crate::hooks::RequestHooks;
 use crate::idempotency::{
-    self, Created, Fingerprint, IdempotencyKey, KeyedRequest, Outcome, SavedResponse,
+    self, Created, Fingerprint, IdempotencyKey, KeyedRequest, Mode, Outcome, SavedResponse,
 };
 use crate::problem::ApiError;
 
@@ -98,7 +98,7 @@ pub async fn create(
             let mut conn = pool.get()?;
             let created = conn.build_transaction().read_committed().run(|tx| {
                 let created = create_charge(tx, account_id, &new_charge)?;
-                hooks.0.before_commit()?;
+                hooks.0.after_operation()?;
                 Ok::<_, idempotency::Error>(created)
             })?;
             Ok(created)
@@ -108,6 +108,13 @@ pub async fn create(
     };
 
     let ttl = state.settings.idempotency_ttl;
+    let lease = state.settings.idempotency_lease;
+    // A request may carry its own mode (the demo compares both side by side).
+    let mode = req
+        .extensions()
+        .get::<Mode>()
+        .copied()
+        .unwrap_or(state.settings.idempotency_mode);
     let outcome = web::block(move || -> Result<Outcome, ApiError> {
         let mut conn = pool.get()?;
         let request = KeyedRequest {
@@ -115,9 +122,11 @@ pub async fn create(
             key: &key,
             fingerprint: &fingerprint,
             ttl,
+            lease,
         };
         Ok(idempotency::execute(
             &mut conn,
+            mode,
             &request,
             hooks.0.as_ref(),
             |tx| create_charge(tx, account_id, &new_charge),

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
+use crate::idempotency::Mode;
+
 pub const DEFAULT_DATABASE_URL: &str = "postgres://localhost/charges";
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 pub const DEFAULT_WEB_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/web");
@@ -13,6 +15,10 @@ pub const DEFAULT_POOL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a completed key is replayed. Clients must finish retrying within
 /// this window: a retry after it is a new request (see the README).
 pub const DEFAULT_IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+pub const DEFAULT_IDEMPOTENCY_LEASE: Duration = Duration::from_secs(30);
+pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
+pub const DEFAULT_PURGE_BATCH: i64 = 1000;
 
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
@@ -36,6 +42,22 @@ pub struct Settings {
     /// How long an idempotency key is remembered (e.g. 24h, 30m, 90s).
     #[arg(long, env = "IDEMPOTENCY_TTL", default_value = "24h", value_parser = parse_duration)]
     pub idempotency_ttl: Duration,
+
+    /// Where the key row is committed: with the charge (atomic) or before it (key-first).
+    #[arg(long, env = "IDEMPOTENCY_MODE", value_enum, default_value = "atomic")]
+    pub idempotency_mode: Mode,
+
+    /// Key-first: how long a registered key is protected before another request may take it over.
+    #[arg(long, env = "IDEMPOTENCY_LEASE", default_value = "30s", value_parser = parse_duration)]
+    pub idempotency_lease: Duration,
+
+    /// How often the background purge deletes expired keys (0s: never).
+    #[arg(long, env = "PURGE_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub purge_interval: Duration,
+
+    /// Rows the purge deletes per statement.
+    #[arg(long, env = "PURGE_BATCH", default_value_t = DEFAULT_PURGE_BATCH)]
+    pub purge_batch: i64,
 
     /// Answer 400 to POST /charges without an Idempotency-Key.
     #[arg(long, env = "REQUIRE_IDEMPOTENCY_KEY", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -67,6 +89,10 @@ impl Settings {
             pool_size: DEFAULT_POOL_SIZE,
             pool_timeout: DEFAULT_POOL_TIMEOUT,
             idempotency_ttl: DEFAULT_IDEMPOTENCY_TTL,
+            idempotency_mode: Mode::Atomic,
+            idempotency_lease: DEFAULT_IDEMPOTENCY_LEASE,
+            purge_interval: DEFAULT_PURGE_INTERVAL,
+            purge_batch: DEFAULT_PURGE_BATCH,
             require_idempotency_key: false,
             demo: true,
             no_demo: false,

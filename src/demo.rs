@@ -5,13 +5,17 @@
 //! - `Demo-Fault` (on `POST /charges`, comma-separated): `lose-response`
 //!   (commit, then answer 504 as a timed-out gateway would),
 //!   `delay-commit=<ms>` (hold the transaction open before COMMIT),
-//!   `fail-before-commit` (fail inside the transaction: everything rolls back).
+//!   `fail-before-commit` (fail inside the transaction: everything rolls back),
+//!   `crash-after-key` (key-first: SIGKILL this process between its two
+//!   transactions, leaving an in-progress key behind).
 //!   The transaction faults act through the `TxHooks` seam; `lose-response`
 //!   wraps the handler from outside.
+//! - `Demo-Mode: atomic | key-first`: run this request in that design.
 //! - `Demo-Mode: check-then-insert`: the naive algorithm (look the key up,
 //!   then insert it) against a table without a unique constraint, to show
 //!   the race the constraint prevents.
-//! - `GET /demo/state`, `POST /demo/reset`, `POST /demo/keys/{key}/expire`.
+//! - `GET /demo/state`, `POST /demo/reset`, `POST /demo/keys/{key}/expire`,
+//!   `POST /demo/purge`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +36,7 @@ use crate::api::AppState;
 use crate::charges::{self, ChargeRequest};
 use crate::db::{self, DbConn};
 use crate::hooks::{HookFailure, RequestHooks, TxHooks};
-use crate::idempotency::SavedResponse;
+use crate::idempotency::{self, Mode, SavedResponse};
 use crate::problem::{self, ApiError};
 use crate::schema::{
     charges as charges_t, demo_unguarded_keys as unguarded, idempotency_keys as keys,
@@ -51,6 +55,7 @@ pub struct Faults {
     pub lose_response: bool,
     pub delay_commit: Option<Duration>,
     pub fail_before_commit: bool,
+    pub crash_after_key: bool,
 }
 
 impl Faults {
@@ -60,6 +65,7 @@ impl Faults {
             match item.split_once('=') {
                 None if item == "lose-response" => faults.lose_response = true,
                 None if item == "fail-before-commit" => faults.fail_before_commit = true,
+                None if item == "crash-after-key" => faults.crash_after_key = true,
                 Some(("delay-commit", ms)) => {
                     let ms: u64 = ms
                         .trim()
@@ -76,7 +82,7 @@ impl Faults {
                 }
                 _ => {
                     return Err(format!(
-                        "unknown Demo-Fault {item:?} (known: lose-response, delay-commit=<ms>, fail-before-commit)"
+                        "unknown Demo-Fault {item:?} (known: lose-response, delay-commit=<ms>, fail-before-commit, crash-after-key)"
                     ));
                 }
             }
@@ -86,7 +92,7 @@ impl Faults {
 }
 
 impl TxHooks for Faults {
-    fn before_commit(&self) -> Result<(), HookFailure> {
+    fn after_operation(&self) -> Result<(), HookFailure> {
         if let Some(delay) = self.delay_commit {
             std::thread::sleep(delay);
         }
@@ -94,6 +100,14 @@ impl TxHooks for Faults {
             return Err(HookFailure("Demo-Fault: fail-before-commit".to_owned()));
         }
         Ok(())
+    }
+
+    fn after_key_committed(&self) {
+        if self.crash_after_key {
+            tracing::warn!("Demo-Fault: crash-after-key: killing this process with SIGKILL");
+            // SIGKILL: no unwinding, no destructors, no rollback: a real crash.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
     }
 }
 
@@ -115,13 +129,23 @@ pub async fn faults(
                 .map_into_boxed_body());
         }
     };
-    if let Some(mode) = req.headers().get(MODE_HEADER)
-        && mode.as_bytes() != CHECK_THEN_INSERT.as_bytes()
-    {
-        let detail = format!("unknown Demo-Mode {mode:?} (known: {CHECK_THEN_INSERT})");
-        return Ok(req
-            .error_response(ApiError::invalid(detail))
-            .map_into_boxed_body());
+    match req.headers().get(MODE_HEADER).map(|v| v.as_bytes()) {
+        None | Some(b"check-then-insert") => {}
+        Some(b"atomic") => {
+            req.extensions_mut().insert(Mode::Atomic);
+        }
+        Some(b"key-first") => {
+            req.extensions_mut().insert(Mode::KeyFirst);
+        }
+        Some(other) => {
+            let detail = format!(
+                "unknown Demo-Mode {:?} (known: atomic, key-first, {CHECK_THEN_INSERT})",
+                String::from_utf8_lossy(other)
+            );
+            return Ok(req
+                .error_response(ApiError::invalid(detail))
+                .map_into_boxed_body());
+        }
     }
     let lose_response = faults.lose_response;
     req.extensions_mut().insert(RequestHooks(Arc::new(faults)));
@@ -153,7 +177,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         web::scope("/demo")
             .route("/state", web::get().to(state))
             .route("/reset", web::post().to(reset))
-            .route("/keys/{key}/expire", web::post().to(expire)),
+            .route("/keys/{key}/expire", web::post().to(expire))
+            .route("/purge", web::post().to(purge)),
     );
 }
 
@@ -216,7 +241,7 @@ async fn check_then_insert(
                     unguarded::response_body.eq(&created.response.body),
                 ))
                 .execute(tx)?;
-            hooks.0.before_commit()?;
+            hooks.0.after_operation()?;
             Ok::<_, crate::idempotency::Error>(created)
         })?;
         Ok((created.response, false))
@@ -251,6 +276,8 @@ fn snapshot(conn: &mut DbConn, settings: &crate::config::Settings) -> Result<Val
         DateTime<Utc>,
         DateTime<Utc>,
         bool,
+        DateTime<Utc>,
+        bool,
     );
     let key_rows: Vec<KeyView> = keys::table
         .filter(keys::account_id.eq(account_id))
@@ -265,6 +292,8 @@ fn snapshot(conn: &mut DbConn, settings: &crate::config::Settings) -> Result<Val
             keys::created_at,
             keys::expires_at,
             keys::expires_at.le(now),
+            keys::locked_until,
+            keys::locked_until.gt(now),
         ))
         .load(conn)?;
     let unguarded_rows: Vec<(String, Uuid, DateTime<Utc>)> = unguarded::table
@@ -275,8 +304,9 @@ fn snapshot(conn: &mut DbConn, settings: &crate::config::Settings) -> Result<Val
         .load(conn)?;
     Ok(json!({
         "backend": "postgresql",
-        "idempotency_mode": "atomic",
+        "idempotency_mode": settings.idempotency_mode.as_str(),
         "idempotency_ttl_seconds": settings.idempotency_ttl.as_secs(),
+        "idempotency_lease_seconds": settings.idempotency_lease.as_secs(),
         "account": {"name": DEMO_ACCOUNT_NAME, "api_key": DEMO_API_KEY},
         "charges": charges.iter().map(|c| json!({
             "id": c.id,
@@ -285,7 +315,7 @@ fn snapshot(conn: &mut DbConn, settings: &crate::config::Settings) -> Result<Val
             "description": c.description,
             "created_at": ts(c.created_at),
         })).collect::<Vec<_>>(),
-        "idempotency_keys": key_rows.into_iter().map(|(key, status, fingerprint, response_status, charge_id, created_at, expires_at, expired)| json!({
+        "idempotency_keys": key_rows.into_iter().map(|(key, status, fingerprint, response_status, charge_id, created_at, expires_at, expired, locked_until, leased)| json!({
             "key": key,
             "status": status,
             // Enough of the digest to tell two requests apart on screen.
@@ -295,6 +325,9 @@ fn snapshot(conn: &mut DbConn, settings: &crate::config::Settings) -> Result<Val
             "created_at": ts(created_at),
             "expires_at": ts(expires_at),
             "expired": expired,
+            // Key-first: an in-progress row is protected until then.
+            "locked_until": ts(locked_until),
+            "lease_live": status == idempotency::store::IN_PROGRESS && leased,
         })).collect::<Vec<_>>(),
         "unguarded_keys": unguarded_rows.into_iter().map(|(key, charge_id, created_at)| json!({
             "key": key,
@@ -362,4 +395,17 @@ async fn expire(
     })
     .await??;
     Ok(HttpResponse::Ok().json(snapshot))
+}
+
+/// One pass of the purge (the same one the background purger runs), with
+/// how many rows it removed.
+async fn purge(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let app = state.into_inner();
+    let (purged, snapshot) = web::block(move || -> Result<(usize, Value), ApiError> {
+        let mut conn = app.pool.get()?;
+        let purged = idempotency::purge_expired(&mut conn, app.settings.purge_batch)?;
+        Ok((purged, snapshot(&mut conn, &app.settings)?))
+    })
+    .await??;
+    Ok(HttpResponse::Ok().json(json!({"purged": purged, "state": snapshot})))
 }

@@ -10,11 +10,16 @@ use std::sync::Arc;
 pub struct HookFailure(pub String);
 
 pub trait TxHooks: Send + Sync {
-    /// Called after the charge and the stored response are written, right
-    /// before COMMIT. Returning an error rolls the whole transaction back.
-    fn before_commit(&self) -> Result<(), HookFailure> {
+    /// Called inside the transaction after the operation's writes (the
+    /// charge) and before the key row is completed and the transaction
+    /// commits. Returning an error rolls the whole transaction back.
+    fn after_operation(&self) -> Result<(), HookFailure> {
         Ok(())
     }
+
+    /// Key-first design only: called after the key row is committed and
+    /// before the operation's transaction begins (the crash window).
+    fn after_key_committed(&self) {}
 }
 
 pub struct NoHooks;

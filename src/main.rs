@@ -1,11 +1,11 @@
-//! The `charges` command line: serve (the default), migrate.
+//! The `charges` command line: serve (the default), migrate, purge-expired.
 
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
 use charges::api::Application;
-use charges::config::{DEFAULT_DATABASE_URL, Settings};
+use charges::config::{DEFAULT_DATABASE_URL, DEFAULT_PURGE_BATCH, Settings};
 use charges::db;
 
 #[derive(Parser)]
@@ -23,6 +23,17 @@ enum Command {
     Serve(Settings),
     /// Run the pending migrations and exit.
     Migrate(DatabaseArgs),
+    /// Delete expired idempotency keys once, print how many, and exit.
+    PurgeExpired(PurgeArgs),
+}
+
+#[derive(Args)]
+struct PurgeArgs {
+    #[command(flatten)]
+    database: DatabaseArgs,
+    /// Rows deleted per statement.
+    #[arg(long, env = "PURGE_BATCH", default_value_t = DEFAULT_PURGE_BATCH)]
+    purge_batch: i64,
 }
 
 #[derive(Args)]
@@ -43,6 +54,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Some(Command::Migrate(args)) => migrate(&args.database_url),
+        Some(Command::PurgeExpired(args)) => purge(&args.database.database_url, args.purge_batch),
         Some(Command::Serve(settings)) => serve(settings),
         None => serve(cli.serve),
     };
@@ -74,5 +86,18 @@ fn migrate(url: &str) -> Result<(), String> {
     for name in applied {
         println!("  {name}");
     }
+    Ok(())
+}
+
+fn purge(url: &str, batch: i64) -> Result<(), String> {
+    let mut conn = db::connect_or_create(url).map_err(|e| e.to_string())?;
+    db::migrate(&mut conn)?;
+    let started = std::time::Instant::now();
+    let purged =
+        charges::idempotency::purge_expired(&mut conn, batch.max(1)).map_err(|e| e.to_string())?;
+    println!(
+        "purged {purged} expired idempotency key(s) in {} ms",
+        started.elapsed().as_millis()
+    );
     Ok(())
 }

@@ -268,6 +268,7 @@ impl From<idempotency::Error> for ApiError {
         match e {
             idempotency::Error::Database(e) => e.into(),
             idempotency::Error::Hook(e) => e.into(),
+            idempotency::Error::LeaseLost => ApiError::internal("lease lost"),
         }
     }
 }

@@ -45,6 +45,8 @@ diesel::table! {
         charge_id -> Nullable<Uuid>,
         created_at -> Timestamptz,
         expires_at -> Timestamptz,
+        locked_until -> Timestamptz,
+        lease_token -> Uuid,
     }
 }
 

@@ -1,22 +1,31 @@
 //! The Idempotency-Key protocol (IETF draft-ietf-httpapi-idempotency-key-header-07).
 //!
-//! [`execute`] runs an operation at most once per (account, key):
+//! [`execute`] runs an operation at most once per (account, key), in one of
+//! the two designs the article compares:
 //!
 //! ```text
-//! BEGIN (READ COMMITTED)
-//!   INSERT key row ... ON CONFLICT DO UPDATE WHERE expired RETURNING id
-//!     row returned -> run the operation, store its response, COMMIT -> Executed
-//!     no row       -> read the live row:
-//!                       other fingerprint -> Mismatch (422)
-//!                       completed         -> Replayed (the stored response)
-//!                       in progress       -> InFlight (409)
+//! Atomic (default): one READ COMMITTED transaction
+//!   BEGIN
+//!     claim the key (INSERT ... ON CONFLICT DO UPDATE WHERE takeable)
+//!       claimed    -> run the operation, store its response, COMMIT -> Executed
+//!       not claimed-> read the live row -> Mismatch | Replayed | InFlight
+//!
+//! Key-first: two transactions
+//!   1. claim the key under a lease, COMMIT  (others now see "in progress")
+//!   2. run the operation, complete the row if we still hold the lease, COMMIT
+//!      on failure: release the row, so the retry runs as the first
 //! ```
 //!
-//! The key row, the operation's writes and the stored response commit
-//! together or not at all: a failure leaves no key behind, so the retry runs
-//! as the first request, and a committed key always has its response. A
-//! concurrent request with the same key waits on the unique index inside the
-//! INSERT until the first commits (then replays) or rolls back (then runs).
+//! Atomic: the key row, the operation's writes and the stored response commit
+//! together or not at all, and a concurrent request with the same key waits
+//! on the unique index until the first commits (then replays its response) or
+//! rolls back (then runs as the first). It never sees "in progress".
+//!
+//! Key-first: a concurrent request sees the committed in-progress row and gets
+//! `InFlight` (409) at once instead of waiting. The price is the window
+//! between the two transactions: if the process dies there, the row stays in
+//! progress until its lease runs out, and then the next request with the
+//! same key takes it over (see [`store::claim`]).
 //!
 //! The module knows nothing about charges: the operation hands back a
 //! framework-neutral [`SavedResponse`].
@@ -41,6 +50,24 @@ use crate::hooks::{HookFailure, TxHooks};
 /// How often a transaction that failed with a serialization failure or a
 /// deadlock is tried in all before the error is returned.
 pub const MAX_ATTEMPTS: u32 = 3;
+
+/// Where the key row is committed relative to the operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Key, operation and response in one transaction: a concurrent retry waits, then replays.
+    Atomic,
+    /// The key is committed first: a concurrent retry gets 409 at once; stuck keys are reclaimed after their lease.
+    KeyFirst,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Atomic => "atomic",
+            Mode::KeyFirst => "key-first",
+        }
+    }
+}
 
 /// A response as stored in the key row and replayed byte for byte.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,7 +98,10 @@ pub struct KeyedRequest<'a> {
     pub account_id: i64,
     pub key: &'a IdempotencyKey,
     pub fingerprint: &'a Fingerprint,
+    /// How long the key is remembered.
     pub ttl: Duration,
+    /// Key-first: how long a claim is protected before others may take it over.
+    pub lease: Duration,
 }
 
 #[derive(Debug, PartialEq)]
@@ -92,52 +122,112 @@ pub enum Error {
     Database(#[from] DieselError),
     #[error(transparent)]
     Hook(#[from] HookFailure),
+    /// Key-first: our lease was taken over before we completed the row.
+    #[error("the idempotency key's lease was taken over")]
+    LeaseLost,
 }
 
 pub fn execute(
     conn: &mut PgConnection,
+    mode: Mode,
     request: &KeyedRequest,
     hooks: &dyn TxHooks,
     mut operation: impl FnMut(&mut PgConnection) -> Result<Created, DieselError>,
 ) -> Result<Outcome, Error> {
     // A completed key never changes until it expires, so its replay needs
     // one indexed read and no lock.
+    // An in-progress row under a live lease (a key-first request running)
+    // is answered the same way, without queueing behind its row lock.
     if let Some(row) = store::find_live(conn, request.account_id, request.key.as_str())?
-        && (row.status == store::COMPLETED || row.fingerprint != request.fingerprint.as_str())
+        && (row.status == store::COMPLETED
+            || row.fingerprint != request.fingerprint.as_str()
+            || row.lease_live)
     {
         return decide(row, request.fingerprint);
     }
-    with_transient_retries(|| {
-        conn.build_transaction().read_committed().run(|tx| {
-            let claimed = store::claim(
-                tx,
-                request.account_id,
-                request.key.as_str(),
-                request.fingerprint.as_str(),
-                request.ttl,
-            )?;
-            let Some(key_id) = claimed else {
-                // The conflicting row is committed and locked by our INSERT:
-                // this read sees its final state.
-                let row = store::find_live(tx, request.account_id, request.key.as_str())?
-                    .ok_or(DieselError::NotFound)?;
-                return decide(row, request.fingerprint);
+    match mode {
+        Mode::Atomic => with_transient_retries(|| {
+            conn.build_transaction().read_committed().run(|tx| {
+                let Some(claim) = claim(tx, request)? else {
+                    // The conflicting row is committed and locked by our
+                    // INSERT: this read sees its final state.
+                    return read_and_decide(tx, request);
+                };
+                let response = run_and_complete(tx, claim, hooks, &mut operation)?;
+                Ok(Outcome::Executed(response))
+            })
+        }),
+        Mode::KeyFirst => {
+            let claimed = with_transient_retries(|| Ok(claim(conn, request)?))?;
+            let Some(claim) = claimed else {
+                return read_and_decide(conn, request);
             };
-            let created = operation(tx)?;
-            let response = created.response;
-            let headers = serde_json::to_value(&response.headers).expect("string map serializes");
-            store::complete(
-                tx,
-                key_id,
-                created.resource_id,
-                response.status,
-                &headers,
-                &response.body,
-            )?;
-            hooks.before_commit()?;
-            Ok(Outcome::Executed(response))
-        })
-    })
+            hooks.after_key_committed();
+            let result = with_transient_retries(|| {
+                conn.build_transaction()
+                    .read_committed()
+                    .run(|tx| run_and_complete(tx, claim, hooks, &mut operation))
+            });
+            match result {
+                Ok(response) => Ok(Outcome::Executed(response)),
+                // Someone else holds the row now: answer as they will.
+                Err(Error::LeaseLost) => read_and_decide(conn, request),
+                Err(e) => {
+                    // If this fails too, the lease running out frees the key.
+                    if let Err(release_error) = store::release(conn, claim) {
+                        tracing::warn!(error = %release_error, "could not release the idempotency key");
+                    }
+                    Err(e)
+                }
+            }
+        }
+    }
+}
+
+fn claim(
+    conn: &mut PgConnection,
+    request: &KeyedRequest,
+) -> Result<Option<store::Claim>, DieselError> {
+    store::claim(
+        conn,
+        request.account_id,
+        request.key.as_str(),
+        request.fingerprint.as_str(),
+        request.ttl,
+        request.lease,
+    )
+}
+
+fn run_and_complete(
+    tx: &mut PgConnection,
+    claim: store::Claim,
+    hooks: &dyn TxHooks,
+    operation: &mut impl FnMut(&mut PgConnection) -> Result<Created, DieselError>,
+) -> Result<SavedResponse, Error> {
+    let created = operation(tx)?;
+    hooks.after_operation()?;
+    let response = created.response;
+    let headers = serde_json::to_value(&response.headers).expect("string map serializes");
+    if !store::complete(
+        tx,
+        claim,
+        created.resource_id,
+        response.status,
+        &headers,
+        &response.body,
+    )? {
+        return Err(Error::LeaseLost);
+    }
+    Ok(response)
+}
+
+fn read_and_decide(conn: &mut PgConnection, request: &KeyedRequest) -> Result<Outcome, Error> {
+    match store::find_live(conn, request.account_id, request.key.as_str())? {
+        Some(row) => decide(row, request.fingerprint),
+        // Gone between our claim and this read (released by a failed
+        // key-first request): the client may retry and run as the first.
+        None => Ok(Outcome::InFlight),
+    }
 }
 
 fn decide(row: store::KeyRow, fingerprint: &Fingerprint) -> Result<Outcome, Error> {
@@ -185,6 +275,18 @@ pub fn is_transient(error: &DieselError) -> bool {
         // Diesel has no kind for SQLSTATE 40P01; PostgreSQL's message is stable.
         DieselError::DatabaseError(_, info) => info.message().starts_with("deadlock detected"),
         _ => false,
+    }
+}
+
+/// Deletes every expired key row, `batch` rows a statement; returns how many.
+pub fn purge_expired(conn: &mut PgConnection, batch: i64) -> Result<usize, DieselError> {
+    let mut total = 0;
+    loop {
+        let n = store::purge_expired_batch(conn, batch)?;
+        total += n;
+        if (n as i64) < batch {
+            return Ok(total);
+        }
     }
 }
 

@@ -25,7 +25,34 @@ pub struct TestDatabase {
     admin_url: String,
 }
 
+/// `SELECT count(*) FROM <from_where>` on the database at `url`.
+pub fn count_in(url: &str, from_where: &str) -> i64 {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let mut conn = PgConnection::establish(url).unwrap();
+    diesel::sql_query(format!("SELECT count(*) AS n FROM {from_where}"))
+        .get_result::<Count>(&mut conn)
+        .unwrap()
+        .n
+}
+
+pub fn execute_in(url: &str, sql: &str) -> usize {
+    let mut conn = PgConnection::establish(url).unwrap();
+    diesel::sql_query(sql).execute(&mut conn).unwrap()
+}
+
 impl TestDatabase {
+    pub fn count(&self, from_where: &str) -> i64 {
+        count_in(&self.url, from_where)
+    }
+
+    pub fn execute(&self, sql: &str) -> usize {
+        execute_in(&self.url, sql)
+    }
+
     pub fn create() -> TestDatabase {
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let name = format!(
@@ -68,7 +95,7 @@ pub struct TestApp {
     pub client: Client,
     pub pool: DbPool,
     // Last, so the server's connections are gone before the drop.
-    pub _db: TestDatabase,
+    pub db: TestDatabase,
 }
 
 pub async fn spawn_app() -> TestApp {
@@ -93,7 +120,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
             .build()
             .unwrap(),
         pool,
-        _db: db,
+        db,
     }
 }
 
@@ -139,17 +166,8 @@ impl TestApp {
         async move { request.send().await.expect("request sent") }
     }
 
-    pub fn count(&self, sql_from_where: &str) -> i64 {
-        #[derive(QueryableByName)]
-        struct Count {
-            #[diesel(sql_type = BigInt)]
-            n: i64,
-        }
-        let mut conn = self.pool.get().unwrap();
-        diesel::sql_query(format!("SELECT count(*) AS n FROM {sql_from_where}"))
-            .get_result::<Count>(&mut conn)
-            .unwrap()
-            .n
+    pub fn count(&self, from_where: &str) -> i64 {
+        self.db.count(from_where)
     }
 
     pub fn charges(&self) -> i64 {
@@ -161,8 +179,7 @@ impl TestApp {
     }
 
     pub fn execute(&self, sql: &str) -> usize {
-        let mut conn = self.pool.get().unwrap();
-        diesel::sql_query(sql).execute(&mut conn).unwrap()
+        self.db.execute(sql)
     }
 
     pub fn create_account(&self, name: &str, api_key: &str) -> i64 {
@@ -210,5 +227,66 @@ impl Captured {
         assert_eq!(body["status"], status);
         assert!(body["title"].as_str().is_some_and(|t| !t.is_empty()));
         assert!(body["detail"].as_str().is_some_and(|t| !t.is_empty()));
+    }
+}
+
+/// The real `charges` binary as a child process, killed (SIGKILL) on drop.
+pub struct ServerProcess {
+    pub address: String,
+    child: std::process::Child,
+}
+
+impl ServerProcess {
+    pub fn start(database_url: &str, env: &[(&str, &str)]) -> ServerProcess {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_charges"))
+            .env("DATABASE_URL", database_url)
+            .env("BIND", "127.0.0.1:0")
+            .env("WORKERS", "2")
+            .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("start the charges binary");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap();
+        let address = line
+            .split("open ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .trim()
+            .trim_end_matches('/')
+            .to_owned();
+        ServerProcess { address, child }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits for the process to exit by itself; its exit status.
+    pub fn wait_for_exit(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
     }
 }

@@ -5,5 +5,6 @@ mod charges;
 mod demo;
 mod helpers;
 mod idempotency;
+mod key_first;
 mod startup;
 mod validation;

@@ -68,7 +68,7 @@ impl AccountCache {
         let pool = pool.clone();
         let key = key.to_owned();
         let found = actix_web::web::block(move || -> Result<Option<i64>, ApiError> {
-            let mut conn = pool.get()?;
+            let mut conn = crate::db::checkout(&pool)?;
             Ok(find_by_api_key(&mut conn, &key)?)
         })
         .await??;

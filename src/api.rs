@@ -15,7 +15,7 @@ use crate::accounts::AccountCache;
 use crate::config::Settings;
 use crate::db::{self, DbPool, SetupError};
 use crate::problem::{self, ApiError};
-use crate::{charges, demo, idempotency};
+use crate::{charges, demo, idempotency, metrics, telemetry};
 
 pub struct AppState {
     pub pool: DbPool,
@@ -71,6 +71,7 @@ impl Application {
         });
         let server = HttpServer::new(move || {
             App::new()
+                .wrap(from_fn(telemetry::observe))
                 .app_data(state.clone())
                 .app_data(web::QueryConfig::default().error_handler(|e, _| {
                     ApiError::invalid(format!("Bad query string: {e}.")).into()
@@ -145,7 +146,10 @@ async fn purge_periodically(pool: DbPool, interval: Duration, batch: i64) {
         ticks.tick().await;
         let pool = pool.clone();
         let purged = web::block(move || -> Result<usize, ApiError> {
-            Ok(idempotency::purge_expired(&mut *pool.get()?, batch)?)
+            Ok(idempotency::purge_expired(
+                &mut *db::checkout(&pool)?,
+                batch,
+            )?)
         })
         .await;
         match purged {
@@ -174,6 +178,7 @@ pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
             .route(web::get().to(charges::get))
             .default_service(web::to(method_not_allowed)),
     )
+    .route("/metrics", web::get().to(metrics::render))
     .route("/healthz", web::get().to(healthz))
     .route("/readyz", web::get().to(readyz))
     .route("/problems/{slug}", web::get().to(problem_type));
@@ -195,7 +200,8 @@ async fn healthz() -> HttpResponse {
 /// The process can reach its database.
 async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let pool = state.pool.clone();
-    web::block(move || -> Result<(), ApiError> { Ok(db::ping(&mut *pool.get()?)?) }).await??;
+    web::block(move || -> Result<(), ApiError> { Ok(db::ping(&mut *db::checkout(&pool)?)?) })
+        .await??;
     Ok(HttpResponse::Ok().json(json!({"status": "ready"})))
 }
 

@@ -20,7 +20,9 @@ use crate::hooks::RequestHooks;
 use crate::idempotency::{
     self, Created, Fingerprint, IdempotencyKey, KeyedRequest, Mode, Outcome, SavedResponse,
 };
+use crate::metrics::METRICS;
 use crate::problem::ApiError;
+use crate::telemetry;
 
 pub const PATH: &str = "/charges";
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -95,7 +97,7 @@ pub async fn create(
     let Some(key) = key else {
         // No key: nothing can tell a retry from a new charge.
         let created = web::block(move || -> Result<Created, ApiError> {
-            let mut conn = pool.get()?;
+            let mut conn = crate::db::checkout(&pool)?;
             let created = conn.build_transaction().read_committed().run(|tx| {
                 let created = create_charge(tx, account_id, &new_charge)?;
                 hooks.0.after_operation()?;
@@ -104,6 +106,7 @@ pub async fn create(
             Ok(created)
         })
         .await??;
+        record_outcome("no_key", "none");
         return Ok(respond(&created.response, false));
     };
 
@@ -116,7 +119,7 @@ pub async fn create(
         .copied()
         .unwrap_or(state.settings.idempotency_mode);
     let outcome = web::block(move || -> Result<Outcome, ApiError> {
-        let mut conn = pool.get()?;
+        let mut conn = crate::db::checkout(&pool)?;
         let request = KeyedRequest {
             account_id,
             key: &key,
@@ -133,6 +136,7 @@ pub async fn create(
         )?)
     })
     .await??;
+    record_outcome(outcome.label(), mode.as_str());
     match outcome {
         Outcome::Executed(response) => Ok(respond(&response, false)),
         Outcome::Replayed(response) => Ok(respond(&response, true)),
@@ -141,6 +145,14 @@ pub async fn create(
             retry_after_secs: 1,
         }),
     }
+}
+
+fn record_outcome(outcome: &'static str, mode: &str) {
+    telemetry::record_outcome(outcome);
+    METRICS
+        .idempotency_outcomes
+        .with_label_values(&[outcome, mode])
+        .inc();
 }
 
 /// Inserts the charge and renders the 201 that is sent and stored.
@@ -251,7 +263,7 @@ pub async fn list(
     }
     let pool = state.pool.clone();
     let charges = web::block(move || -> Result<Vec<Charge>, ApiError> {
-        let mut conn = pool.get()?;
+        let mut conn = crate::db::checkout(&pool)?;
         Ok(db::list_charges(&mut conn, account_id, limit)?)
     })
     .await??;
@@ -269,7 +281,7 @@ pub async fn get(
     let id = Uuid::parse_str(&path).map_err(|_| ApiError::NotFound)?;
     let pool = state.pool.clone();
     let charge = web::block(move || -> Result<Option<Charge>, ApiError> {
-        let mut conn = pool.get()?;
+        let mut conn = crate::db::checkout(&pool)?;
         Ok(db::find_charge(&mut conn, account_id, id)?)
     })
     .await??

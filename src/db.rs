@@ -64,6 +64,15 @@ pub fn setup(settings: &Settings) -> Result<DbPool, SetupError> {
         })
 }
 
+/// A connection from the pool, waiting at most the pool's timeout (then
+/// `ApiError::Unavailable`, a 503). Call it inside `web::block`: it blocks.
+pub fn checkout(pool: &DbPool) -> Result<DbConn, crate::problem::ApiError> {
+    let started = std::time::Instant::now();
+    let conn = pool.get();
+    crate::metrics::observe_pool_wait(started.elapsed(), conn.is_err());
+    Ok(conn?)
+}
+
 pub fn migrate(conn: &mut PgConnection) -> Result<Vec<String>, String> {
     conn.run_pending_migrations(MIGRATIONS)
         .map(|applied| applied.iter().map(|m| m.to_string()).collect())

@@ -208,7 +208,7 @@ async fn check_then_insert(
         .unwrap_or_default();
     let pool = state.pool.clone();
     let (saved, replayed) = web::block(move || -> Result<(SavedResponse, bool), ApiError> {
-        let mut conn = pool.get()?;
+        let mut conn = crate::db::checkout(&pool)?;
         let found: Option<(String, Value)> = unguarded::table
             .filter(unguarded::account_id.eq(account_id))
             .filter(unguarded::key.eq(key.as_str()))
@@ -340,7 +340,7 @@ fn snapshot(conn: &mut DbConn, settings: &crate::config::Settings) -> Result<Val
 async fn state(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let app = state.into_inner();
     let snapshot = web::block(move || -> Result<Value, ApiError> {
-        let mut conn = app.pool.get()?;
+        let mut conn = crate::db::checkout(&app.pool)?;
         snapshot(&mut conn, &app.settings)
     })
     .await??;
@@ -351,7 +351,7 @@ async fn state(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
 async fn reset(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let app = state.into_inner();
     let snapshot = web::block(move || -> Result<Value, ApiError> {
-        let mut conn = app.pool.get()?;
+        let mut conn = crate::db::checkout(&app.pool)?;
         let account_id = demo_account(&mut conn)?;
         conn.transaction(|tx| {
             diesel::delete(keys::table.filter(keys::account_id.eq(account_id))).execute(tx)?;
@@ -375,7 +375,7 @@ async fn expire(
     let app = state.into_inner();
     let key = path.into_inner();
     let snapshot = web::block(move || -> Result<Value, ApiError> {
-        let mut conn = app.pool.get()?;
+        let mut conn = crate::db::checkout(&app.pool)?;
         let account_id = demo_account(&mut conn)?;
         let updated = diesel::update(
             keys::table
@@ -402,7 +402,7 @@ async fn expire(
 async fn purge(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let app = state.into_inner();
     let (purged, snapshot) = web::block(move || -> Result<(usize, Value), ApiError> {
-        let mut conn = app.pool.get()?;
+        let mut conn = crate::db::checkout(&app.pool)?;
         let purged = idempotency::purge_expired(&mut conn, app.settings.purge_batch)?;
         Ok((purged, snapshot(&mut conn, &app.settings)?))
     })

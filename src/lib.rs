@@ -14,5 +14,7 @@ pub mod demo;
 pub mod domain;
 pub mod hooks;
 pub mod idempotency;
+pub mod metrics;
 pub mod problem;
 pub mod schema;
+pub mod telemetry;

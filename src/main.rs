@@ -45,13 +45,7 @@ struct DatabaseArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,actix_server=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    charges::telemetry::init_logging();
     let result = match cli.command {
         Some(Command::Migrate(args)) => migrate(&args.database_url),
         Some(Command::PurgeExpired(args)) => purge(&args.database.database_url, args.purge_batch),

@@ -46,6 +46,7 @@ pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 
 use crate::hooks::{HookFailure, TxHooks};
+use crate::metrics::METRICS;
 
 /// How often a transaction that failed with a serialization failure or a
 /// deadlock is tried in all before the error is returned.
@@ -116,6 +117,17 @@ pub enum Outcome {
     InFlight,
 }
 
+impl Outcome {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Executed(_) => "executed",
+            Outcome::Replayed(_) => "replayed",
+            Outcome::Mismatch => "mismatch",
+            Outcome::InFlight => "in_flight",
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
@@ -148,9 +160,15 @@ pub fn execute(
     match mode {
         Mode::Atomic => with_transient_retries(|| {
             conn.build_transaction().read_committed().run(|tx| {
+                let started = std::time::Instant::now();
                 let Some(claim) = claim(tx, request)? else {
-                    // The conflicting row is committed and locked by our
+                    // The fast path saw no finished row, so a concurrent
+                    // request held the key and we waited for its commit. The
+                    // conflicting row is now committed and locked by our
                     // INSERT: this read sees its final state.
+                    METRICS
+                        .concurrent_key_waits
+                        .observe(started.elapsed().as_secs_f64());
                     return read_and_decide(tx, request);
                 };
                 let response = run_and_complete(tx, claim, hooks, &mut operation)?;
@@ -283,6 +301,7 @@ pub fn purge_expired(conn: &mut PgConnection, batch: i64) -> Result<usize, Diese
     let mut total = 0;
     loop {
         let n = store::purge_expired_batch(conn, batch)?;
+        METRICS.purged_keys.inc_by(n as u64);
         total += n;
         if (n as i64) < batch {
             return Ok(total);

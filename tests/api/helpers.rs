@@ -234,11 +234,16 @@ impl Captured {
 pub struct ServerProcess {
     pub address: String,
     child: std::process::Child,
+    log: std::path::PathBuf,
 }
 
 impl ServerProcess {
     pub fn start(database_url: &str, env: &[(&str, &str)]) -> ServerProcess {
         use std::io::BufRead;
+        let log = std::env::temp_dir().join(format!(
+            "charges-test-{}.log",
+            uuid::Uuid::new_v4().simple()
+        ));
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_charges"))
             .env("DATABASE_URL", database_url)
             .env("BIND", "127.0.0.1:0")
@@ -246,7 +251,7 @@ impl ServerProcess {
             .env("RUST_LOG", "warn")
             .envs(env.iter().copied())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("start the charges binary");
         let stdout = child.stdout.take().unwrap();
@@ -261,7 +266,20 @@ impl ServerProcess {
             .trim()
             .trim_end_matches('/')
             .to_owned();
-        ServerProcess { address, child }
+        ServerProcess {
+            address,
+            child,
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What the process wrote to stderr so far (its logs).
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     pub fn kill(&mut self) {
@@ -288,5 +306,9 @@ impl ServerProcess {
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            eprintln!("--- server logs ---\n{}", self.logs());
+        }
+        let _ = std::fs::remove_file(&self.log);
     }
 }

@@ -3,6 +3,7 @@
 
 mod charges;
 mod demo;
+mod ecosystem;
 mod helpers;
 mod idempotency;
 mod key_first;

@@ -1,0 +1,140 @@
+//! Prometheus metrics, served at `/metrics` in the text format: HTTP traffic,
+//! the idempotency outcomes an operator watches, the purge and the pool.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use actix_web::{HttpResponse, web};
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+use crate::api::AppState;
+
+pub struct Metrics {
+    registry: Registry,
+    pub http_requests: IntCounterVec,
+    pub http_duration: HistogramVec,
+    pub idempotency_outcomes: IntCounterVec,
+    pub concurrent_key_waits: Histogram,
+    pub purged_keys: IntCounter,
+    pub pool_waits: Histogram,
+    pub pool_timeouts: IntCounter,
+    pool_connections: IntGaugeVec,
+}
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
+];
+
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let registry = Registry::new();
+    let http_requests = IntCounterVec::new(
+        Opts::new(
+            "http_requests_total",
+            "HTTP requests by route pattern, method and status.",
+        ),
+        &["route", "method", "status"],
+    )
+    .unwrap();
+    let http_duration = HistogramVec::new(
+        HistogramOpts::new("http_request_duration_seconds", "HTTP request latency.")
+            .buckets(LATENCY_BUCKETS.to_vec()),
+        &["route", "method"],
+    )
+    .unwrap();
+    let idempotency_outcomes = IntCounterVec::new(
+        Opts::new(
+            "idempotency_requests_total",
+            "POST /charges by idempotency outcome: executed, replayed, mismatch (422), in_flight (409), no_key.",
+        ),
+        &["outcome", "mode"],
+    )
+    .unwrap();
+    let concurrent_key_waits = Histogram::with_opts(
+        HistogramOpts::new(
+            "idempotency_concurrent_key_wait_seconds",
+            "Time a request waited on the unique index for a concurrent request with the same key (atomic mode).",
+        )
+        .buckets(LATENCY_BUCKETS.to_vec()),
+    )
+    .unwrap();
+    let purged_keys = IntCounter::new(
+        "idempotency_keys_purged_total",
+        "Expired idempotency keys deleted.",
+    )
+    .unwrap();
+    let pool_waits = Histogram::with_opts(
+        HistogramOpts::new(
+            "db_pool_wait_seconds",
+            "Time spent waiting for a database connection.",
+        )
+        .buckets(LATENCY_BUCKETS.to_vec()),
+    )
+    .unwrap();
+    let pool_timeouts = IntCounter::new(
+        "db_pool_timeouts_total",
+        "Requests that got no connection in time (503).",
+    )
+    .unwrap();
+    let pool_connections = IntGaugeVec::new(
+        Opts::new(
+            "db_pool_connections",
+            "Database connections in the pool, by state.",
+        ),
+        &["state"],
+    )
+    .unwrap();
+    for c in [
+        Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+        Box::new(http_duration.clone()),
+        Box::new(idempotency_outcomes.clone()),
+        Box::new(concurrent_key_waits.clone()),
+        Box::new(purged_keys.clone()),
+        Box::new(pool_waits.clone()),
+        Box::new(pool_timeouts.clone()),
+        Box::new(pool_connections.clone()),
+    ] {
+        registry.register(c).unwrap();
+    }
+    Metrics {
+        registry,
+        http_requests,
+        http_duration,
+        idempotency_outcomes,
+        concurrent_key_waits,
+        purged_keys,
+        pool_waits,
+        pool_timeouts,
+        pool_connections,
+    }
+});
+
+pub fn observe_pool_wait(waited: Duration, timed_out: bool) {
+    METRICS.pool_waits.observe(waited.as_secs_f64());
+    if timed_out {
+        METRICS.pool_timeouts.inc();
+    }
+}
+
+/// `GET /metrics`
+pub async fn render(state: web::Data<AppState>) -> HttpResponse {
+    let pool = state.pool.state();
+    let idle = i64::from(pool.idle_connections);
+    METRICS
+        .pool_connections
+        .with_label_values(&["idle"])
+        .set(idle);
+    METRICS
+        .pool_connections
+        .with_label_values(&["in_use"])
+        .set(i64::from(pool.connections) - idle);
+    let mut out = Vec::new();
+    TextEncoder::new()
+        .encode(&METRICS.registry.gather(), &mut out)
+        .expect("text encoding");
+    HttpResponse::Ok()
+        .content_type(prometheus::TEXT_FORMAT)
+        .body(out)
+}

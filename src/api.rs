@@ -15,7 +15,7 @@ use crate::accounts::AccountCache;
 use crate::config::Settings;
 use crate::db::{self, DbPool, SetupError};
 use crate::problem::{self, ApiError};
-use crate::{charges, demo, idempotency, metrics, telemetry};
+use crate::{charges, demo, idempotency, metrics, openapi, telemetry};
 
 pub struct AppState {
     pub pool: DbPool,
@@ -161,8 +161,11 @@ async fn purge_periodically(pool: DbPool, interval: Duration, batch: i64) {
     }
 }
 
+/// Every API route is registered through [`resource`] with a literal path,
+/// so that a test can read them off the source and check each one is in the
+/// OpenAPI document.
 pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
-    let mut charges_resource = web::resource(charges::PATH);
+    let mut charges_resource = resource("/charges");
     if demo {
         charges_resource = charges_resource.route(demo::check_then_insert_route());
     }
@@ -170,18 +173,20 @@ pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
         charges_resource
             .wrap(Condition::new(demo, from_fn(demo::faults)))
             .route(web::post().to(charges::create))
-            .route(web::get().to(charges::list))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/charges/{id}")
-            .route(web::get().to(charges::get))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .route("/metrics", web::get().to(metrics::render))
-    .route("/healthz", web::get().to(healthz))
-    .route("/readyz", web::get().to(readyz))
-    .route("/problems/{slug}", web::get().to(problem_type));
+            .route(web::get().to(charges::list)),
+    );
+    cfg.service(resource("/charges/{id}").route(web::get().to(charges::get)));
+    cfg.service(resource("/healthz").route(web::get().to(healthz)));
+    cfg.service(resource("/readyz").route(web::get().to(readyz)));
+    cfg.service(resource("/metrics").route(web::get().to(metrics::render)));
+    cfg.service(resource("/problems/{slug}").route(web::get().to(problem_type)));
+    cfg.service(resource("/openapi.json").route(web::get().to(openapi::document)));
+    cfg.service(resource("/docs").route(web::get().to(openapi::reference_page)));
+}
+
+/// A resource that answers 405 problem+json to methods it has no route for.
+pub fn resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(method_not_allowed))
 }
 
 async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
@@ -193,12 +198,17 @@ async fn not_found() -> Result<HttpResponse, ApiError> {
 }
 
 /// The process is up.
-async fn healthz() -> HttpResponse {
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "The process is up")))]
+pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
 /// The process can reach its database.
-async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+#[utoipa::path(get, path = "/readyz", tag = "operations", responses(
+    (status = 200, description = "The database answers"),
+    (status = 503, description = "The database does not answer", body = problem::Problem, content_type = "application/problem+json"),
+))]
+pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let pool = state.pool.clone();
     web::block(move || -> Result<(), ApiError> { Ok(db::ping(&mut *db::checkout(&pool)?)?) })
         .await??;
@@ -206,7 +216,13 @@ async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
 }
 
 /// The documentation behind each problem `type` URI.
-async fn problem_type(slug: web::Path<String>) -> Result<HttpResponse, ApiError> {
+#[utoipa::path(get, path = "/problems/{slug}", tag = "operations",
+    params(("slug" = String, Path, description = "The last segment of a problem `type`")),
+    responses(
+        (status = 200, description = "The problem type's status and title"),
+        (status = 404, description = "No such problem type", body = problem::Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn problem_type(slug: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let (slug, status, title) = problem::TYPES
         .iter()
         .find(|t| t.0 == slug.as_str())

@@ -9,8 +9,8 @@ use actix_web::http::{Method, StatusCode};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use chrono::SecondsFormat;
 use futures_util::StreamExt;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::api::AppState;
@@ -21,10 +21,11 @@ use crate::idempotency::{
     self, Created, Fingerprint, IdempotencyKey, KeyedRequest, Mode, Outcome, SavedResponse,
 };
 use crate::metrics::METRICS;
-use crate::problem::ApiError;
+use crate::problem::{ApiError, Problem};
 use crate::telemetry;
 
 pub const PATH: &str = "/charges";
+pub const IDEMPOTENCY_KEY_DOC: &str = "A Structured Field string (IETF draft-ietf-httpapi-idempotency-key-header-07), e.g. `\"8e03978e-40d5-43e8-bc93-6894a57f9324\"`; an unquoted token is accepted too. 1 to 255 printable ASCII characters. Generate one UUID per charge and reuse it for every retry. Keys are remembered for 24 hours by default (IDEMPOTENCY_TTL); within that window the same key with the same request replays the stored 201, with a different request it is a 422.";
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 pub const DEFAULT_LIST_LIMIT: i64 = 20;
 pub const MAX_LIST_LIMIT: i64 = 100;
@@ -74,6 +75,32 @@ pub async fn parse_request(
     })
 }
 
+/// Create a charge. With an `Idempotency-Key`, at most once per key.
+#[utoipa::path(
+    post, path = "/charges", tag = "charges",
+    request_body(content = ChargeRequestBody, content_type = "application/json"),
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = IDEMPOTENCY_KEY_DOC),
+    ),
+    responses(
+        (status = 201, description = "Created now, or replayed from the key (then with `Idempotent-Replayed: true`); the replay is byte-identical.", body = ChargeView,
+            headers(
+                ("Location" = String, description = "`/charges/{id}`"),
+                ("Idempotent-Replayed" = String, description = "`true` when this response was stored earlier for the same key and request"),
+            )),
+        (status = 400, description = "`invalid-request` or `invalid-idempotency-key`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`idempotency-key-in-flight`: the key's first request is still running (key-first mode); retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 413, description = "`payload-too-large`: over 16 KiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`idempotency-key-reused`: the key was used with a different request (body or endpoint)", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "`internal`: nothing was stored; retrying with the same key is safe", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service-unavailable`: database unreachable or busy", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "seconds"))),
+    ),
+    security(("api_key" = []))
+)]
 pub async fn create(
     req: HttpRequest,
     payload: web::Payload,
@@ -176,15 +203,64 @@ pub fn create_charge(
     })
 }
 
+/// A charge as the API shows it.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ChargeView {
+    pub id: Uuid,
+    /// Always `"charge"`.
+    #[schema(example = "charge")]
+    pub object: &'static str,
+    /// In the currency's minor unit (yen for `jpy`, cents for `usd`).
+    #[schema(example = 1000, minimum = 1, maximum = 99_999_999)]
+    pub amount: i64,
+    #[schema(example = "jpy")]
+    pub currency: String,
+    pub description: Option<String>,
+    /// RFC 3339, UTC, microseconds.
+    #[schema(example = "2026-12-02T14:47:33.173074Z")]
+    pub created_at: String,
+}
+
+/// The body of `POST /charges`. Unknown fields are rejected.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // Documentation only: the body is parsed by `NewCharge::parse`.
+pub struct ChargeRequestBody {
+    /// In the currency's minor unit; never a float.
+    #[schema(example = 1000, minimum = 1, maximum = 99_999_999)]
+    amount: i64,
+    /// Lowercase ISO 4217 code from the allow-list.
+    #[schema(example = "jpy", pattern = "^[a-z]{3}$")]
+    currency: String,
+    /// At most 500 characters.
+    #[schema(example = "a book", max_length = 500)]
+    description: Option<String>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ChargeList {
+    /// Always `"list"`.
+    pub object: &'static str,
+    /// Newest first.
+    pub data: Vec<ChargeView>,
+}
+
+impl From<&Charge> for ChargeView {
+    fn from(charge: &Charge) -> Self {
+        ChargeView {
+            id: charge.id,
+            object: "charge",
+            amount: charge.amount,
+            currency: charge.currency.clone(),
+            description: charge.description.clone(),
+            created_at: charge
+                .created_at
+                .to_rfc3339_opts(SecondsFormat::Micros, true),
+        }
+    }
+}
+
 pub fn charge_json(charge: &Charge) -> Value {
-    json!({
-        "id": charge.id,
-        "object": "charge",
-        "amount": charge.amount,
-        "currency": charge.currency,
-        "description": charge.description,
-        "created_at": charge.created_at.to_rfc3339_opts(SecondsFormat::Micros, true),
-    })
+    serde_json::to_value(ChargeView::from(charge)).expect("a charge serializes")
 }
 
 pub fn respond(saved: &SavedResponse, replayed: bool) -> HttpResponse {
@@ -249,6 +325,17 @@ pub struct ListQuery {
     limit: Option<i64>,
 }
 
+/// The caller's charges, newest first.
+#[utoipa::path(
+    get, path = "/charges", tag = "charges",
+    params(("limit" = Option<i64>, Query, description = "1 to 100, default 20", minimum = 1, maximum = 100)),
+    responses(
+        (status = 200, body = ChargeList),
+        (status = 400, description = "`invalid-request`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("api_key" = []))
+)]
 pub async fn list(
     req: HttpRequest,
     query: web::Query<ListQuery>,
@@ -267,10 +354,23 @@ pub async fn list(
         Ok(db::list_charges(&mut conn, account_id, limit)?)
     })
     .await??;
-    let data: Vec<Value> = charges.iter().map(charge_json).collect();
-    Ok(HttpResponse::Ok().json(json!({ "object": "list", "data": data })))
+    Ok(HttpResponse::Ok().json(ChargeList {
+        object: "list",
+        data: charges.iter().map(ChargeView::from).collect(),
+    }))
 }
 
+/// One of the caller's charges.
+#[utoipa::path(
+    get, path = "/charges/{id}", tag = "charges",
+    params(("id" = Uuid, Path)),
+    responses(
+        (status = 200, body = ChargeView),
+        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not-found` (also another account's charge)", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("api_key" = []))
+)]
 pub async fn get(
     req: HttpRequest,
     path: web::Path<String>,

@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::accounts::{self, DEMO_ACCOUNT_NAME, DEMO_API_KEY};
-use crate::api::AppState;
+use crate::api::{AppState, resource};
 use crate::charges::{self, ChargeRequest};
 use crate::db::{self, DbConn};
 use crate::hooks::{HookFailure, RequestHooks, TxHooks};
@@ -173,13 +173,10 @@ pub fn check_then_insert_route() -> actix_web::Route {
 }
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::scope("/demo")
-            .route("/state", web::get().to(state))
-            .route("/reset", web::post().to(reset))
-            .route("/keys/{key}/expire", web::post().to(expire))
-            .route("/purge", web::post().to(purge)),
-    );
+    cfg.service(resource("/demo/state").route(web::get().to(state)));
+    cfg.service(resource("/demo/reset").route(web::post().to(reset)));
+    cfg.service(resource("/demo/keys/{key}/expire").route(web::post().to(expire)));
+    cfg.service(resource("/demo/purge").route(web::post().to(purge)));
 }
 
 /// The naive algorithm, kept only to be watched failing: SELECT the key; if
@@ -337,7 +334,9 @@ fn snapshot(conn: &mut DbConn, settings: &crate::config::Settings) -> Result<Val
     }))
 }
 
-async fn state(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+/// Demo mode only: the demo account's charges and key rows.
+#[utoipa::path(get, path = "/demo/state", tag = "demo", responses((status = 200, description = "The demo account's rows")))]
+pub async fn state(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let app = state.into_inner();
     let snapshot = web::block(move || -> Result<Value, ApiError> {
         let mut conn = crate::db::checkout(&app.pool)?;
@@ -348,7 +347,8 @@ async fn state(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
 }
 
 /// Deletes the demo account's rows (keys first: they point at charges).
-async fn reset(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+#[utoipa::path(post, path = "/demo/reset", tag = "demo", responses((status = 200, description = "The emptied state")))]
+pub async fn reset(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let app = state.into_inner();
     let snapshot = web::block(move || -> Result<Value, ApiError> {
         let mut conn = crate::db::checkout(&app.pool)?;
@@ -368,7 +368,13 @@ async fn reset(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
 }
 
 /// Moves one key's `expires_at` into the past, as if its retention had run out.
-async fn expire(
+#[utoipa::path(post, path = "/demo/keys/{key}/expire", tag = "demo",
+    params(("key" = String, Path, description = "The Idempotency-Key, URL-encoded")),
+    responses(
+        (status = 200, description = "The state after"),
+        (status = 404, description = "No such key", body = crate::problem::Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn expire(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
@@ -399,7 +405,8 @@ async fn expire(
 
 /// One pass of the purge (the same one the background purger runs), with
 /// how many rows it removed.
-async fn purge(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+#[utoipa::path(post, path = "/demo/purge", tag = "demo", responses((status = 200, description = "`{\"purged\": n, \"state\": ...}`")))]
+pub async fn purge(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let app = state.into_inner();
     let (purged, snapshot) = web::block(move || -> Result<(usize, Value), ApiError> {
         let mut conn = crate::db::checkout(&app.pool)?;

@@ -91,7 +91,7 @@ pub struct NewCharge {
 }
 
 /// One problem with one field of the request body.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct FieldError {
     pub field: String,
     pub detail: String,

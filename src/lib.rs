@@ -15,6 +15,7 @@ pub mod domain;
 pub mod hooks;
 pub mod idempotency;
 pub mod metrics;
+pub mod openapi;
 pub mod problem;
 pub mod schema;
 pub mod telemetry;

@@ -118,7 +118,8 @@ pub fn observe_pool_wait(waited: Duration, timed_out: bool) {
     }
 }
 
-/// `GET /metrics`
+/// Prometheus metrics in the text format.
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain")))]
 pub async fn render(state: web::Data<AppState>) -> HttpResponse {
     let pool = state.pool.state();
     let idle = i64::from(pool.idle_connections);

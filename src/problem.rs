@@ -141,15 +141,20 @@ pub fn title_of(slug: &str) -> &'static str {
     TYPES.iter().find(|t| t.0 == slug).map_or("Error", |t| t.2)
 }
 
-#[derive(Serialize)]
-struct Problem<'a> {
+/// An RFC 9457 problem: what every error answers.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// A stable URI per kind of problem, e.g. `/problems/idempotency-key-reused`.
     #[serde(rename = "type")]
-    type_: String,
-    title: &'static str,
-    status: u16,
-    detail: String,
-    #[serde(skip_serializing_if = "<[FieldError]>::is_empty")]
-    errors: &'a [FieldError],
+    #[schema(example = "/problems/idempotency-key-reused")]
+    pub type_: String,
+    pub title: &'static str,
+    pub status: u16,
+    /// What happened and what to do about it, for a person.
+    pub detail: String,
+    /// For `invalid-request`: every field that is wrong.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
 }
 
 /// A problem response outside `ApiError`, for the demo's simulated faults.
@@ -164,7 +169,7 @@ pub fn response(
         title,
         status: status.as_u16(),
         detail: detail.into(),
-        errors: &[],
+        errors: Vec::new(),
     };
     HttpResponse::build(status)
         .content_type(CONTENT_TYPE)
@@ -196,8 +201,8 @@ impl ResponseError for ApiError {
             _ => {}
         }
         let errors = match self {
-            ApiError::InvalidRequest { errors, .. } => errors.as_slice(),
-            _ => &[],
+            ApiError::InvalidRequest { errors, .. } => errors.clone(),
+            _ => Vec::new(),
         };
         let status = self.status_code();
         let slug = self.slug();

@@ -2,6 +2,7 @@
 //! a fresh PostgreSQL database per test (dropped afterwards).
 
 mod charges;
+mod contract;
 mod demo;
 mod ecosystem;
 mod helpers;

@@ -175,3 +175,53 @@ fn the_command_line_documents_every_command_and_setting() {
         format!("charges {}", env!("CARGO_PKG_VERSION"))
     );
 }
+
+/// `cargo test` builds the examples next to the test binaries; a run of this
+/// test binary alone (`--test api`) builds the one it needs.
+fn example(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name);
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let built = std::process::Command::new(cargo)
+            .args(["build", "--example", name])
+            .status()
+            .unwrap();
+        assert!(built.success());
+    }
+    path
+}
+
+#[tokio::test]
+async fn the_retrying_client_survives_lost_responses_with_one_key_and_one_charge() {
+    let app = spawn_app().await;
+    let address = app.address.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(example("retrying_client"))
+            .args(["--url", &address, "--lose", "2"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("attempt 1: 504"), "{stdout}");
+    assert!(stdout.contains("attempt 2: 504"), "{stdout}");
+    assert!(
+        stdout.contains("attempt 3: 201 Created (replayed"),
+        "{stdout}"
+    );
+    assert_eq!(app.charges(), 1);
+    assert_eq!(app.keys(), 1);
+}

@@ -1,0 +1,83 @@
+//! The teaching page in a real browser: headless Chromium (Debian's package,
+//! never a downloaded one) driven by playwright-core clicks through lessons
+//! 1 to 5 against the real app on a fresh database, checks what the page
+//! shows and what the database holds, and saves a screenshot per lesson to
+//! `artifacts/browser/`. See `tests/browser/lessons.mjs`.
+//!
+//! It needs Node.js, `npm ci --prefix tests/browser` and `/usr/bin/chromium`
+//! (`.ci/run` installs them). Where they are missing the test says so and
+//! passes, unless `BROWSER_TESTS=required` (as in CI), where it fails.
+
+#[allow(dead_code)]
+#[path = "api/helpers.rs"]
+mod helpers;
+
+use std::path::Path;
+use std::process::Command;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lessons_work_in_a_real_browser() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    let missing: Vec<&str> = [
+        (
+            "node",
+            Command::new("node")
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success()),
+        ),
+        (
+            "tests/browser/node_modules (npm ci --prefix tests/browser)",
+            root.join("tests/browser/node_modules/playwright-core")
+                .exists(),
+        ),
+        (
+            "chromium (apt-get install chromium)",
+            Path::new(&chromium).exists(),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(what, present)| (!present).then_some(what))
+    .collect();
+    if !missing.is_empty() {
+        let message = format!("browser test not run: missing {}", missing.join(", "));
+        assert!(
+            std::env::var("BROWSER_TESTS").as_deref() != Ok("required"),
+            "{message}"
+        );
+        eprintln!("{message}");
+        return;
+    }
+
+    let app = helpers::spawn_app().await;
+    let artifacts = root.join("artifacts/browser");
+    let script = root.join("tests/browser/lessons.mjs");
+    let address = app.address.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(script)
+            .env("BASE_URL", address)
+            .env("ARTIFACTS_DIR", &artifacts)
+            .env("CHROMIUM", chromium)
+            .output()
+            .expect("node runs")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "the browser lessons failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+    for lesson in 1..=4 {
+        assert!(
+            root.join(format!("artifacts/browser/lesson-{lesson}.png"))
+                .exists(),
+            "screenshot of lesson {lesson}"
+        );
+    }
+}

@@ -1,0 +1,180 @@
+// Talking to the API, and keeping a faithful record of each exchange.
+//
+// Every request a lesson sends goes through startRequest(), which returns a
+// record of exactly what was sent (method, path, the headers this page set,
+// body), what came back (status, every readable response header, body) and
+// how long it took, measured in the page from just before fetch() until the
+// whole body had arrived.
+
+export const API_KEY = 'sk_test_demo';
+export const REQUEST_TIMEOUT_MS = 30_000;
+
+let nextId = 1;
+
+/** A fresh Idempotency-Key: a random UUID, as the draft recommends. */
+export function newKey() {
+  if (globalThis.crypto?.randomUUID) return crypto.randomUUID();
+  // randomUUID needs a secure context; getRandomValues does not (e.g. a phone
+  // on the LAN opening http://192.168.x.y:8080/).
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const hex = [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/**
+ * The request for `POST /charges`.
+ *  - key: the Idempotency-Key, sent as a Structured Field string ("…").
+ *  - faults: Demo-Fault items, e.g. ['lose-response'] or ['delay-commit=5000'].
+ *  - mode: Demo-Mode, e.g. 'check-then-insert'.
+ */
+export function chargeRequest({ amount, currency = 'jpy', description, key, faults = [], mode } = {}) {
+  const headers = [
+    ['Authorization', `Bearer ${API_KEY}`],
+    ['Content-Type', 'application/json'],
+  ];
+  if (key) headers.push(['Idempotency-Key', `"${key}"`]);
+  if (faults.length) headers.push(['Demo-Fault', faults.join(', ')]);
+  if (mode) headers.push(['Demo-Mode', mode]);
+  const body = { amount, currency };
+  if (description !== undefined) body.description = description;
+  return {
+    kind: 'charge',
+    method: 'POST',
+    path: '/charges',
+    headers,
+    body: JSON.stringify(body, null, 2),
+    // What the lesson meant, kept for the diagram's narration.
+    intent: { amount, currency, description, key: key ?? null, faults, mode: mode ?? null },
+  };
+}
+
+/** The demo-only shortcut that makes a stored key expire now. */
+export function expireRequest(key) {
+  return {
+    kind: 'expire',
+    method: 'POST',
+    path: `/demo/keys/${encodeURIComponent(key)}/expire`,
+    headers: [],
+    body: null,
+    intent: { key },
+  };
+}
+
+/**
+ * Sends `spec` and returns `{ record, done }` at once: `record` fills in as
+ * the exchange happens (so a timer can show it live), `done` resolves with
+ * the same record when the answer is complete or the request failed. It
+ * never rejects; a failure is recorded in `record.error`.
+ */
+export function startRequest(spec, { timeoutMs = REQUEST_TIMEOUT_MS } = {}) {
+  const record = {
+    id: nextId++,
+    spec,
+    startedAt: performance.now(),
+    sentAtWall: new Date(),
+    endedAt: null,
+    elapsedMs: null,
+    status: null,
+    statusText: '',
+    headers: [],
+    bodyText: '',
+    json: null,
+    error: null,
+    /** Milliseconds so far, while pending; the final figure once done. */
+    elapsedNow() {
+      return this.elapsedMs ?? performance.now() - this.startedAt;
+    },
+    header(name) {
+      const found = this.headers.find(([n]) => n.toLowerCase() === name.toLowerCase());
+      return found ? found[1] : null;
+    },
+    get replayed() {
+      return this.header('Idempotent-Replayed') === 'true';
+    },
+    get problemType() {
+      return this.json && typeof this.json === 'object' ? this.json.type ?? null : null;
+    },
+  };
+  const done = (async () => {
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(), timeoutMs);
+    try {
+      const response = await fetch(spec.path, {
+        method: spec.method,
+        headers: spec.headers,
+        body: spec.body ?? undefined,
+        cache: 'no-store',
+        signal: controller.signal,
+      });
+      const text = await response.text();
+      record.endedAt = performance.now();
+      record.status = response.status;
+      record.statusText = response.statusText || REASONS[response.status] || '';
+      record.headers = [...response.headers.entries()].map(([n, v]) => [titleCase(n), v]);
+      record.bodyText = text;
+      try {
+        record.json = text ? JSON.parse(text) : null;
+      } catch {
+        record.json = null;
+      }
+    } catch (error) {
+      record.endedAt = performance.now();
+      record.error = error.name === 'AbortError' ? `no answer within ${timeoutMs / 1000} s` : String(error.message || error);
+    } finally {
+      clearTimeout(timer);
+      record.elapsedMs = Math.round(record.endedAt - record.startedAt);
+    }
+    return record;
+  })();
+  return { record, done };
+}
+
+/** GET /demo/state: the tables as they are now. */
+export async function getState() {
+  return jsonCall('GET', '/demo/state');
+}
+
+/** POST /demo/reset: empties the tables; answers the (empty) state. */
+export async function resetDemo() {
+  return jsonCall('POST', '/demo/reset');
+}
+
+async function jsonCall(method, path) {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), REQUEST_TIMEOUT_MS);
+  try {
+    const response = await fetch(path, { method, cache: 'no-store', signal: controller.signal });
+    const text = await response.text();
+    if (!response.ok) throw new Error(`${method} ${path} answered ${response.status}: ${text.slice(0, 200)}`);
+    return JSON.parse(text);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** fetch() lowercases header names; show them as they are usually written. */
+function titleCase(name) {
+  return name
+    .split('-')
+    .map((part) => part.charAt(0).toUpperCase() + part.slice(1))
+    .join('-');
+}
+
+export const REASONS = {
+  200: 'OK',
+  201: 'Created',
+  204: 'No Content',
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  404: 'Not Found',
+  405: 'Method Not Allowed',
+  409: 'Conflict',
+  413: 'Payload Too Large',
+  415: 'Unsupported Media Type',
+  422: 'Unprocessable Content',
+  500: 'Internal Server Error',
+  503: 'Service Unavailable',
+  504: 'Gateway Timeout',
+};

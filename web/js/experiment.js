@@ -1,0 +1,443 @@
+// The frame every experiment shares: numbered step buttons, the live
+// sequence diagram, one card per request (raw request, raw response, time,
+// the database right after it), the database panel and the result.
+//
+// A lesson only says what its steps do (see lessons.js). Steps run in order;
+// while one experiment runs, the others wait, so the tables always belong to
+// the experiment you are looking at.
+
+import { t, tHtml, escapeHtml as esc, fmtAmount, fmtMs, fmtTime } from './i18n.js';
+import { startRequest, getState, REASONS } from './api.js';
+import { SequenceDiagram, L, tagColor } from './diagram.js';
+import { renderState, stateIds, summarize, hue } from './tables.js';
+
+const experiments = [];
+const busyListeners = new Set();
+let busy = null; // the experiment that is running a step, if any
+
+export function isBusy() {
+  return busy !== null;
+}
+
+export function onBusyChange(listener) {
+  busyListeners.add(listener);
+}
+
+function setBusy(experiment) {
+  busy = experiment;
+  for (const e of experiments) e.renderControls();
+  for (const listener of busyListeners) listener(busy !== null);
+}
+
+/** Re-renders every experiment (after a language switch). */
+export function rerenderAll() {
+  for (const e of experiments) e.renderAll();
+}
+
+/**
+ * After the tables were emptied, an experiment that is half way through
+ * starts over: its first steps' rows are gone. Finished ones keep showing
+ * what happened.
+ */
+export function afterReset() {
+  for (const e of experiments) {
+    if (e.nextStep > 0 && e.nextStep < e.def.steps.length) e.startOver({ focus: false });
+  }
+}
+
+let stateListener = () => {};
+/** Called with every state the page reads, for the header's summary. */
+export function onState(listener) {
+  stateListener = listener;
+}
+
+export class Experiment {
+  /**
+   * def = {
+   *   id,                        // used in data-testid="exp-<id>"
+   *   steps: [{ label, run }],   // label: i18n key; run: async (ctx) => void
+   *   setup(ctx),                // optional, at the start of each run
+   *   verdict(ctx),              // → { ok, key, params } after the last step
+   * }
+   */
+  constructor(host, def) {
+    this.def = def;
+    this.host = host;
+    host.classList.add('experiment');
+    host.dataset.testid = `exp-${def.id}`;
+    host.innerHTML = `
+      <div class="exp-controls">
+        <p class="exp-steps-title" data-role="steps-title"></p>
+        <ol class="steps" data-role="steps"></ol>
+        <div class="exp-after">
+          <button type="button" class="secondary" data-testid="run-again" data-role="again" hidden></button>
+        </div>
+        <p class="exp-status" data-role="status" tabindex="-1" aria-live="polite"></p>
+        <p class="visually-hidden" data-role="announce" aria-live="polite"></p>
+      </div>
+      <div class="verdict" data-testid="verdict" data-role="verdict" role="status" aria-live="polite" hidden></div>
+      <div class="exp-body">
+        <figure class="exp-diagram">
+          <figcaption data-role="diagram-title"></figcaption>
+          <div data-role="diagram"></div>
+        </figure>
+        <section class="exp-db" data-testid="db-panel" data-role="db">
+          <h4 data-role="db-title"></h4>
+          <p class="exp-db-when" data-role="db-when"></p>
+          <div data-role="db-tables"></div>
+        </section>
+      </div>
+      <section class="exp-log" data-role="log-section" hidden>
+        <h4 data-role="log-title"></h4>
+        <div class="cards" data-role="cards"></div>
+      </section>`;
+    this.el = Object.fromEntries([...host.querySelectorAll('[data-role]')].map((n) => [n.dataset.role, n]));
+    this.diagram = new SequenceDiagram(this.el.diagram);
+    this.stepButtons = def.steps.map((step, i) => {
+      const li = document.createElement('li');
+      const button = document.createElement('button');
+      button.type = 'button';
+      button.className = 'step';
+      button.dataset.testid = `step-${i + 1}`;
+      button.addEventListener('click', () => this.runStep(i));
+      li.append(button);
+      this.el.steps.append(li);
+      return button;
+    });
+    this.el.again.addEventListener('click', () => this.startOver());
+    experiments.push(this);
+    this.startOver({ focus: false });
+  }
+
+  startOver({ focus = true } = {}) {
+    if (busy) return;
+    this.ctx = this._newContext();
+    this.stateSeq = 0;
+    this.shownSeq = 0;
+    this.nextStep = 0;
+    this.cards = [];
+    this.failure = null;
+    this.result = null;
+    this.diagram.clear();
+    this.el.cards.innerHTML = '';
+    this.el['log-section'].hidden = true;
+    this.def.setup?.(this.ctx);
+    this.renderAll();
+    if (focus) this.stepButtons[0].focus();
+  }
+
+  _newContext() {
+    const experiment = this;
+    return {
+      vars: {},
+      diagram: this.diagram,
+      baseline: null,
+      latest: null,
+      records: {},
+      /** Sends a request and resolves once its card shows the answer and the state after it. */
+      send(spec, opts) {
+        return experiment._start(spec, opts).done;
+      },
+      /** Like send(), but returns at once: { record, answered, done }. */
+      start(spec, opts) {
+        return experiment._start(spec, opts);
+      },
+      /** Charges added since this run began. */
+      newCharges() {
+        return (this.latest?.charges ?? []).filter((c) => !this.baseline?.has(c.id));
+      },
+      sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+    };
+  }
+
+  /**
+   * Starts one request: draws its arrow and an open activation bar, adds its
+   * card with a live timer, and when the answer arrives lets `narrate` draw
+   * what the server did (or leaves that to the caller when narrate is false),
+   * then reads the state.
+   */
+  _start(spec, { tag, title, narrate = null, detail = [] }) {
+    const { record, done: answeredRaw } = startRequest(spec);
+    this.ctx.records[tag] = record;
+    const call = spec.kind === 'expire' ? L('d.callExpire') : L('d.callCharge');
+    this.diagram.message('client', 'api', call, { tag, kind: 'call', detail: detail.length ? detail : callDetail(spec) });
+    const bar = this.diagram.openBar(tag, 'api', { record });
+    const card = new RequestCard(record, { tag, title });
+    this.cards.push(card);
+    this.el.cards.append(card.el);
+    this.el['log-section'].hidden = false;
+    const answered = answeredRaw.then((rec) => {
+      card.render();
+      this.el.announce.textContent = rec.error
+        ? t('card.explain.failed', { message: rec.error })
+        : t('announce.response', { tag, status: `${rec.status} ${rec.statusText}`, ms: fmtMs(rec.elapsedMs) });
+      if (narrate) narrate(this.diagram, rec, bar);
+      return rec;
+    });
+    const done = answered.then(async (rec) => {
+      try {
+        const seq = ++this.stateSeq;
+        const state = await getState();
+        this._setState(state, seq);
+        card.setAfter(state, this.ctx.baseline);
+      } catch (error) {
+        card.setAfter(null, null, String(error.message || error));
+      }
+      return rec;
+    });
+    return { record, bar, answered, done };
+  }
+
+  /**
+   * Shows `state` unless a newer one is already shown: two requests that end
+   * together read the state twice, and the answers may come back swapped.
+   */
+  _setState(state, seq = ++this.stateSeq) {
+    if (seq < this.shownSeq) return;
+    this.shownSeq = seq;
+    this.ctx.latest = state;
+    this.ctx.latestAt = new Date();
+    stateListener(state);
+    this.renderDb();
+  }
+
+  async runStep(i) {
+    if (busy || i !== this.nextStep) return;
+    setBusy(this);
+    this.host.dataset.state = 'running';
+    this.el.status.textContent = t('exp.running');
+    this.el.status.focus({ preventScroll: true });
+    try {
+      if (this.ctx.baseline === null) {
+        const before = await getState();
+        this.ctx.baseline = stateIds(before);
+        this._setState(before);
+      }
+      await this.def.steps[i].run(this.ctx);
+      this.nextStep = i + 1;
+      if (this.nextStep === this.def.steps.length) this._finish();
+    } catch (error) {
+      console.error(error);
+      this.failure = String(error.message || error);
+    } finally {
+      setBusy(null);
+      this.renderAll();
+      const next = this.nextStep < this.stepButtons.length ? this.stepButtons[this.nextStep] : this.el.again;
+      if (document.activeElement === this.el.status || document.activeElement === document.body) next.focus({ preventScroll: true });
+    }
+  }
+
+  _finish() {
+    const n = this.ctx.latest?.charges.length ?? 0;
+    this.diagram.note(['db'], L('d.countNote', { n }), { tone: 'result' });
+    this.result = this.def.verdict(this.ctx);
+  }
+
+  // ---- rendering -----------------------------------------------------------
+
+  renderAll() {
+    this.el['steps-title'].textContent = t('exp.steps');
+    this.el['diagram-title'].textContent = t('exp.diagram');
+    this.el['db-title'].textContent = t('exp.db');
+    this.el['log-title'].textContent = t('exp.requests');
+    this.el.again.textContent = t('exp.runAgain');
+    this.def.steps.forEach((step, i) => {
+      this.stepButtons[i].innerHTML = `<span class="num" aria-hidden="true">${i + 1}</span><span class="label">${esc(t(step.label))}</span><span class="tick" aria-hidden="true">✓</span>`;
+    });
+    this.renderControls();
+    this.renderVerdict();
+    this.renderDb();
+    this.diagram.render();
+    for (const card of this.cards) card.render();
+  }
+
+  renderControls() {
+    const finished = this.nextStep === this.def.steps.length;
+    this.stepButtons.forEach((button, i) => {
+      button.disabled = busy !== null || i !== this.nextStep;
+      button.classList.toggle('done', i < this.nextStep);
+      button.classList.toggle('next', i === this.nextStep);
+    });
+    this.el.again.hidden = this.nextStep === 0 || busy === this;
+    this.el.again.disabled = busy !== null;
+    if (busy === this) {
+      this.el.status.textContent = t('exp.running');
+      return;
+    }
+    this.host.dataset.state = finished ? 'done' : this.nextStep === 0 ? 'idle' : 'ready';
+    let status = '';
+    if (this.failure) status = t('exp.error', { message: this.failure });
+    else if (busy) status = t('exp.busyElsewhere');
+    else if (this.nextStep === 0) status = t('exp.idle');
+    else if (!finished) status = t('exp.next', { n: this.nextStep + 1 });
+    this.el.status.textContent = status;
+  }
+
+  renderVerdict() {
+    const v = this.el.verdict;
+    if (!this.result || this.nextStep < this.def.steps.length) {
+      v.hidden = true;
+      v.innerHTML = '';
+      return;
+    }
+    const { ok, key, params, newCharges } = this.result;
+    v.hidden = false;
+    v.dataset.ok = String(ok);
+    v.dataset.newCharges = String(newCharges ?? this.ctx.newCharges().length);
+    v.className = `verdict ${ok ? 'verdict-ok' : 'verdict-bad'}`;
+    v.innerHTML = `<strong class="verdict-title">${esc(t('exp.resultTitle'))}</strong> <span>${tHtml(`${key}.${ok ? 'ok' : 'bad'}.html`, params)}</span>`;
+  }
+
+  renderDb() {
+    const state = this.ctx.latest;
+    if (!state) {
+      this.el['db-when'].textContent = t('exp.dbNone');
+      this.el['db-tables'].innerHTML = '';
+      return;
+    }
+    this.el['db-when'].textContent = t('exp.dbWhen', { time: fmtTime(this.ctx.latestAt) });
+    this.el['db-tables'].innerHTML = renderState(state, { baseline: this.ctx.baseline });
+  }
+}
+
+/** One request as sent and as answered. */
+class RequestCard {
+  constructor(record, { tag, title }) {
+    this.record = record;
+    this.tag = tag;
+    this.title = title;
+    this.after = null;
+    this.el = document.createElement('article');
+    this.el.className = 'card';
+    this.el.dataset.testid = 'request';
+    this.el.dataset.tag = tag;
+    this.el.style.setProperty('--tag', tagColor(tag));
+    this.ticker = setInterval(() => this.renderTime(), 100);
+    this.render();
+  }
+
+  setAfter(state, baseline, error = null) {
+    this.after = { state, baseline, error };
+    this.render();
+  }
+
+  renderTime() {
+    const r = this.record;
+    const timeEl = this.el.querySelector('[data-testid="elapsed"]');
+    if (!timeEl) return;
+    timeEl.querySelector('.ms').textContent = fmtMs(r.elapsedNow());
+    if (r.elapsedMs !== null) {
+      clearInterval(this.ticker);
+      timeEl.dataset.ms = String(r.elapsedMs);
+      timeEl.classList.remove('pending');
+    }
+  }
+
+  render() {
+    const r = this.record;
+    const pending = r.elapsedMs === null;
+    if (!pending) clearInterval(this.ticker);
+    const statusText = r.error ? 'error' : pending ? '…' : `${r.status} ${r.statusText || REASONS[r.status] || ''}`.trim();
+    const statusClass = r.error ? 'bad' : pending ? 'pending' : r.status < 300 ? 'good' : r.status === 504 ? 'lost' : 'bad';
+    const after = this.after;
+    this.el.dataset.status = pending ? '' : String(r.status ?? 'error');
+    this.el.dataset.replayed = String(r.replayed);
+    this.el.innerHTML = `
+      <header class="card-head">
+        <span class="tag" aria-hidden="true">${esc(this.tag)}</span>
+        <h5><span class="visually-hidden">${esc(t('tag.request', { tag: this.tag }))}: </span>${esc(this.title())}</h5>
+        <span class="status status-${statusClass}" data-testid="status">${esc(statusText)}</span>
+        <span class="elapsed${pending ? ' pending' : ''}" data-testid="elapsed" ${pending ? '' : `data-ms="${r.elapsedMs}"`}
+          title="${esc(t('card.elapsedLabel'))}"><span class="ms">${fmtMs(r.elapsedNow())}</span> ms</span>
+      </header>
+      <p class="card-explain">${esc(pending ? t('card.waiting') : explain(r))}</p>
+      <div class="raw">
+        <section>
+          <h6>${esc(t('card.request'))}</h6>
+          <pre data-testid="raw-request">${rawRequest(r)}</pre>
+          <p class="fine">${esc(t('card.browserAdds'))}</p>
+        </section>
+        <section>
+          <h6>${esc(t('card.response'))}</h6>
+          <pre data-testid="raw-response">${pending ? esc(t('card.waiting')) : rawResponse(r)}</pre>
+          <p class="fine">${esc(t('card.formatted'))}</p>
+        </section>
+      </div>
+      ${
+        after
+          ? `<details class="card-after"><summary>${esc(t('card.after'))}: ${esc(after.state ? summarize(after.state) : after.error)}</summary>
+              ${after.state ? renderState(after.state, { baseline: after.baseline, compact: true }) : ''}</details>`
+          : ''
+      }`;
+    // Keep an open <details> open across re-renders.
+    if (this.afterOpen) this.el.querySelector('details')?.setAttribute('open', '');
+    this.el.querySelector('details')?.addEventListener('toggle', (e) => {
+      this.afterOpen = e.target.open;
+    });
+  }
+}
+
+function explain(r) {
+  if (r.error) return t('card.explain.failed', { message: r.error });
+  if (r.spec.kind === 'expire' && r.status === 200) return t('card.explain.expired');
+  if (r.problemType === '/problems/simulated-lost-response') return t('card.explain.lost');
+  if (r.status === 201 && r.replayed) return t('card.explain.replayed');
+  if (r.status === 201) return t('card.explain.created');
+  if (r.problemType === '/problems/idempotency-key-reused') return t('card.explain.reused');
+  return t('card.explain.other', { status: `${r.status} ${r.statusText}` });
+}
+
+function rawRequest(r) {
+  const { spec } = r;
+  const lines = [`<span class="start-line">${esc(spec.method)} ${esc(spec.path)}</span>`];
+  for (const [name, value] of spec.headers) {
+    const cls = /^(idempotency-key|demo-)/i.test(name) ? ' class="hl"' : '';
+    lines.push(`<span${cls}>${esc(name)}: ${highlightIds(esc(value))}</span>`);
+  }
+  if (spec.body) lines.push('', esc(spec.body));
+  return lines.join('\n');
+}
+
+function rawResponse(r) {
+  if (r.error) return esc(t('card.noResponse'));
+  const lines = [`<span class="start-line">${r.status} ${esc(r.statusText)}</span>`];
+  for (const [name, value] of r.headers) {
+    const cls = /^(idempotent-replayed|location|retry-after)$/i.test(name) ? ' class="hl"' : '';
+    lines.push(`<span${cls}>${esc(name)}: ${highlightIds(esc(value))}</span>`);
+  }
+  if (r.bodyText) {
+    const body = r.json !== null ? JSON.stringify(r.json, null, 2) : r.bodyText;
+    lines.push('', highlightIds(esc(body)));
+  }
+  return lines.join('\n');
+}
+
+const UUID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi;
+/** Colours every UUID like its chip in the tables, so the same id is easy to spot. */
+function highlightIds(escaped) {
+  return escaped.replace(UUID, (id) => `<span class="id-inline" style="--hue:${hue(id)}">${id}</span>`);
+}
+
+/** The request's amount as a thunk, so it follows a language switch. */
+export function amountOf(spec) {
+  return () => (spec.intent?.amount ? fmtAmount(spec.intent.amount, spec.intent.currency) : '');
+}
+
+/** The extra lines under a request arrow: its key and demo headers. */
+function callDetail(spec) {
+  const lines = [];
+  const i = spec.intent ?? {};
+  if (spec.kind === 'charge') {
+    lines.push(L('d.amount', { amount: amountOf(spec) }));
+    lines.push(i.key ? L('d.withKey', { key: shortKeyOf(i.key) }) : L('d.noKey'));
+    if (i.faults?.length) lines.push(() => `Demo-Fault: ${i.faults.join(', ')}`);
+    if (i.mode) lines.push(() => `Demo-Mode: ${i.mode}`);
+  } else if (spec.kind === 'expire') {
+    lines.push(() => `key ${shortKeyOf(i.key)}`);
+  }
+  return lines;
+}
+
+export function shortKeyOf(key) {
+  return key.length > 10 ? `${key.slice(0, 8)}…` : key;
+}

@@ -1,0 +1,138 @@
+// Language choice and translation.
+//
+// The first visit follows the browser's language (Japanese if the browser
+// prefers it, English otherwise); the toggle's choice is remembered in
+// localStorage. Static text lives in the HTML as data-i18n / data-i18n-html
+// attributes; everything drawn later calls t() when it renders, so switching
+// language re-renders instead of patching strings.
+
+import { MESSAGES } from './messages.js';
+
+const STORAGE_KEY = 'charges.lang';
+export const LANGS = ['en', 'ja'];
+
+let current = initialLang();
+const listeners = new Set();
+
+function initialLang() {
+  try {
+    const saved = localStorage.getItem(STORAGE_KEY);
+    if (LANGS.includes(saved)) return saved;
+  } catch {
+    // Storage can be unavailable (private mode, file://); fall through.
+  }
+  const preferred = navigator.languages?.length ? navigator.languages : [navigator.language || 'en'];
+  for (const tag of preferred) {
+    const base = String(tag).toLowerCase().split('-')[0];
+    if (LANGS.includes(base)) return base;
+  }
+  return 'en';
+}
+
+export function lang() {
+  return current;
+}
+
+export function setLang(next) {
+  if (!LANGS.includes(next) || next === current) return;
+  current = next;
+  try {
+    localStorage.setItem(STORAGE_KEY, next);
+  } catch {
+    // Not remembered; still switched for this visit.
+  }
+  applyStatic(document);
+  for (const listener of listeners) listener(next);
+}
+
+/** Calls `listener(lang)` after every language switch. */
+export function onLangChange(listener) {
+  listeners.add(listener);
+}
+
+function lookup(key) {
+  const value = MESSAGES[current][key] ?? MESSAGES.en[key];
+  if (value === undefined) console.warn(`i18n: no text for ${key}`);
+  return value ?? key;
+}
+
+function interpolate(text, params) {
+  return text.replace(/\{(\w+)\}/g, (whole, name) => (name in params ? String(params[name]) : whole));
+}
+
+/** Plain text for `key`. Use with textContent. */
+export function t(key, params = {}) {
+  const value = lookup(key);
+  return typeof value === 'function' ? value(params) : interpolate(value, params);
+}
+
+/** Markup for a `*.html` key, with every parameter HTML-escaped first. */
+export function tHtml(key, params = {}) {
+  const safe = {};
+  for (const [name, value] of Object.entries(params)) safe[name] = escapeHtml(value);
+  return t(key, safe);
+}
+
+export function escapeHtml(value) {
+  return String(value)
+    .replaceAll('&', '&amp;')
+    .replaceAll('<', '&lt;')
+    .replaceAll('>', '&gt;')
+    .replaceAll('"', '&quot;')
+    .replaceAll("'", '&#39;');
+}
+
+/** Fills every element under `root` that names its text with data-i18n*. */
+export function applyStatic(root) {
+  document.documentElement.lang = current;
+  document.title = t('page.title');
+  for (const el of root.querySelectorAll('[data-i18n]')) el.textContent = t(el.dataset.i18n);
+  for (const el of root.querySelectorAll('[data-i18n-html]')) el.innerHTML = t(el.dataset.i18nHtml);
+  for (const el of root.querySelectorAll('[data-i18n-aria-label]')) {
+    el.setAttribute('aria-label', t(el.dataset.i18nAriaLabel));
+  }
+}
+
+// ---- formatting -----------------------------------------------------------
+
+export function fmtInt(n) {
+  return new Intl.NumberFormat(current === 'ja' ? 'ja-JP' : 'en-US').format(Math.round(n));
+}
+
+/** An amount in the currency's minor unit, e.g. (1000, 'jpy') → "¥1,000" / "1,000 円". */
+export function fmtAmount(amount, currency) {
+  const code = String(currency || '').toUpperCase();
+  if (code === 'JPY' && current === 'ja') return `${fmtInt(amount)} 円`;
+  try {
+    const format = new Intl.NumberFormat(current === 'ja' ? 'ja-JP' : 'en-US', { style: 'currency', currency: code });
+    const digits = format.resolvedOptions().maximumFractionDigits;
+    return format.format(amount / 10 ** digits);
+  } catch {
+    return `${amount} ${currency}`;
+  }
+}
+
+/** A wall-clock time with milliseconds, in the reader's time zone. */
+export function fmtTime(isoOrDate) {
+  const date = isoOrDate instanceof Date ? isoOrDate : new Date(isoOrDate);
+  if (Number.isNaN(date.getTime())) return String(isoOrDate ?? '');
+  const hms = date.toLocaleTimeString(current === 'ja' ? 'ja-JP' : 'en-GB', { hour12: false });
+  return `${hms}.${String(date.getMilliseconds()).padStart(3, '0')}`;
+}
+
+/** A duration as the page shows it, e.g. 4009 → "4,009". */
+export function fmtMs(ms) {
+  return fmtInt(ms);
+}
+
+/** The ttl in words, e.g. 86400 → "24 hours" / "24 時間". */
+export function fmtDuration(seconds) {
+  const ja = current === 'ja';
+  if (seconds % 86400 === 0 && seconds >= 86400 * 2) return ja ? `${seconds / 86400} 日間` : `${seconds / 86400} days`;
+  if (seconds % 3600 === 0) {
+    const h = seconds / 3600;
+    return ja ? `${h} 時間` : `${h} ${h === 1 ? 'hour' : 'hours'}`;
+  }
+  if (seconds % 60 === 0) return ja ? `${seconds / 60} 分間` : `${seconds / 60} minutes`;
+  return ja ? `${seconds} 秒間` : `${seconds} seconds`;
+}

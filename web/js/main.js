@@ -1,0 +1,94 @@
+// Wires the page: language toggle, reset button, the header's live summary
+// of the database, and the lessons.
+
+import { t, lang, setLang, applyStatic, onLangChange } from './i18n.js';
+import { getState, resetDemo } from './api.js';
+import { mountExperiments, mountLesson2, renderServerFacts } from './lessons.js';
+import { rerenderAll, onBusyChange, onState, isBusy, afterReset } from './experiment.js';
+
+const $ = (selector) => document.querySelector(selector);
+
+let lastState = null;
+
+function renderHeader() {
+  const backend = $('[data-testid="server-status"]');
+  const db = $('[data-testid="db-status"]');
+  if (lastState === 'offline') {
+    backend.textContent = t('status.offline');
+    backend.classList.add('offline');
+    db.textContent = '';
+    return;
+  }
+  backend.classList.remove('offline');
+  if (!lastState) {
+    backend.textContent = t('status.loading');
+    db.textContent = '';
+    return;
+  }
+  const name = { postgresql: 'PostgreSQL', sqlite: 'SQLite' }[lastState.backend] ?? lastState.backend;
+  backend.textContent = t('status.backend', { backend: name, mode: lastState.idempotency_mode });
+  db.textContent = t('status.db', { charges: lastState.charges.length, keys: lastState.idempotency_keys.length });
+}
+
+function showState(state) {
+  lastState = state;
+  renderHeader();
+  renderServerFacts(document, state);
+}
+
+function renderLangButton() {
+  const button = $('[data-testid="lang-toggle"]');
+  button.textContent = t('lang.switch');
+  button.setAttribute('aria-label', t('lang.switchLabel'));
+  button.lang = lang() === 'ja' ? 'en' : 'ja';
+}
+
+async function onReset() {
+  const button = $('[data-testid="reset"]');
+  const note = $('[data-testid="reset-status"]');
+  if (isBusy()) return;
+  button.disabled = true;
+  button.textContent = t('reset.busy');
+  note.textContent = ''; // so the same message is announced again
+  try {
+    showState(await resetDemo());
+    afterReset();
+    note.textContent = t('reset.done');
+  } catch (error) {
+    note.textContent = t('reset.failed', { message: error.message || String(error) });
+  } finally {
+    button.disabled = isBusy();
+    button.textContent = t('reset');
+  }
+}
+
+async function start() {
+  applyStatic(document);
+  renderLangButton();
+  mountLesson2(document);
+  mountExperiments(document);
+  onState(showState);
+  onBusyChange((busy) => {
+    $('[data-testid="reset"]').disabled = busy;
+  });
+  onLangChange(() => {
+    renderLangButton();
+    renderHeader();
+    renderServerFacts(document, lastState && lastState !== 'offline' ? lastState : null);
+    rerenderAll();
+  });
+  $('[data-testid="lang-toggle"]').addEventListener('click', () => setLang(lang() === 'ja' ? 'en' : 'ja'));
+  $('[data-testid="reset"]').addEventListener('click', onReset);
+  renderHeader();
+  renderServerFacts(document, null);
+  try {
+    showState(await getState());
+  } catch (error) {
+    console.error(error);
+    lastState = 'offline';
+    renderHeader();
+  }
+  document.body.dataset.ready = 'true';
+}
+
+start();

@@ -54,9 +54,11 @@ pub fn setup(settings: &Settings) -> Result<DbPool, SetupError> {
     Pool::builder()
         .max_size(settings.pool_size)
         .connection_timeout(settings.pool_timeout)
-        // A SELECT 1 on every checkout would be a round trip per request;
-        // Diesel marks a connection broken when a query fails, and r2d2 drops it.
-        .test_on_check_out(false)
+        // A SELECT 1 at checkout: Diesel marks a connection broken only when
+        // its transaction state is bad, so a connection the database closed
+        // (restart, pg_terminate_backend) would otherwise be handed out again
+        // and again. The check finds it, and r2d2 replaces it.
+        .test_on_check_out(true)
         .build(ConnectionManager::new(url))
         .map_err(|e| SetupError::Connect {
             url: shown,
@@ -73,10 +75,23 @@ pub fn checkout(pool: &DbPool) -> Result<DbConn, crate::problem::ApiError> {
     Ok(conn?)
 }
 
+/// Runs the pending migrations under a session advisory lock, so several
+/// instances starting at once on one database take turns instead of racing.
 pub fn migrate(conn: &mut PgConnection) -> Result<Vec<String>, String> {
-    conn.run_pending_migrations(MIGRATIONS)
+    const LOCK: i64 = 0x0063_6861_7267_6573; // "charges" in ASCII
+    let lock = |conn: &mut PgConnection, sql: &str| {
+        diesel::sql_query(sql)
+            .bind::<diesel::sql_types::BigInt, _>(LOCK)
+            .execute(conn)
+            .map_err(|e| e.to_string())
+    };
+    lock(conn, "SELECT pg_advisory_lock($1)")?;
+    let applied = conn
+        .run_pending_migrations(MIGRATIONS)
         .map(|applied| applied.iter().map(|m| m.to_string()).collect())
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string());
+    lock(conn, "SELECT pg_advisory_unlock($1)")?;
+    applied
 }
 
 /// Connects to `url`; if its database does not exist, creates it through the
@@ -100,8 +115,13 @@ pub fn connect_or_create(url: &str) -> Result<PgConnection, SetupError> {
                 })?;
             let create = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
             if let Err(e) = diesel::sql_query(create).execute(&mut admin) {
-                // Another process may have created it in between.
-                if !e.to_string().contains("already exists") {
+                // Another process may have created it in between: PostgreSQL
+                // says "already exists", or, when both CREATEs ran at once,
+                // reports the catalog's unique index.
+                let message = e.to_string();
+                if !message.contains("already exists")
+                    && !message.contains("pg_database_datname_index")
+                {
                     return Err(SetupError::Create {
                         url: shown,
                         name,

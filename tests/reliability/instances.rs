@@ -1,0 +1,237 @@
+//! Three server processes on one database, and a client that sends each
+//! charge to all of them at once and keeps retrying round-robin: one charge
+//! per key, and every 201 for a key is the same bytes.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::future::join_all;
+
+use crate::client::{self, Attempt, Charge, Retry};
+use crate::db::TestDatabase;
+use crate::server::{Config, Server};
+use crate::within;
+
+const INSTANCES: usize = 3;
+const KEYS: usize = 150;
+const CONCURRENCY: usize = 10;
+
+/// Starts the instances `ids` at the same moment (as a deployment does).
+fn start_together(url: &str, ids: std::ops::Range<usize>) -> Vec<Result<Server, String>> {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(ids.len()));
+    let threads: Vec<_> = ids
+        .map(|i| {
+            let (url, barrier) = (url.to_owned(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                Server::try_start(&format!("instance {i}"), &url, &config())
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// All of `started` came up, and each one, and all of them together with one
+/// key, charge exactly once.
+async fn assert_all_up_and_charging(db: &TestDatabase, started: Vec<Result<Server, String>>) {
+    let failed: Vec<&String> = started.iter().filter_map(|s| s.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} instances started together failed to start:\n{}",
+        failed.len(),
+        started.len(),
+        failed
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let mut servers: Vec<Server> = started.into_iter().map(Result::unwrap).collect();
+    let client = client::client();
+    for server in &servers {
+        let attempt = client::post_charge(&client, &server.url, &client::new_key(), &[]).await;
+        assert_eq!(
+            attempt.reply().map(|r| r.status),
+            Some(201),
+            "{}: {attempt:?}",
+            server.name
+        );
+    }
+    let shared = client::new_key();
+    let bases: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
+    let charge = spread(&client, &bases, 0, shared.clone()).await;
+    assert!(
+        charge
+            .attempts
+            .iter()
+            .any(|a| a.reply().is_some_and(|r| r.status == 201)),
+        "{}",
+        charge.history()
+    );
+    assert_eq!(db.charges(), servers.len() as i64 + 1);
+    db.assert_consistent();
+    for server in &mut servers {
+        server.assert_healthy();
+    }
+}
+
+/// A new deployment: three instances start at the same moment on a new,
+/// empty database, and all three run the migrations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_started_together_on_an_empty_database_all_come_up() {
+    let db = TestDatabase::create();
+    let started = start_together(&db.url, 0..INSTANCES);
+    within(
+        Duration::from_secs(20),
+        "the charges",
+        assert_all_up_and_charging(&db, started),
+    )
+    .await;
+}
+
+/// The same, on a database that does not exist yet: all three create it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_started_together_on_a_missing_database_all_come_up() {
+    let db = TestDatabase::reserve();
+    let started = start_together(&db.url, 0..INSTANCES);
+    within(
+        Duration::from_secs(20),
+        "the charges",
+        assert_all_up_and_charging(&db, started),
+    )
+    .await;
+}
+
+fn config() -> Config {
+    Config {
+        pool_size: 5,
+        pool_timeout: "5s",
+        workers: 2,
+    }
+}
+
+/// One logical charge from an impatient client: the first attempt goes to
+/// instance `first` and holds its transaction 100 ms and then loses its
+/// response (504); 15 ms and 30 ms later the same request goes to the two
+/// other instances; then, until a 201, round-robin retries.
+async fn spread(client: &reqwest::Client, bases: &[String], first: usize, key: String) -> Charge {
+    let concurrent = (0..INSTANCES).map(|n| {
+        let (client, base, key) = (
+            client.clone(),
+            bases[(first + n) % INSTANCES].clone(),
+            key.clone(),
+        );
+        async move {
+            tokio::time::sleep(Duration::from_millis(15 * n as u64)).await;
+            let headers: &[(&str, &str)] = if n == 0 {
+                &[("demo-fault", "delay-commit=100, lose-response")]
+            } else {
+                &[]
+            };
+            client::post_charge(&client, &base, &key, headers).await
+        }
+    });
+    let mut attempts = join_all(concurrent).await;
+    if !attempts
+        .iter()
+        .any(|a| a.reply().is_some_and(|r| r.status == 201))
+    {
+        let retry = Retry {
+            max_attempts: 10,
+            backoff: Duration::from_millis(50),
+            deadline: Instant::now() + Duration::from_secs(10),
+        };
+        let rest = client::charge_until_answered(
+            client,
+            bases,
+            first + INSTANCES,
+            key.clone(),
+            &retry,
+            |_| vec![],
+        )
+        .await;
+        attempts.extend(rest.attempts);
+    }
+    Charge { key, attempts }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_on_one_database_make_one_charge_per_key() {
+    let started = Instant::now();
+    let db = TestDatabase::create();
+    // The first start runs the migrations; the two others start together
+    // (see the start-up tests below for all three at once).
+    let mut servers = vec![Server::start("instance 0", &db.url, &config())];
+    for started in start_together(&db.url, 1..INSTANCES) {
+        servers.push(started.unwrap_or_else(|e| panic!("{e}")));
+    }
+    let bases: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
+    let client = client::client();
+
+    let charges: Vec<Charge> = within(
+        Duration::from_secs(45),
+        "the charges across three instances",
+        futures::stream::iter(
+            (0..KEYS).map(|i| spread(&client, &bases, i % INSTANCES, client::new_key())),
+        )
+        .buffer_unordered(CONCURRENCY)
+        .collect(),
+    )
+    .await;
+
+    let rows = db.keys();
+    let mut replays = 0;
+    for charge in &charges {
+        let ok: Vec<&client::Reply> = charge
+            .attempts
+            .iter()
+            .filter_map(Attempt::reply)
+            .filter(|r| r.status == 201)
+            .collect();
+        assert!(
+            !ok.is_empty(),
+            "{} never got a 201: {}",
+            charge.key,
+            charge.history()
+        );
+        for r in &ok {
+            assert_eq!(
+                r.body, ok[0].body,
+                "{}: two instances answered different charges",
+                charge.key
+            );
+        }
+        assert!(
+            ok.iter().filter(|r| !r.replayed).count() <= 1,
+            "{}: executed twice",
+            charge.key
+        );
+        replays += ok.iter().filter(|r| r.replayed).count();
+        // Nothing but 201s and the lost response.
+        for attempt in &charge.attempts {
+            let summary = attempt.summary();
+            assert!(
+                summary == "201" || summary == "504 /problems/simulated-lost-response",
+                "{}: {}",
+                charge.key,
+                charge.history()
+            );
+        }
+        assert_eq!(
+            rows[&charge.key].charge_id,
+            Some(ok[0].charge_id()),
+            "{}",
+            charge.key
+        );
+    }
+    assert_eq!(db.charges(), KEYS as i64, "one charge per key");
+    assert_eq!(rows.len(), KEYS);
+    db.assert_consistent();
+    for server in &mut servers {
+        server.assert_healthy();
+    }
+    eprintln!(
+        "three instances: {KEYS} keys, {replays} replayed 201s, {:?}",
+        started.elapsed()
+    );
+}

@@ -1,0 +1,127 @@
+//! A lossy TCP proxy on `127.0.0.1:0`. It forwards every connection to the
+//! server; for a chosen share of connections it forwards the request, reads
+//! the server's whole response (the client asked for `Connection: close`, so
+//! the server closes when it has answered), and then closes the client's
+//! side without sending it a byte: the server did the work, the client never
+//! hears about it.
+
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+const CONNECTION_LIMIT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub connections: AtomicUsize,
+    pub forwarded: AtomicUsize,
+    /// Responses the server sent that the proxy threw away.
+    pub lost_responses: AtomicUsize,
+    /// Connections chosen to lose whose server sent nothing before closing.
+    pub lost_without_response: AtomicUsize,
+    pub upstream_errors: AtomicUsize,
+}
+
+impl Stats {
+    pub fn get(counter: &AtomicUsize) -> usize {
+        counter.load(Ordering::SeqCst)
+    }
+}
+
+pub struct LossyProxy {
+    pub url: String,
+    pub stats: Arc<Stats>,
+    accept: JoinHandle<()>,
+}
+
+impl Drop for LossyProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// A fixed pseudo-random choice per connection number (SplitMix64), so a run
+/// loses the same share of connections every time.
+fn chosen_to_lose(seed: u64, n: u64, per_mille: u64) -> bool {
+    let mut z = seed.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) % 1000 < per_mille
+}
+
+impl LossyProxy {
+    pub async fn start(upstream: SocketAddr, lose_per_mille: u64, seed: u64) -> LossyProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let stats = Arc::new(Stats::default());
+        let shared = stats.clone();
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
+                let n = shared.connections.fetch_add(1, Ordering::SeqCst) as u64;
+                let lose = chosen_to_lose(seed, n, lose_per_mille);
+                let stats = shared.clone();
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(
+                        CONNECTION_LIMIT,
+                        relay(client, upstream, lose, &stats),
+                    )
+                    .await;
+                });
+            }
+        });
+        LossyProxy { url, stats, accept }
+    }
+}
+
+async fn relay(mut client: TcpStream, upstream: SocketAddr, lose: bool, stats: &Stats) {
+    let Ok(mut server) = TcpStream::connect(upstream).await else {
+        stats.upstream_errors.fetch_add(1, Ordering::SeqCst);
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    if !lose {
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+        stats.forwarded.fetch_add(1, Ordering::SeqCst);
+        return;
+    }
+    let (mut from_client, _to_client) = client.split();
+    let (mut from_server, mut to_server) = server.split();
+    let mut forward = pin!(async {
+        let _ = tokio::io::copy(&mut from_client, &mut to_server).await;
+        let _ = to_server.flush().await;
+    });
+    let mut swallow = pin!(async {
+        let mut buf = [0u8; 8192];
+        let mut total = 0usize;
+        while let Ok(n) = from_server.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            total += n;
+        }
+        total
+    });
+    let mut forwarding = true;
+    let swallowed = loop {
+        tokio::select! {
+            total = &mut swallow => break total,
+            _ = &mut forward, if forwarding => forwarding = false,
+        }
+    };
+    if swallowed > 0 {
+        stats.lost_responses.fetch_add(1, Ordering::SeqCst);
+    } else {
+        stats.lost_without_response.fetch_add(1, Ordering::SeqCst);
+    }
+    // Dropping both halves closes the client's connection unanswered.
+}

@@ -167,7 +167,16 @@ impl TestApp {
     }
 
     pub fn count(&self, from_where: &str) -> i64 {
-        self.db.count(from_where)
+        #[derive(QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        let mut conn = self.pool.get().unwrap();
+        diesel::sql_query(format!("SELECT count(*) AS n FROM {from_where}"))
+            .get_result::<Count>(&mut conn)
+            .unwrap()
+            .n
     }
 
     pub fn charges(&self) -> i64 {
@@ -179,7 +188,8 @@ impl TestApp {
     }
 
     pub fn execute(&self, sql: &str) -> usize {
-        self.db.execute(sql)
+        let mut conn = self.pool.get().unwrap();
+        diesel::sql_query(sql).execute(&mut conn).unwrap()
     }
 
     pub fn create_account(&self, name: &str, api_key: &str) -> i64 {

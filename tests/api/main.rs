@@ -5,6 +5,7 @@ mod charges;
 mod contract;
 mod demo;
 mod ecosystem;
+mod fuzz;
 mod helpers;
 mod idempotency;
 mod key_first;

@@ -17,7 +17,7 @@ const BASE_URL = (process.env.BASE_URL || '').replace(/\/+$/, '');
 const ARTIFACTS_DIR = path.resolve(process.env.ARTIFACTS_DIR || 'artifacts/browser');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 
-const RUN_TIMEOUT_MS = 240_000; // the whole script
+const RUN_TIMEOUT_MS = 120_000; // the whole script (it takes about 40 s)
 const STEP_TIMEOUT_MS = 20_000; // one step of an experiment (lesson 4 needs ~5 s)
 const ACTION_TIMEOUT_MS = 10_000; // a click, a locator, an API call
 
@@ -245,39 +245,128 @@ async function lesson3(page) {
   await screenshot(page, 'lesson-3', 'lesson-3.png');
 }
 
+const l4Card = (page, tag) => exp(page, 'l4').locator(`[data-testid="request"][data-tag="${tag}"]`);
+
 async function lesson4(page) {
+  const root = page.getByTestId('lesson-4');
   await resetViaPage(page);
   const backend = await page.getByTestId('l4-backend').innerText();
   check('lesson 4: the page names the backend in use', /PostgreSQL/.test(backend), backend.slice(0, 60));
+  check('lesson 4: SQLite is described as planned, not available',
+    /planned/.test(await root.getByTestId('l4-sqlite').innerText()) && !/later version/i.test(await root.innerText()));
+
+  // ---- atomic: B waits on the unique index, then replays --------------------------------
+  const atomic = root.getByTestId('l4-mode-atomic');
+  check('lesson 4: the mode switch starts on "atomic"', await atomic.isChecked());
+  check('lesson 4: the lesson says the experiment runs in "atomic" mode', /“atomic” mode/.test(await page.getByTestId('l4-backend').innerText()));
   await clickStep(page, 'l4', 1);
   const a = await card(page, 'l4', 'A');
   const b = await card(page, 'l4', 'B');
-  check('lesson 4: A (held 5 s before COMMIT) is answered 201 after ~5 s', a.status === 201 && !a.replayed && a.ms >= 4500,
+  check('lesson 4 atomic: A and B carry Demo-Mode: atomic', /Demo-Mode: atomic/.test(a.request) && /Demo-Mode: atomic/.test(b.request));
+  check('lesson 4 atomic: A (held 5 s before COMMIT) is answered 201 after ~5 s', a.status === 201 && !a.replayed && a.ms >= 4500,
     `${a.status}, ${a.ms} ms`);
-  check('lesson 4: the retry B shows an elapsed time between 3000 and 6000 ms', b.ms >= 3000 && b.ms <= 6000, `${b.ms} ms, shown "${b.shownMs}"`);
-  check('lesson 4: the retry B got the stored 201 (Idempotent-Replayed)', b.status === 201 && b.replayed, `status ${b.status}`);
-  check('lesson 4: B carries the same charge id as A', responseId(a.response) !== null && responseId(a.response) === responseId(b.response));
+  check('lesson 4 atomic: the retry B shows an elapsed time between 3000 and 6000 ms', b.ms >= 3000 && b.ms <= 6000, `${b.ms} ms, shown "${b.shownMs}"`);
+  check('lesson 4 atomic: the retry B got the stored 201 (Idempotent-Replayed)', b.status === 201 && b.replayed, `status ${b.status}`);
+  check('lesson 4 atomic: B carries the same charge id as A', responseId(a.response) !== null && responseId(a.response) === responseId(b.response));
+  const hatched = await exp(page, 'l4').locator('svg rect[fill="url(#wait-hatch)"]').count();
+  check('lesson 4 atomic: the diagram draws B\'s wait on the database as a hatched bar', hatched === 1, `${hatched} hatched bars`);
   const state = await dbState();
-  check('lesson 4: GET /demo/state has 1 charge', state.charges.length === 1, `${state.charges.length} charges`);
-  check('lesson 4: the page shows 1 charge', (await shownCharges(page, 'l4')).count === 1);
-  check('lesson 4: the result box confirms the wait and one charge', (await verdict(page, 'l4')).ok);
-  console.log(`# lesson 4: A took ${a.ms} ms, the retry B waited ${b.ms} ms`);
+  check('lesson 4 atomic: GET /demo/state has 1 charge', state.charges.length === 1, `${state.charges.length} charges`);
+  check('lesson 4 atomic: the page shows 1 charge', (await shownCharges(page, 'l4')).count === 1);
+  check('lesson 4 atomic: the result box confirms the wait and one charge', (await verdict(page, 'l4')).ok);
+  console.log(`# lesson 4 atomic: A took ${a.ms} ms, the retry B waited ${b.ms} ms`);
   await screenshot(page, 'lesson-4', 'lesson-4.png');
+
+  // ---- key-first, chosen with the keyboard: B gets 409 at once, C replays ----------------
+  await atomic.focus({ timeout: ACTION_TIMEOUT_MS });
+  await page.keyboard.press('ArrowRight');
+  const keyFirst = root.getByTestId('l4-mode-key-first');
+  check('lesson 4: the arrow key moves the mode switch to "key-first"', (await keyFirst.isChecked()) && !(await atomic.isChecked()));
+  check('lesson 4: switching the mode starts the experiment afresh',
+    (await exp(page, 'l4').getAttribute('data-state')) === 'idle' && /C/.test(await exp(page, 'l4').getByTestId('step-1').innerText()));
+  check('lesson 4: the lesson says the experiment runs in "key-first" mode',
+    /“key-first” mode/.test(await page.getByTestId('l4-backend').innerText()) && /409/.test(await root.getByTestId('l4-explain').innerText()));
+  await resetViaPage(page);
+  const stepDone = clickStep(page, 'l4', 1);
+  // B is sent 1 s after A and answered within milliseconds; the page then reads the state.
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid="exp-l4"] [data-testid="request"][data-tag="B"]')?.dataset.status,
+    null,
+    { timeout: 4000 },
+  );
+  const row = exp(page, 'l4').getByTestId('db-panel').locator('[data-testid="key-row"][data-status="in_progress"]');
+  const seen = await row.waitFor({ timeout: 2000 }).then(() => true, () => false);
+  const aPending = (await l4Card(page, 'A').getAttribute('data-status')) === '';
+  const lease = seen ? await row.getAttribute('data-lease-live') : null;
+  const leaseShown = seen ? (await row.getByTestId('lease').innerText()).trim() : '';
+  check('lesson 4 key-first: while A still runs, the page\'s table shows the key row in_progress with a live lease',
+    seen && aPending && lease === 'true', `row seen: ${seen}, A pending: ${aPending}, lease "${leaseShown}"`);
+  if (seen) await screenshot(page, 'lesson-4', 'lesson-4-key-first-in-progress.png');
+  await stepDone;
+  const ka = await card(page, 'l4', 'A');
+  const kb = await card(page, 'l4', 'B');
+  const kc = await card(page, 'l4', 'C');
+  check('lesson 4 key-first: A, B and C carry Demo-Mode: key-first',
+    [ka, kb, kc].every((c) => /Demo-Mode: key-first/.test(c.request)));
+  check('lesson 4 key-first: B is answered 409 idempotency-key-in-flight in under 1000 ms',
+    kb.status === 409 && /\/problems\/idempotency-key-in-flight/.test(kb.response) && kb.ms < 1000, `${kb.status}, ${kb.ms} ms`);
+  check('lesson 4 key-first: the 409 carries Retry-After: 1', /Retry-After: 1\b/i.test(kb.response));
+  check('lesson 4 key-first: A is answered 201 after ~5 s', ka.status === 201 && !ka.replayed && ka.ms >= 4500, `${ka.status}, ${ka.ms} ms`);
+  check('lesson 4 key-first: C, sent after A finished, gets the stored 201 with A\'s id',
+    kc.status === 201 && kc.replayed && responseId(kc.response) !== null && responseId(kc.response) === responseId(ka.response),
+    `${kc.status}${kc.replayed ? ' replayed' : ''}`);
+  const kHatched = await exp(page, 'l4').locator('svg rect[fill="url(#wait-hatch)"]').count();
+  check('lesson 4 key-first: the diagram draws no wait on the database', kHatched === 0, `${kHatched} hatched bars`);
+  const kState = await dbState();
+  check('lesson 4 key-first: GET /demo/state has 1 charge and the key completed',
+    kState.charges.length === 1 && kState.idempotency_keys.length === 1 && kState.idempotency_keys[0].status === 'completed'
+      && kState.idempotency_keys[0].charge_id === responseId(ka.response),
+    `${kState.charges.length} charges, key ${kState.idempotency_keys[0]?.status}`);
+  check('lesson 4 key-first: the page shows 1 charge', (await shownCharges(page, 'l4')).count === 1);
+  const kv = await verdict(page, 'l4');
+  check('lesson 4 key-first: the result box confirms the 409, the replay and one charge', kv.ok, kv.text.slice(0, 120));
+  console.log(`# lesson 4 key-first: B answered ${kb.status} after ${kb.ms} ms, A took ${ka.ms} ms, C ${kc.status} after ${kc.ms} ms`);
+  await screenshot(page, 'lesson-4', 'lesson-4-key-first.png');
 }
 
 async function lesson5(page) {
   await resetViaPage(page);
   await clickStep(page, 'l5-expire', 1);
+  const first = await card(page, 'l5-expire', 'A');
+  const key = first.request.match(/Idempotency-Key: "([^"]+)"/)?.[1];
   await clickStep(page, 'l5-expire', 2);
   const e = await card(page, 'l5-expire', 'B');
   const expiredState = await dbState();
   check('lesson 5: the expire shortcut answers 200 and marks the key expired',
     e.status === 200 && expiredState.idempotency_keys.length === 1 && expiredState.idempotency_keys[0].expired === true, `status ${e.status}`);
+  check('lesson 5: the page still shows the expired key row before the purge',
+    (await exp(page, 'l5-expire').getByTestId('db-panel').getByTestId('key-expired').count()) === 1);
+
   await clickStep(page, 'l5-expire', 3);
-  const c = await card(page, 'l5-expire', 'C');
-  const afterExpiry = await dbState();
-  check('lesson 5: a retry after expiry is treated as new (201, not replayed)', c.status === 201 && !c.replayed, `status ${c.status}`);
-  check('lesson 5: after expiry the database holds 2 charges', afterExpiry.charges.length === 2, `${afterExpiry.charges.length} charges`);
+  const p = exp(page, 'l5-expire').locator('[data-testid="request"][data-tag="C"]');
+  const purged = Number(await p.getAttribute('data-purged'));
+  const explain = await p.getByTestId('explain').innerText();
+  check('lesson 5: the purge answers 200 and the page shows how many rows it removed (≥ 1)',
+    Number(await p.getAttribute('data-status')) === 200 && purged >= 1 && explain.includes(String(purged)), `purged ${purged}: "${explain}"`);
+  const panel = exp(page, 'l5-expire').getByTestId('db-panel');
+  const shownKeys = Number(await panel.getByTestId('keys-count').getAttribute('data-count'));
+  const shownCharges5 = Number(await panel.getByTestId('charges-count').getAttribute('data-count'));
+  check('lesson 5: after the purge the page shows no key row and the charge kept', shownKeys === 0 && shownCharges5 === 1,
+    `${shownKeys} key rows, ${shownCharges5} charges`);
+  const purgedState = await dbState();
+  check('lesson 5: after the purge GET /demo/state has no row for the key and still 1 charge',
+    key && !purgedState.idempotency_keys.some((k) => k.key === key) && purgedState.charges.length === 1,
+    `${purgedState.idempotency_keys.length} keys, ${purgedState.charges.length} charges`);
+
+  await clickStep(page, 'l5-expire', 4);
+  const d = await card(page, 'l5-expire', 'D');
+  const afterPurge = await dbState();
+  check('lesson 5: a retry with the same key after the purge is a new charge (201, not replayed)', d.status === 201 && !d.replayed,
+    `status ${d.status}${d.replayed ? ' replayed' : ''}`);
+  check('lesson 5: after the retry the database holds 2 charges, the new one with the key',
+    afterPurge.charges.length === 2 && afterPurge.idempotency_keys.find((k) => k.key === key)?.charge_id === responseId(d.response),
+    `${afterPurge.charges.length} charges`);
+  check('lesson 5: the purge result box agrees with the database', (await verdict(page, 'l5-expire')).ok);
 
   await resetViaPage(page);
   await clickStep(page, 'l5-reuse', 1, { keyboard: true });
@@ -340,8 +429,8 @@ try {
   page.on('pageerror', (error) => pageErrors.push(error.message));
   page.on('console', (message) => {
     // Chromium logs every 4xx/5xx answer as "Failed to load resource"; the
-    // lessons provoke 504 and 422 on purpose, so only other errors count.
-    if (message.type() === 'error' && !/^Failed to load resource: the server responded with a status of (422|504)\b/.test(message.text())) {
+    // lessons provoke 409, 422 and 504 on purpose, so only other errors count.
+    if (message.type() === 'error' && !/^Failed to load resource: the server responded with a status of (409|422|504)\b/.test(message.text())) {
       pageErrors.push(message.text());
     }
   });

@@ -27,7 +27,7 @@ export function newKey() {
  * The request for `POST /charges`.
  *  - key: the Idempotency-Key, sent as a Structured Field string ("…").
  *  - faults: Demo-Fault items, e.g. ['lose-response'] or ['delay-commit=5000'].
- *  - mode: Demo-Mode, e.g. 'check-then-insert'.
+ *  - mode: Demo-Mode, e.g. 'check-then-insert', 'atomic' or 'key-first'.
  */
 export function chargeRequest({ amount, currency = 'jpy', description, key, faults = [], mode } = {}) {
   const headers = [
@@ -59,6 +59,18 @@ export function expireRequest(key) {
     headers: [],
     body: null,
     intent: { key },
+  };
+}
+
+/** The demo-only shortcut that runs one pass of the purge of expired keys. */
+export function purgeRequest() {
+  return {
+    kind: 'purge',
+    method: 'POST',
+    path: '/demo/purge',
+    headers: [],
+    body: null,
+    intent: {},
   };
 }
 

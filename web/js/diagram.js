@@ -350,6 +350,7 @@ function measure(s, size, mono) {
 
 const CJK = '\\u3000-\\u30ff\\u3400-\\u9fff\\uff00-\\uffef';
 const TOKEN = new RegExp(`[${CJK}]|[^\\s${CJK}]+\\s*|\\s+`, 'g');
+const CJK_CHAR = new RegExp(`^[${CJK}]$`);
 const NO_LINE_START = /^[、。，．）」』】・：ー）)\]]/;
 
 /** Greedy wrapping: words for Latin text, single characters for Japanese. */
@@ -360,8 +361,21 @@ export function wrap(s, maxW, size, mono = false) {
   const tokens = (String(s).match(TOKEN) ?? []).flatMap((tok) => tok.split(/(?<=[-=/:])(?=[^\s])/));
   for (const token of tokens) {
     const candidate = line + token;
-    if (!line || measure(candidate.trimEnd(), size, mono) <= maxW || NO_LINE_START.test(token)) {
+    if (!line || measure(candidate.trimEnd(), size, mono) <= maxW) {
       line = candidate;
+      continue;
+    }
+    if (NO_LINE_START.test(token)) {
+      // A mark that may not start a line takes the character before it along
+      // to the next line (rather than overflowing and being broken off later).
+      const chars = [...line];
+      const last = chars.pop();
+      if (chars.length && CJK_CHAR.test(last)) {
+        lines.push(chars.join('').trimEnd());
+        line = last + token;
+      } else {
+        line = candidate;
+      }
       continue;
     }
     lines.push(line.trimEnd());

@@ -159,7 +159,7 @@ export class Experiment {
   _start(spec, { tag, title, narrate = null, detail = [] }) {
     const { record, done: answeredRaw } = startRequest(spec);
     this.ctx.records[tag] = record;
-    const call = spec.kind === 'expire' ? L('d.callExpire') : L('d.callCharge');
+    const call = { expire: L('d.callExpire'), purge: L('d.callPurge') }[spec.kind] ?? L('d.callCharge');
     this.diagram.message('client', 'api', call, { tag, kind: 'call', detail: detail.length ? detail : callDetail(spec) });
     const bar = this.diagram.openBar(tag, 'api', { record });
     const card = new RequestCard(record, { tag, title });
@@ -342,6 +342,7 @@ class RequestCard {
     const after = this.after;
     this.el.dataset.status = pending ? '' : String(r.status ?? 'error');
     this.el.dataset.replayed = String(r.replayed);
+    if (r.spec.kind === 'purge' && !pending && typeof r.json?.purged === 'number') this.el.dataset.purged = String(r.json.purged);
     this.el.innerHTML = `
       <header class="card-head">
         <span class="tag" aria-hidden="true">${esc(this.tag)}</span>
@@ -350,7 +351,7 @@ class RequestCard {
         <span class="elapsed${pending ? ' pending' : ''}" data-testid="elapsed" ${pending ? '' : `data-ms="${r.elapsedMs}"`}
           title="${esc(t('card.elapsedLabel'))}"><span class="ms">${fmtMs(r.elapsedNow())}</span> ms</span>
       </header>
-      <p class="card-explain">${esc(pending ? t('card.waiting') : explain(r))}</p>
+      <p class="card-explain" data-testid="explain">${esc(pending ? t('card.waiting') : explain(r))}</p>
       <div class="raw">
         <section>
           <h6>${esc(t('card.request'))}</h6>
@@ -380,6 +381,8 @@ class RequestCard {
 function explain(r) {
   if (r.error) return t('card.explain.failed', { message: r.error });
   if (r.spec.kind === 'expire' && r.status === 200) return t('card.explain.expired');
+  if (r.spec.kind === 'purge' && r.status === 200) return t('card.explain.purged', { n: Number(r.json?.purged ?? 0) });
+  if (r.problemType === '/problems/idempotency-key-in-flight') return t('card.explain.inFlight');
   if (r.problemType === '/problems/simulated-lost-response') return t('card.explain.lost');
   if (r.status === 201 && r.replayed) return t('card.explain.replayed');
   if (r.status === 201) return t('card.explain.created');
@@ -407,7 +410,10 @@ function rawResponse(r) {
   }
   if (r.bodyText) {
     const body = r.json !== null ? JSON.stringify(r.json, null, 2) : r.bodyText;
-    lines.push('', highlightIds(esc(body)));
+    let shown = highlightIds(esc(body));
+    // The purge's answer leads with how many rows it removed.
+    if (r.spec.kind === 'purge') shown = shown.replace(/&quot;purged&quot;: \d+/, (m) => `<span class="hl">${m}</span>`);
+    lines.push('', shown);
   }
   return lines.join('\n');
 }

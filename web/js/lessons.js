@@ -6,13 +6,14 @@
 // known to do for the request that was sent, and from the answer that came
 // back (status, Idempotent-Replayed), never from guesses about timing.
 
-import { chargeRequest, expireRequest, newKey } from './api.js';
+import { chargeRequest, expireRequest, purgeRequest, newKey } from './api.js';
 import { L } from './diagram.js';
-import { Experiment, amountOf, shortKeyOf } from './experiment.js';
-import { t, fmtAmount, fmtMs, fmtDuration, onLangChange } from './i18n.js';
+import { Experiment, amountOf, shortKeyOf, onBusyChange } from './experiment.js';
+import { t, tHtml, fmtAmount, fmtMs, fmtDuration, onLangChange } from './i18n.js';
 
 const LOST = '/problems/simulated-lost-response';
 const REUSED = '/problems/idempotency-key-reused';
+const IN_FLIGHT = '/problems/idempotency-key-in-flight';
 
 // ---- narration ----------------------------------------------------------------
 
@@ -28,6 +29,9 @@ function reply(d, rec, bar) {
     d.message('api', 'client', L('d.replyReplayed', { ms }), { tag, kind: 'reply' });
   } else {
     const detail = rec.problemType ? [() => rec.problemType] : [];
+    const retryAfter = rec.header('Retry-After');
+    if (retryAfter !== null) detail.push(() => `Retry-After: ${retryAfter}`);
+    if (rec.spec.kind === 'purge' && typeof rec.json?.purged === 'number') detail.push(() => `"purged": ${rec.json.purged}`);
     d.message('api', 'client', L('d.reply', { status: `${rec.status} ${rec.statusText}`, ms }), { tag, kind: 'reply', detail });
   }
   d.closeBar(bar);
@@ -35,7 +39,8 @@ function reply(d, rec, bar) {
 
 /**
  * What the server did with one POST /charges, drawn once its answer is in.
- * `expired`: the key had been expired on purpose before this request.
+ * `expired`: the key had been expired on purpose before this request (true),
+ * or expired and then purged ('purged').
  */
 function narrateCharge(d, rec, bar, { expired = false } = {}) {
   const intent = rec.spec.intent;
@@ -55,7 +60,8 @@ function narrateCharge(d, rec, bar, { expired = false } = {}) {
       d.message('db', 'api', L('d.readStored'), { tag, kind: 'reply' });
     } else if (charged || lost) {
       if (key) {
-        d.message('api', 'db', L(expired ? 'd.expiredIsNew' : 'd.insertKeyNew', { key }), { tag });
+        const registered = expired === 'purged' ? 'd.purgedIsNew' : expired ? 'd.expiredIsNew' : 'd.insertKeyNew';
+        d.message('api', 'db', L(registered, { key }), { tag });
         d.message('api', 'db', L('d.chargeAndSave', { amount }), { tag });
       } else {
         d.message('api', 'db', L('d.insertCharge', { amount }), { tag });
@@ -70,6 +76,15 @@ function narrateCharge(d, rec, bar, { expired = false } = {}) {
 
 function narrateExpire(d, rec, bar) {
   if (rec.status === 200) d.message('api', 'db', L('d.markExpired', { key: shortKeyOf(rec.spec.intent.key) }), { tag: bar.tag });
+  reply(d, rec, bar);
+}
+
+function narratePurge(d, rec, bar) {
+  if (rec.status === 200) {
+    const n = Number(rec.json?.purged ?? 0);
+    d.message('api', 'db', L('d.purgeDelete'), { tag: bar.tag });
+    d.message('db', 'api', L('d.purgedRows', { n }), { tag: bar.tag, kind: 'reply' });
+  }
   reply(d, rec, bar);
 }
 
@@ -225,11 +240,12 @@ async function runLesson4Atomic(ctx) {
   const key = ctx.vars.key;
   const short = shortKeyOf(key);
   const body = ctx.vars.body;
-  const a = ctx.start(chargeRequest({ ...body, key, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeld') });
+  const mode = 'atomic';
+  const a = ctx.start(chargeRequest({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeld') });
   d.message('api', 'db', L('d.uncommitted', { key: short }), { tag: 'A' });
   d.note(['db'], L('d.holdOpen', { s: HOLD_MS / 1000 }), { tag: 'A' });
   await Promise.race([ctx.sleep(RETRY_AFTER_MS), a.answered]);
-  const b = ctx.start(chargeRequest({ ...body, key }), { tag: 'B', title: T('title.retryWhileRunning') });
+  const b = ctx.start(chargeRequest({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning') });
   d.message('api', 'db', L('d.mustWait', { key: short, other: 'A' }), { tag: 'B' });
   const wait = d.openBar('B', 'db', { kind: 'wait', record: b.record });
 
@@ -267,19 +283,88 @@ function verdictLesson4Atomic(ctx) {
   };
 }
 
+/**
+ * Lesson 4 in the "key-first" mode: A's first transaction commits the key
+ * row as in_progress; its second one (the charge) is held open. B sees the
+ * committed row and is answered 409 at once, with no lock to wait on. After
+ * A has finished, C (same key, same body) gets A's stored 201.
+ */
+async function runLesson4KeyFirst(ctx) {
+  const d = ctx.diagram;
+  const key = ctx.vars.key;
+  const short = shortKeyOf(key);
+  const body = ctx.vars.body;
+  const mode = 'key-first';
+  const lease = ctx.latest?.idempotency_lease_seconds ?? 30;
+  const a = ctx.start(chargeRequest({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeldKeyFirst') });
+  d.message('api', 'db', L('d.kfRegister', { key: short, s: lease }), { tag: 'A' });
+  d.message('api', 'db', L('d.kfCharge'), { tag: 'A' });
+  d.note(['db'], L('d.kfHold', { s: HOLD_MS / 1000 }), { tag: 'A' });
+  await Promise.race([ctx.sleep(RETRY_AFTER_MS), a.answered]);
+  const b = ctx.start(chargeRequest({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning') });
+
+  const aDone = a.answered.then((rec) => {
+    if (rec.status === 201 && !rec.replayed) d.message('api', 'db', L('d.kfCommit'), { tag: 'A' });
+    reply(d, rec, a.bar);
+  });
+  const bDone = b.answered.then((rec) => {
+    if (rec.status === 409 && rec.problemType === IN_FLIGHT) {
+      d.message('api', 'db', L('d.kfRegisterB', { key: short }), { tag: 'B' });
+      d.message('db', 'api', L('d.kfInProgress', { other: 'A' }), { tag: 'B', kind: 'reply' });
+      reply(d, rec, b.bar);
+    } else {
+      narrateCharge(d, rec, b.bar);
+    }
+  });
+  // b.done resolves once the state read right after B's answer is shown:
+  // the committed in_progress row, while A is still running.
+  await Promise.all([bDone, b.done]);
+  ctx.vars.rowAfterB = ctx.latest?.idempotency_keys.find((k) => k.key === key) ?? null;
+  ctx.vars.aRunningAfterB = a.record.elapsedMs === null;
+  await Promise.all([aDone, a.done]);
+  await ctx.send(chargeRequest({ ...body, key, mode }), { tag: 'C', title: T('title.retryLater'), narrate: narrateCharge });
+}
+
+function verdictLesson4KeyFirst(ctx) {
+  const { A, B, C } = ctx.records;
+  const n = ctx.newCharges().length;
+  const row = ctx.vars.rowAfterB;
+  const same = Boolean(A.json?.id) && A.json.id === C?.json?.id;
+  const ok =
+    B.status === 409 &&
+    B.problemType === IN_FLIGHT &&
+    B.elapsedMs < 1000 &&
+    row?.status === 'in_progress' &&
+    C?.status === 201 &&
+    C.replayed &&
+    same &&
+    n === 1;
+  return {
+    ok,
+    key: 'l4.kf.verdict',
+    params: {
+      ms: fmtMs(B.elapsedMs),
+      retryAfter: B.header('Retry-After') ?? '—',
+      n,
+      bStatus: B.status ?? 'error',
+      rowStatus: row?.status ?? '—',
+      cStatus: C?.status ?? '—',
+      replayed: C?.replayed ?? false,
+      same,
+    },
+  };
+}
+
 // ==== MODE SWITCH: lesson 4 ===================================================================
-// Lesson 4 is written once per idempotency mode. Only "atomic" exists today.
-// To add the "key-first" mode later (the key row is committed in its own
-// transaction first, so an overlapping retry sees "in progress" and gets
-// 409 /problems/idempotency-key-in-flight with Retry-After at once):
-//   1. add `'key-first': { run: runLesson4KeyFirst, verdict: verdictLesson4KeyFirst }` below;
-//   2. put the toggle in index.html where it says "MODE SWITCH: lesson 4";
-//   3. let the toggle set `lesson4.mode` (the server reports its mode in
-//      /demo/state as idempotency_mode).
-// The SQLite backend needs no new mode here: only the wait differs (the
-// whole database is locked, not one key), and state.backend names it.
+// Lesson 4 is written once per idempotency mode; the radios in index.html
+// ("MODE SWITCH: lesson 4") set lesson4.mode, and every request of the run
+// carries that mode as Demo-Mode, whatever the server's default
+// (/demo/state's idempotency_mode) is.
+// The SQLite backend (planned) needs no new mode here: only the wait differs
+// (the whole database is locked, not one key), and state.backend names it.
 const LESSON4_MODES = {
-  atomic: { run: runLesson4Atomic, verdict: verdictLesson4Atomic },
+  atomic: { run: runLesson4Atomic, verdict: verdictLesson4Atomic, label: 'l4.step1.atomic', text: 'l4.p2.atomic.html' },
+  'key-first': { run: runLesson4KeyFirst, verdict: verdictLesson4KeyFirst, label: 'l4.step1.keyFirst', text: 'l4.p2.keyFirst.html' },
 };
 // ===============================================================================================
 
@@ -287,12 +372,41 @@ const lesson4 = {
   id: 'l4',
   mode: 'atomic',
   setup(ctx) {
+    ctx.vars.mode = lesson4.mode;
     ctx.vars.key = newKey();
     ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 4: a book' };
   },
-  steps: [{ label: 'l4.step1', run: (ctx) => LESSON4_MODES[lesson4.mode].run(ctx) }],
-  verdict: (ctx) => LESSON4_MODES[lesson4.mode].verdict(ctx),
+  steps: [
+    {
+      get label() {
+        return LESSON4_MODES[lesson4.mode].label;
+      },
+      run: (ctx) => LESSON4_MODES[ctx.vars.mode].run(ctx),
+    },
+  ],
+  verdict: (ctx) => LESSON4_MODES[ctx.vars.mode].verdict(ctx),
 };
+
+/** The radios above lesson 4's experiment: a new mode starts the experiment afresh. */
+function mountLesson4Modes(root, experiment) {
+  const box = root.querySelector('[data-role="l4-modes"]');
+  if (!box) return;
+  for (const input of box.querySelectorAll('input[name="l4-mode"]')) {
+    // A browser may restore an old choice after a reload; the page starts in lesson4.mode.
+    input.checked = input.value === lesson4.mode;
+    input.addEventListener('change', () => {
+      if (!input.checked || !LESSON4_MODES[input.value] || input.value === lesson4.mode) return;
+      lesson4.mode = input.value;
+      box.dataset.mode = lesson4.mode;
+      experiment.startOver({ focus: false });
+      renderLesson4(root);
+    });
+  }
+  box.dataset.mode = lesson4.mode;
+  onBusyChange((busy) => {
+    box.disabled = busy;
+  });
+}
 
 // ---- lesson 5: key lifetime and reuse ---------------------------------------------------------
 
@@ -314,18 +428,37 @@ const lesson5Expire = {
     },
     {
       label: 'l5.expire.step3',
+      run: async (ctx) => {
+        const rec = await ctx.send(purgeRequest(), { tag: 'C', title: T('title.purge'), narrate: narratePurge });
+        // ctx.latest is now the state read right after the purge.
+        ctx.vars.purge = {
+          ok: rec.status === 200,
+          purged: typeof rec.json?.purged === 'number' ? rec.json.purged : null,
+          keyLeft: Boolean(ctx.latest?.idempotency_keys.some((k) => k.key === ctx.vars.key)),
+          kept: ctx.newCharges().length,
+        };
+      },
+    },
+    {
+      label: 'l5.expire.step4',
       run: (ctx) =>
         ctx.send(chargeRequest({ ...ctx.vars.body, key: ctx.vars.key }), {
-          tag: 'C',
-          title: T('title.retryAfterExpiry'),
-          narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { expired: true }),
+          tag: 'D',
+          title: T('title.retryAfterPurge'),
+          narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { expired: !ctx.vars.purge?.keyLeft ? 'purged' : true }),
         }),
     },
   ],
   verdict(ctx) {
     const n = ctx.newCharges().length;
-    const c = ctx.records.C;
-    return { ok: n === 2 && c.status === 201 && !c.replayed, key: 'l5.expire.verdict', params: { n, status: c.status } };
+    const retry = ctx.records.D;
+    const purge = ctx.vars.purge ?? {};
+    const ok = purge.ok && purge.keyLeft === false && purge.kept === 1 && n === 2 && retry.status === 201 && !retry.replayed;
+    return {
+      ok,
+      key: 'l5.expire.verdict',
+      params: { n, status: retry.status, purged: purge.purged ?? '—', keyLeft: purge.keyLeft, kept: purge.kept },
+    };
   },
 };
 
@@ -404,7 +537,9 @@ export const EXPERIMENTS = {
 export function mountExperiments(root) {
   for (const host of root.querySelectorAll('[data-experiment]')) {
     const def = EXPERIMENTS[host.dataset.experiment];
-    if (def) new Experiment(host, def);
+    if (!def) continue;
+    const experiment = new Experiment(host, def);
+    if (def === lesson4) mountLesson4Modes(root, experiment);
   }
 }
 
@@ -478,12 +613,36 @@ export function mountLesson2(root) {
   });
 }
 
+let factsState = null;
+
+/** Sets text only when it changed, so a live region does not repeat itself. */
+function setText(el, text) {
+  if (el && el.textContent !== text) el.textContent = text;
+}
+
+function setHtml(el, html) {
+  if (el && el.dataset.html !== html) {
+    el.innerHTML = html;
+    el.dataset.html = html;
+  }
+}
+
+/** Lesson 4's mode-dependent text, and the sentences that quote the server's settings. */
+function renderLesson4(root) {
+  const state = factsState;
+  const backend = { postgresql: 'PostgreSQL', sqlite: 'SQLite' }[state?.backend] ?? state?.backend ?? '…';
+  setText(root.querySelector('[data-role="l4-backend"]'), t('l4.backend', { backend, serverMode: state?.idempotency_mode ?? '…', mode: lesson4.mode }));
+  setHtml(root.querySelector('[data-role="l4-explain"]'), t(LESSON4_MODES[lesson4.mode].text));
+  const lease = state ? fmtDuration(state.idempotency_lease_seconds) : '…';
+  const isDefault = state?.idempotency_lease_seconds === 30;
+  setHtml(root.querySelector('[data-role="l4-lease"]'), tHtml('l4.tradeoff.p2.html', { lease, isDefault }));
+}
+
 /** Lesson 4's and 5's sentences that quote the server's own settings. */
 export function renderServerFacts(root, state) {
-  const backendName = { postgresql: 'PostgreSQL', sqlite: 'SQLite' }[state?.backend] ?? state?.backend ?? '…';
-  const mode = state?.idempotency_mode ?? '…';
-  const l4 = root.querySelector('[data-role="l4-backend"]');
-  if (l4) l4.textContent = t('l4.backend', { backend: backendName, mode });
-  const l5 = root.querySelector('[data-role="l5-ttl"]');
-  if (l5) l5.textContent = t('l5.p1', { ttl: state ? fmtDuration(state.idempotency_ttl_seconds) : '…' });
+  if (state) factsState = state;
+  renderLesson4(root);
+  const ttl = factsState ? fmtDuration(factsState.idempotency_ttl_seconds) : '…';
+  setText(root.querySelector('[data-role="l5-ttl"]'), t('l5.p1', { ttl }));
+  setText(root.querySelector('[data-role="l5-retention"]'), t('l5.purge.p2', { ttl }));
 }

@@ -16,7 +16,7 @@ const en = {
   'reset.done': 'Demo data reset: the tables are empty.',
   'reset.failed': 'Reset failed: {message}',
   'status.loading': 'Connecting to the API…',
-  'status.backend': 'Database: {backend} · mode: {mode}',
+  'status.backend': 'Database: {backend} · default mode: {mode}',
   'status.db': p => `Now in the database: ${plural(p.charges, 'charge', 'charges')}, ${plural(p.keys, 'key', 'keys')}`,
   'status.offline': 'Cannot reach the API on this page’s server. Is it running?',
 
@@ -127,32 +127,55 @@ const en = {
   // ---- lesson 4 ---------------------------------------------------------
   'l4.title': '4. A retry while the first is still running',
   'l4.p1.html':
-    'So far the retry arrived after the first attempt had finished. What if it arrives while the first one is still working? Here the first request (A) keeps its transaction open for 5 seconds before <code>COMMIT</code> (<code>Demo-Fault: delay-commit=5000</code>). One second after sending it, the client sends the retry (B) with the same key.',
-  'l4.p2.html':
-    'Because the key and the charge are written in one transaction, A’s key row is invisible to others until A commits. Yet the unique constraint also checks rows that are not committed yet, so B’s insert of the same key has to <strong>wait</strong> until A commits or rolls back. Once A commits, B finds the key and returns the stored <code>201</code>. Expect B to take about 4 seconds: a measurement of the same two inserts on PostgreSQL 17 took 4009 ms.',
+    'So far the retry arrived after the first attempt had finished. What if it arrives while the first one is still working? Here the first request (A) is held inside the server for 5 seconds before its charge is committed (<code>Demo-Fault: delay-commit=5000</code>). One second after sending it, the client sends the retry (B) with the same key and the same body. What B gets depends on where the server records the key. Pick a design and try both.',
+  'l4.mode.legend': 'Design to try',
+  'l4.mode.atomicHint': 'key, charge and stored response in one transaction',
+  'l4.mode.keyFirstHint': 'the key is committed on its own first, the charge after',
+  'l4.p2.atomic.html':
+    'In the <strong>atomic</strong> design the key and the charge are written in one transaction, so A’s key row is invisible to others until A commits. Yet the unique constraint also checks rows that are not committed yet, so B’s insert of the same key has to <strong>wait</strong> until A commits or rolls back. Once A commits, B finds the key and returns the stored <code>201</code>. Expect B to take about 4 seconds: a measurement of the same two inserts on PostgreSQL 17 took 4009 ms.',
+  'l4.p2.keyFirst.html':
+    'In the <strong>key-first</strong> design A uses two transactions. The first registers the key as <code>in_progress</code> with a lease and commits right away. The second records the charge, and this time it is the second one that stays open for 5 seconds. So B finds a committed row saying “in progress”. The server does not wait: within a few milliseconds it answers <code>409 Conflict</code> (<code>/problems/idempotency-key-in-flight</code>) with <code>Retry-After: 1</code>, and B charges nothing. The page reads the tables right after B’s answer, so you can see that row while A is still running. Once A has finished, the page sends the same request once more (C), and C gets the stored <code>201</code>.',
   'l4.backend': p =>
-    `This server runs on ${p.backend} in “${p.mode}” mode. A later version adds SQLite, where a writer locks the whole database rather than one key, and a “key-first” mode that commits the key on its own and answers a retry that overlaps the first request with 409 at once.`,
-  'l4.step1': 'Send A (holds 5 s), then B with the same key 1 s later',
+    `This server runs on ${p.backend}, and its default mode is “${p.serverMode}”. This experiment runs in “${p.mode}” mode: every request it sends carries Demo-Mode: ${p.mode}.`,
+  'l4.step1.atomic': 'Send A (holds 5 s), then B with the same key 1 s later',
+  'l4.step1.keyFirst': 'Send A (holds 5 s), B with the same key 1 s later, then C once A has finished',
   'l4.verdict.ok.html': p =>
     `B waited <strong>${p.ms} ms</strong>, then got the stored <code>201</code> with <code>Idempotent-Replayed: true</code> and A’s charge id. The table gained <strong>${p.n}</strong> charge.`,
   'l4.verdict.bad.html': p =>
     `Expected B to wait about 4000 ms and get a replayed 201, with one new charge; B took ${p.ms} ms, status ${p.status}, replayed: ${p.replayed}, new charges: ${p.n}.`,
+  'l4.kf.verdict.ok.html': p =>
+    `B got <code>409 Conflict</code> after <strong>${p.ms} ms</strong> (<code>Retry-After: ${p.retryAfter}</code>): the key row was already committed as <code>in_progress</code>, so the server did not wait for A. Once A had finished, C with the same key got the stored <code>201</code> with <code>Idempotent-Replayed: true</code> and A’s charge id. The table gained <strong>${p.n}</strong> charge.`,
+  'l4.kf.verdict.bad.html': p =>
+    `Expected B to get 409 idempotency-key-in-flight within 1000 ms, the key row to be in_progress right after it, and C to get a replayed 201 with A’s id, with one new charge. B: ${p.bStatus} after ${p.ms} ms; key row after B: ${p.rowStatus}; C: ${p.cStatus}, replayed: ${p.replayed}, same id: ${p.same}; new charges: ${p.n}.`,
   'l4.p3':
-    'Had B given up while waiting, the client would still not know whether it had been charged. A key promises at most one charge, not an answer. Sending the same key again later fetches the stored answer.',
+    'Whether B gives up while waiting or stops at the 409, the client still does not know whether it was charged. A key promises at most one charge, not an answer. Sending the same key again later fetches the stored answer.',
+  'l4.tradeoff.title': 'Waiting or 409: what each design costs',
+  'l4.tradeoff.p1.html':
+    'Both designs keep it to one charge. What differs is what a retry that overlaps the first request hears. In the atomic design it waits, holding a database connection, for as long as the first request takes, and then gets the real answer. In the key-first design it is told at once, with <code>409</code> and <code>Retry-After</code>, that it came too early. The client has to send it again later, and that later retry gets the real answer.',
+  'l4.tradeoff.p2.html': p =>
+    `Key-first pays for the quick answer with a window between its two transactions. If the process dies after committing the key but before the charge, the row stays <code>in_progress</code> with nobody working on it, and every retry gets 409 until the row’s lease runs out (<code>locked_until</code>; ${p.isDefault === 'true' ? `${p.lease} here, the default` : `${p.lease} on this server, 30 seconds by default`}). After that, the next request with the same key and the same body takes the row over and runs as the first. So key-first needs the lease and this takeover to recover. The atomic design has no such window: if the process dies, its single transaction rolls back, and the key disappears together with the charge.`,
+  'l4.sqlite':
+    'A SQLite backend is planned for embedded use (it is not implemented yet); there the lock that makes B wait would cover the whole database rather than one key.',
 
   // ---- lesson 5 ---------------------------------------------------------
   'l5.title': '5. How long a key lives, and reusing one',
   'l5.p1': p =>
     `The server cannot keep every key forever, or the table would only grow. This one keeps a key for ${p.ttl}. The period is the API provider’s choice and should be documented; the specification does not fix it. Once the period is over, the key is forgotten, and a retry with it looks like a brand-new request.`,
-  'l5.expire.title': 'A retry after the key has expired',
+  'l5.expire.title': 'An expired key, the purge, and a retry',
   'l5.expire.p.html':
-    'Make a charge with a key, make the key expire right now (<code>POST /demo/keys/{key}/expire</code>, a shortcut that exists only in the demo), then send the charge again with the same key.',
+    'Make a charge with a key and make the key expire right now (<code>POST /demo/keys/{key}/expire</code>, a shortcut that exists only in the demo). Then run one pass of the purge (<code>POST /demo/purge</code>, also demo only), and finally send the charge again with the same key.',
   'l5.expire.step1': 'Charge with a key',
   'l5.expire.step2': 'Expire the key now',
-  'l5.expire.step3': 'Send the charge again with the same key',
+  'l5.expire.step3': 'Run the purge',
+  'l5.expire.step4': 'Send the charge again with the same key',
   'l5.expire.verdict.ok.html': p =>
-    `The retry went through as a new request: the table gained <strong>${p.n}</strong> charges. A key has to live longer than the client keeps retrying.`,
-  'l5.expire.verdict.bad.html': p => `Expected 2 new charges; got ${p.n} (last status ${p.status}).`,
+    `${Number(p.purged) === 0 ? 'The purge found nothing left to delete (the server’s own purge had already removed the row), and' : `The purge deleted <strong>${p.purged}</strong> expired key ${Number(p.purged) === 1 ? 'row' : 'rows'}, and`} the charge stayed. The retry after it went through as a new request: the table gained <strong>${p.n}</strong> charges. A key has to live longer than the client keeps retrying.`,
+  'l5.expire.verdict.bad.html': p =>
+    `Expected the purge to remove the expired key row and keep the charge, and the retry to make a second charge. Purged: ${p.purged}; key row still there: ${p.keyLeft}; charges after the purge: ${p.kept}; new charges: ${p.n} (last status ${p.status}).`,
+  'l5.purge.p1.html':
+    'Expiring a key does not delete its row. The row stays in <code>idempotency_keys</code>, marked expired, until the purge removes it. Even before that the server treats an expired row as if it were not there, so without step 3 the retry would have been a new charge just the same. The server runs the purge by itself, every 60 seconds by default (<code>PURGE_INTERVAL</code>), and deletes expired key rows in batches of 1,000 (<code>PURGE_BATCH</code>): short statements that never hold locks for long. It deletes key rows only; the charges stay.',
+  'l5.purge.p2': p =>
+    `The purge only tidies up. What decides is the retention, ${p.ttl} here: a client that keeps retrying for longer than that gets its late retries through as new charges. So the retention has to outlast every client’s retry window; making it longer costs nothing but more rows.`,
   'l5.reuse.title': 'The same key with a different request',
   'l5.reuse.p.html':
     'A key names one request. Sending the same key with a different amount is not a retry, so the server neither replays the old answer nor charges again: it refuses with <code>422</code>. To notice the difference it keeps a fingerprint of each request, a hash of its body, in the <code>fingerprint</code> column.',
@@ -176,8 +199,8 @@ const en = {
   'end.2': 'Where you can, describe the end result (“set to 400”) rather than a change; PUT and DELETE work that way.',
   'end.3': 'Where you cannot, as with a new charge, the client sends one Idempotency-Key per intended charge and keeps it for every retry.',
   'end.4': 'The server registers the key under a unique constraint in the same transaction as the charge, and stores the response to replay it.',
-  'end.5': 'A retry that overlaps the first request waits for it here, then gets the same answer.',
-  'end.6': 'Keys expire, a reused key with a different body gets 422, and a new key per attempt defeats the whole scheme.',
+  'end.5': 'A retry that overlaps the first request either waits for it and gets the same answer (atomic), or gets 409 at once and must retry later (key-first, which needs a lease to recover from a crash between its two transactions).',
+  'end.6': 'Keys expire (an expired key already counts as absent; the purge deletes its row later), a reused key with a different body gets 422, and a new key per attempt defeats the whole scheme.',
 
   'footer.text': 'Every endpoint, status code and problem type of this API:',
   'footer.docs': 'API reference',
@@ -212,6 +235,11 @@ const en = {
   'card.explain.created': 'A new charge was created and committed.',
   'card.explain.replayed': 'No new charge: the server knew this key and sent back the response it had stored (note Idempotent-Replayed: true).',
   'card.explain.reused': 'Refused: this key was already used for a different request.',
+  'card.explain.inFlight': 'Refused for now: the first request with this key is still being processed. This request charged nothing; send it again with the same key after Retry-After seconds.',
+  'card.explain.purged': p =>
+    p.n === 0
+      ? 'The purge found no expired key rows to delete (the server’s own purge may have removed them already).'
+      : `The purge deleted ${plural(p.n, 'expired key row', 'expired key rows')}. Charges are never deleted.`,
   'card.explain.expired': 'The key is now marked as expired.',
   'card.explain.other': p => `Answered ${p.status}.`,
   'card.explain.failed': p => `The request failed before any answer: ${p.message}`,
@@ -224,6 +252,8 @@ const en = {
   'tbl.count': p => plural(p.n, 'row', 'rows'),
   'tbl.new': 'new',
   'tbl.expired': 'expired',
+  'tbl.leaseLive': 'lease live',
+  'tbl.leaseOver': 'lease over',
   'col.id': 'id',
   'col.amount': 'amount',
   'col.description': 'description',
@@ -234,6 +264,7 @@ const en = {
   'col.response_status': 'response',
   'col.charge_id': 'charge_id',
   'col.expires_at': 'expires_at',
+  'col.locked_until': 'locked_until',
   'summary.db': p => `${plural(p.charges, 'charge', 'charges')}, ${plural(p.keys, 'key', 'keys')}`,
   'summary.unguarded': p => `, ${plural(p.n, 'unguarded key row', 'unguarded key rows')}`,
 
@@ -244,8 +275,11 @@ const en = {
   'title.concurrent': 'Sent at the same moment, same key',
   'title.firstHeld': 'First attempt, keeps its transaction open 5 s',
   'title.retryWhileRunning': 'Retry 1 s later, same key',
+  'title.firstHeldKeyFirst': 'First attempt, keeps transaction 2 open 5 s',
+  'title.retryLater': 'Retry after A has finished, same key',
+  'title.purge': 'Run the purge (one pass)',
   'title.expire': 'Expire the key (demo shortcut)',
-  'title.retryAfterExpiry': 'Retry after the key expired, same key',
+  'title.retryAfterPurge': 'Retry after the purge, same key',
   'title.charge': 'Charge {amount} with a key',
   'title.otherAmount': 'Same key, now ¥2,500',
   'title.key1': 'First attempt, key #1',
@@ -279,7 +313,17 @@ const en = {
   'd.unblocked': p => `${p.other} committed → key taken → read the stored response`,
   'd.callExpire': p => `POST /demo/keys/…/expire`,
   'd.markExpired': p => `mark key ${p.key} as expired`,
+  'd.kfRegister': p => `transaction 1: register key ${p.key} as in_progress (lease ${p.s} s), COMMIT`,
+  'd.kfCharge': 'transaction 2: record the charge (not committed yet)',
+  'd.kfHold': p => `keeps transaction 2 open for ${p.s} s`,
+  'd.kfRegisterB': p => `register key ${p.key}`,
+  'd.kfInProgress': p => `${p.other}’s row is committed: in_progress, lease live → no waiting`,
+  'd.kfCommit': 'transaction 2: store the 201 in the key row (completed), COMMIT (the 5 s are over)',
+  'd.callPurge': 'POST /demo/purge',
+  'd.purgeDelete': 'DELETE expired key rows, in batches (PURGE_BATCH, 1000)',
+  'd.purgedRows': p => `${p.n === 1 ? '1 key row' : `${p.n} key rows`} deleted; charges untouched`,
   'd.expiredIsNew': p => `register key ${p.key} → the old record expired, so it counts as new`,
+  'd.purgedIsNew': p => `register key ${p.key} → no row any more (purged), so it is new`,
   'd.countNote': p => `${p.n === 1 ? '1 charge' : `${p.n} charges`} in the table`,
   'd.failed': p => `request failed: ${p.message}`,
   'd.gap': p => `${p.s} s pass`,
@@ -298,7 +342,7 @@ const ja = {
   'reset.done': 'デモデータをリセットしました。テーブルは空です。',
   'reset.failed': 'リセットに失敗しました: {message}',
   'status.loading': 'API に接続しています…',
-  'status.backend': 'データベース: {backend} ・ モード: {mode}',
+  'status.backend': 'データベース: {backend} ・ 既定のモード: {mode}',
   'status.db': p => `現在のデータベース: 課金 ${p.charges} 件、キー ${p.keys} 件`,
   'status.offline': 'このページのサーバーにある API に接続できません。サーバーは起動していますか。',
 
@@ -404,31 +448,54 @@ const ja = {
 
   'l4.title': '4. 1 通目の処理中に届いた再送',
   'l4.p1.html':
-    'ここまでの再送は、1 通目が終わった後に届いていました。では、1 通目がまだ処理している最中に再送が届いたらどうなるでしょう。この実験の 1 通目（A）は、<code>COMMIT</code> の前にトランザクションを 5 秒間開いたままにします（<code>Demo-Fault: delay-commit=5000</code>）。A を送ってから 1 秒後に、クライアントは同じキーで再送（B）を送ります。',
-  'l4.p2.html':
-    'キーと課金は 1 つのトランザクションで書き込まれるので、A のキーの行は A がコミットするまで他からは見えません。それでも一意制約の検査はまだコミットされていない行も対象にするため、同じキーを登録しようとする B は、A がコミットかロールバックするまで<strong>待たされます</strong>。A がコミットすると B はキーを見つけ、保存済みの <code>201</code> を返します。B にはおよそ 4 秒かかるはずです。PostgreSQL 17 で同じ 2 つの INSERT を計ったときは 4009 ms でした。',
+    'ここまでの再送は、1 通目が終わった後に届いていました。では、1 通目がまだ処理している最中に再送が届いたらどうなるでしょう。この実験の 1 通目（A）は、課金をコミットする前にサーバーの中で 5 秒間止まります（<code>Demo-Fault: delay-commit=5000</code>）。A を送ってから 1 秒後に、クライアントは同じキー・同じ本文で再送（B）を送ります。B が何を受け取るかは、サーバーがキーをどこで記録するかで変わります。設計を選んで、両方を試してみてください。',
+  'l4.mode.legend': '試す設計',
+  'l4.mode.atomicHint': 'キー・課金・保存する応答を 1 つのトランザクションで書く',
+  'l4.mode.keyFirstHint': 'キーだけを先にコミットし、課金はその後',
+  'l4.p2.atomic.html':
+    '<strong>atomic</strong> では、キーと課金を 1 つのトランザクションで書き込むので、A のキーの行は A がコミットするまで他からは見えません。それでも一意制約の検査はまだコミットされていない行も対象にするため、同じキーを登録しようとする B は、A がコミットかロールバックするまで<strong>待たされます</strong>。A がコミットすると B はキーを見つけ、保存済みの <code>201</code> を返します。B にはおよそ 4 秒かかるはずです。PostgreSQL 17 で同じ 2 つの INSERT を計ったときは 4009 ms でした。',
+  'l4.p2.keyFirst.html':
+    '<strong>key-first</strong> では、A は 2 つのトランザクションを使います。1 つ目はキーをリース付きの <code>in_progress</code> として登録し、すぐにコミットします。2 つ目が課金を記録し、今回 5 秒間開いたままになるのはこちらです。そのため B は「処理中」と書かれた確定済みの行を見つけます。サーバーは待たずに、数ミリ秒で <code>409 Conflict</code>（<code>/problems/idempotency-key-in-flight</code>）を <code>Retry-After: 1</code> 付きで返し、B では何も課金されません。ページは B の返事の直後にテーブルを読むので、A がまだ処理中のうちにその行を確かめられます。A が終わると、ページは同じリクエストをもう一度（C）送ります。C は保存済みの <code>201</code> を受け取ります。',
   'l4.backend': p =>
-    `このサーバーは ${p.backend} の「${p.mode}」モードで動いています。今後の版では、書き込みのたびにキー単位ではなくデータベース全体がロックされる SQLite と、キーだけを先にコミットし、1 通目と重なった再送にはすぐ 409 を返す「key-first」モードが加わる予定です。`,
-  'l4.step1': 'A を送り（5 秒保持）、1 秒後に同じキーで B を送る',
+    `このサーバーは ${p.backend} で動いていて、既定のモードは「${p.serverMode}」です。この実験は「${p.mode}」モードで動かすので、送るリクエストにはすべて Demo-Mode: ${p.mode} が付きます。`,
+  'l4.step1.atomic': 'A を送り（5 秒保持）、1 秒後に同じキーで B を送る',
+  'l4.step1.keyFirst': 'A を送り（5 秒保持）、1 秒後に同じキーで B を、A の完了後に C を送る',
   'l4.verdict.ok.html': p =>
     `B は <strong>${p.ms} ms</strong> 待たされた後、<code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。課金は <strong>${p.n} 件</strong>だけ増えました。`,
   'l4.verdict.bad.html': p =>
     `B が約 4000 ms 待って再生された 201 を受け取り、課金が 1 件増えることを期待していました。実際は B が ${p.ms} ms、ステータス ${p.status}、replayed: ${p.replayed}、増えた課金 ${p.n} 件でした。`,
+  'l4.kf.verdict.ok.html': p =>
+    `B は <strong>${p.ms} ms</strong> で <code>409 Conflict</code>（<code>Retry-After: ${p.retryAfter}</code>）を受け取りました。キーの行は <code>in_progress</code> として確定済みだったので、サーバーは A を待たなかったのです。A が終わった後、同じキーの C は <code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。課金は <strong>${p.n} 件</strong>だけ増えました。`,
+  'l4.kf.verdict.bad.html': p =>
+    `B が 1000 ms 以内に 409 idempotency-key-in-flight を受け取り、その直後のキーの行が in_progress で、C が A と同じ id の再生された 201 を受け取り、課金が 1 件だけ増えることを期待していました。実際は B: ${p.bStatus}（${p.ms} ms）、B 直後のキーの行: ${p.rowStatus}、C: ${p.cStatus}、replayed: ${p.replayed}、id の一致: ${p.same}、増えた課金 ${p.n} 件でした。`,
   'l4.p3':
-    'もし B が待ちきれずに諦めていたら、クライアントは課金されたかどうか分からないままです。冪等キーが約束するのは「課金は多くても 1 回」までで、答えを返すことまでは約束しません。後で同じキーを送り直せば、保存された答えを受け取れます。',
+    'B が待ちきれずに諦めても、409 を受けたところでやめても、クライアントは課金されたかどうか分からないままです。冪等キーが約束するのは「課金は多くても 1 回」までで、答えを返すことまでは約束しません。後で同じキーを送り直せば、保存された答えを受け取れます。',
+  'l4.tradeoff.title': '待たせるか、すぐ 409 を返すか',
+  'l4.tradeoff.p1.html':
+    'どちらの設計でも、課金は 1 回に収まります。違うのは、1 通目と重なった再送が何を受け取るかです。atomic では、再送は 1 通目が終わるまでデータベースの接続を握ったまま待ち、終わったところで本当の答えを受け取ります。key-first では、<code>409</code> と <code>Retry-After</code> で「まだ早い」とすぐに知らされます。クライアントは後でもう一度送る必要があり、本当の答えはその再送で受け取ります。',
+  'l4.tradeoff.p2.html': p =>
+    `key-first は、すぐに答えられる代わりに、2 つのトランザクションの間に隙間を抱えます。キーをコミットした後、課金の前にプロセスが落ちると、その行は誰も処理していないのに <code>in_progress</code> のまま残り、再送は行のリース（<code>locked_until</code>。${p.isDefault === 'true' ? `このサーバーでは既定どおり ${p.lease}` : `このサーバーでは ${p.lease}、既定は 30 秒`}）が切れるまで 409 を受け取り続けます。リースが切れた後は、同じキー・同じ本文で届いた次のリクエストがその行を引き継ぎ、1 通目として処理します。つまり key-first には、リースとこの引き継ぎという回収の仕組みが欠かせません。atomic にはこの隙間がありません。プロセスが落ちれば 1 つしかないトランザクションがロールバックされ、キーも課金と一緒に消えるからです。`,
+  'l4.sqlite':
+    '組み込み用途向けに SQLite のバックエンドを計画中で（まだ実装されていません）、そこでは B を待たせるロックがキー 1 つではなくデータベース全体にかかります。',
 
   'l5.title': '5. キーの寿命と使い回し',
   'l5.p1': p =>
     `サーバーはすべてのキーを永遠に持っておけません。テーブルが増える一方になるからです。このサーバーはキーを ${p.ttl} 保持します。期間は API を提供する側が決めて文書にするもので、仕様では決まっていません。期間が過ぎるとキーは忘れられ、そのキーでの再送は新しいリクエストと見分けがつかなくなります。`,
-  'l5.expire.title': 'キーの期限が切れた後の再送',
+  'l5.expire.title': '期限切れのキー、パージ、そして再送',
   'l5.expire.p.html':
-    'キー付きで課金し、そのキーを今すぐ期限切れにしてから（<code>POST /demo/keys/{key}/expire</code>。デモ専用の近道です）、同じキーで課金をもう一度送ります。',
+    'キー付きで課金し、そのキーを今すぐ期限切れにします（<code>POST /demo/keys/{key}/expire</code>。デモ専用の近道です）。続いて期限切れのキーを消すパージを 1 回実行し（<code>POST /demo/purge</code>。これもデモ専用）、最後に同じキーで課金をもう一度送ります。',
   'l5.expire.step1': 'キー付きで課金する',
   'l5.expire.step2': 'キーを今すぐ期限切れにする',
-  'l5.expire.step3': '同じキーで課金をもう一度送る',
+  'l5.expire.step3': 'パージを実行する',
+  'l5.expire.step4': '同じキーで課金をもう一度送る',
   'l5.expire.verdict.ok.html': p =>
-    `再送は新しいリクエストとして通り、課金は <strong>${p.n} 件</strong>増えました。キーの保持期間は、クライアントが送り直しを続ける期間より長くなければなりません。`,
-  'l5.expire.verdict.bad.html': p => `課金が 2 件増えるはずでしたが、${p.n} 件でした（最後のステータス ${p.status}）。`,
+    `${Number(p.purged) === 0 ? 'パージが消す行はもう残っていませんでした（サーバー自身の定期パージが先に消していました）。' : `パージは期限切れのキーの行を <strong>${p.purged} 行</strong>削除しました。`}課金は残っています。その後の再送は新しいリクエストとして通り、課金は <strong>${p.n} 件</strong>増えました。キーの保持期間は、クライアントが送り直しを続ける期間より長くなければなりません。`,
+  'l5.expire.verdict.bad.html': p =>
+    `パージが期限切れのキーの行を消して課金は残し、その後の再送で課金が 2 件目になることを期待していました。実際は削除 ${p.purged} 行、キーの行が残っている: ${p.keyLeft}、パージ後の課金 ${p.kept} 件、増えた課金 ${p.n} 件（最後のステータス ${p.status}）でした。`,
+  'l5.purge.p1.html':
+    '期限切れにしても、キーの行はすぐには消えません。パージが削除するまでは、期限切れの印が付いたまま <code>idempotency_keys</code> に残ります。それでもサーバーは期限切れの行を無いものとして扱うので、手順 3 を飛ばして再送しても、やはり新しい課金になっていました。パージはサーバーが自分で定期的に（既定では 60 秒ごと、<code>PURGE_INTERVAL</code>）実行し、期限切れのキーの行を 1,000 行ずつ（<code>PURGE_BATCH</code>）削除します。1 回の文が短いので、ロックを長く握ることはありません。消すのはキーの行だけで、課金は残ります。',
+  'l5.purge.p2': p =>
+    `パージは後片付けにすぎません。重複を防げる範囲を決めるのは保持期間（このサーバーでは ${p.ttl}）で、クライアントがそれより長く送り直しを続けると、遅れて届いた再送は新しい課金として通ってしまいます。保持期間はどのクライアントの再試行期間よりも長くとる必要があり、長くしても増えるのは行の数だけです。`,
   'l5.reuse.title': '同じキーで別のリクエスト',
   'l5.reuse.p.html':
     'キーは 1 つのリクエストに付ける名前です。同じキーで金額を変えて送るのは再送ではないので、サーバーは前の応答を返すことも、新たに課金することもせず、<code>422</code> で断ります。違いに気付けるよう、サーバーはリクエスト本文のハッシュ（指紋）を <code>fingerprint</code> 列に残しています。',
@@ -451,8 +518,8 @@ const ja = {
   'end.2': 'できるなら、変化（「100 減らす」）ではなく行き着く結果（「400 にする」）で要求を書く。PUT と DELETE はこの考え方のメソッド。',
   'end.3': '新しい課金のようにそれができない場合は、クライアントが意図した課金 1 件ごとに Idempotency-Key を 1 つ作り、再送にも同じ値を使う。',
   'end.4': 'サーバーはキーを課金と同じトランザクションで一意制約の下に登録し、応答を保存しておいて再送に返す。',
-  'end.5': '1 通目と重なった再送は、ここでは 1 通目の完了を待ってから同じ応答を受け取る。',
-  'end.6': 'キーには期限がある。同じキーを別の本文で使えば 422 になり、送るたびに新しいキーを作ると仕組み全体が働かない。',
+  'end.5': '1 通目と重なった再送は、1 通目の完了を待って同じ応答を受け取る（atomic）か、すぐに 409 を受けて後で送り直す（key-first）。key-first では、2 つのトランザクションの間で落ちた場合に備えて、リースによる回収が要る。',
+  'end.6': 'キーには期限がある（期限切れのキーはその時点で無いものとして扱われ、行は後でパージが消す）。同じキーを別の本文で使えば 422 になり、送るたびに新しいキーを作ると仕組み全体が働かない。',
 
   'footer.text': 'この API のエンドポイント、ステータスコード、エラーの種類（problem type）の一覧:',
   'footer.docs': 'API リファレンス',
@@ -485,6 +552,11 @@ const ja = {
   'card.explain.created': '新しい課金が作られ、コミットされました。',
   'card.explain.replayed': '課金は増えていません。サーバーはこのキーを覚えていて、保存しておいた応答を返しました（Idempotent-Replayed: true に注目）。',
   'card.explain.reused': '断られました。このキーは別のリクエストで使用済みです。',
+  'card.explain.inFlight': 'いまは受け付けられません。このキーの 1 通目がまだ処理中です。このリクエストでは何も課金されていません。Retry-After の秒数だけ待ってから、同じキーで送り直してください。',
+  'card.explain.purged': p =>
+    p.n === 0
+      ? '削除する期限切れのキーはありませんでした（サーバー自身の定期パージが先に消したのかもしれません）。'
+      : `パージが期限切れのキーの行を ${p.n} 行削除しました。課金が消されることはありません。`,
   'card.explain.expired': 'キーが期限切れの扱いになりました。',
   'card.explain.other': p => `${p.status} が返りました。`,
   'card.explain.failed': p => `返事が来る前にリクエストが失敗しました: ${p.message}`,
@@ -496,6 +568,8 @@ const ja = {
   'tbl.count': p => `${p.n} 行`,
   'tbl.new': '新規',
   'tbl.expired': '期限切れ',
+  'tbl.leaseLive': 'リース有効',
+  'tbl.leaseOver': 'リース切れ',
   'summary.db': p => `課金 ${p.charges} 件、キー ${p.keys} 件`,
   'summary.unguarded': p => `、unguarded_keys ${p.n} 行`,
 
@@ -505,8 +579,11 @@ const ja = {
   'title.concurrent': '同じキーで同時に送信',
   'title.firstHeld': '1 通目（トランザクションを 5 秒保持）',
   'title.retryWhileRunning': '1 秒後の再送（同じキー）',
+  'title.firstHeldKeyFirst': '1 通目（2 つ目のトランザクションを 5 秒保持）',
+  'title.retryLater': 'A の完了後の再送（同じキー）',
+  'title.purge': 'パージを 1 回実行する',
   'title.expire': 'キーを期限切れにする（デモ専用）',
-  'title.retryAfterExpiry': '期限切れ後の再送（同じキー）',
+  'title.retryAfterPurge': 'パージ後の再送（同じキー）',
   'title.charge': 'キー付きで {amount} を課金',
   'title.otherAmount': '同じキーで 2,500 円',
   'title.key1': '1 通目（キー #1）',
@@ -539,7 +616,17 @@ const ja = {
   'd.unblocked': p => `${p.other} が確定 → キーは登録済み → 保存済みの応答を読む`,
   'd.callExpire': p => `POST /demo/keys/…/expire`,
   'd.markExpired': p => `キー ${p.key} を期限切れにする`,
+  'd.kfRegister': p => `トランザクション 1: キー ${p.key} を in_progress で登録（リース ${p.s} 秒）して COMMIT`,
+  'd.kfCharge': 'トランザクション 2: 課金を記録（まだ未確定）',
+  'd.kfHold': p => `トランザクション 2 を ${p.s} 秒開いたまま`,
+  'd.kfRegisterB': p => `キー ${p.key} を登録`,
+  'd.kfInProgress': p => `${p.other} の行は確定済み: in_progress、リース有効 → 待たない`,
+  'd.kfCommit': 'トランザクション 2: 201 をキーの行に保存（completed）して COMMIT（5 秒が経過）',
+  'd.callPurge': 'POST /demo/purge',
+  'd.purgeDelete': '期限切れのキーの行を DELETE（PURGE_BATCH の 1000 行ずつ）',
+  'd.purgedRows': p => `キーの行を ${p.n} 行削除。課金はそのまま`,
   'd.expiredIsNew': p => `キー ${p.key} を登録 → 古い記録は期限切れなので初回扱い`,
+  'd.purgedIsNew': p => `キー ${p.key} を登録 → 行はパージ済みで無いので初回扱い`,
   'd.countNote': p => `テーブルの課金は ${p.n} 件`,
   'd.failed': p => `リクエスト失敗: ${p.message}`,
   'd.gap': p => `${p.s} 秒経過`,

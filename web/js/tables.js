@@ -50,20 +50,29 @@ export function renderState(state, { baseline = null, compact = false } = {}) {
     )
     .join('');
 
+  // The lease (key-first) only means something while a row is in progress, so
+  // its column is shown only when the snapshot holds such a row.
+  const showLease = state.idempotency_keys.some((k) => k.status === 'in_progress');
   const keys = state.idempotency_keys
     .map((k) => {
       const id = `key:${k.key}`;
-      return `<tr data-testid="key-row" data-key="${esc(k.key)}"${rowClass(id)}>
+      const inProgress = k.status === 'in_progress';
+      const lease = inProgress && k.locked_until
+        ? `${esc(fmtTime(k.locked_until))}<br><span class="pill ${k.lease_live ? 'pill-lease-live' : 'pill-lease-over'}" data-testid="lease">${esc(t(k.lease_live ? 'tbl.leaseLive' : 'tbl.leaseOver'))}</span>`
+        : '<span class="null">—</span>';
+      return `<tr data-testid="key-row" data-key="${esc(k.key)}" data-status="${esc(k.status)}" data-lease-live="${inProgress && k.lease_live ? 'true' : 'false'}"${rowClass(id)}>
         <td>${idChip(k.key)}${badge(id)}</td>
         <td><span class="pill pill-${esc(k.status)}">${esc(k.status)}</span>${
           k.expired ? ` <span class="pill pill-expired" data-testid="key-expired">${esc(t('tbl.expired'))}</span>` : ''
         }</td>
+        ${showLease ? `<td class="time">${lease}</td>` : ''}
         <td><code class="fp">${esc(k.fingerprint ?? '')}</code></td>
         <td class="num">${k.response_status ?? '<span class="null">null</span>'}</td>
         <td>${idChip(k.charge_id)}</td>
         <td class="time">${esc(fmtTime(k.expires_at))}</td></tr>`;
     })
     .join('');
+  const keyColumns = ['key', 'status', ...(showLease ? ['locked_until'] : []), 'fingerprint', 'response_status', 'charge_id', 'expires_at'];
 
   const unguarded = (state.unguarded_keys ?? [])
     .map((u, i) => {
@@ -89,7 +98,7 @@ export function renderState(state, { baseline = null, compact = false } = {}) {
 
   return `<div class="db-tables${compact ? ' compact' : ''}">
     ${table(t('tbl.charges'), 'charges', state.charges.length, ['id', 'amount', 'description', 'created_at'], charges)}
-    ${table(t('tbl.keys'), 'keys', state.idempotency_keys.length, ['key', 'status', 'fingerprint', 'response_status', 'charge_id', 'expires_at'], keys)}
+    ${table(t('tbl.keys'), 'keys', state.idempotency_keys.length, keyColumns, keys)}
     ${state.unguarded_keys?.length ? table(t('tbl.unguarded'), 'unguarded', state.unguarded_keys.length, ['key', 'charge_id', 'created_at'], unguarded) : ''}
   </div>`;
 }

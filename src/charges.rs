@@ -39,6 +39,8 @@ pub struct ChargeRequest {
     /// The body as parsed JSON: what the fingerprint is computed over.
     pub body: Value,
     pub new_charge: NewCharge,
+    /// Faults injected for this request, if any (see `hooks`).
+    pub hooks: RequestHooks,
 }
 
 impl ChargeRequest {
@@ -72,6 +74,11 @@ pub async fn parse_request(
         key,
         body,
         new_charge,
+        hooks: req
+            .extensions()
+            .get::<RequestHooks>()
+            .cloned()
+            .unwrap_or_default(),
     })
 }
 
@@ -112,13 +119,9 @@ pub async fn create(
         account_id,
         key,
         new_charge,
+        hooks,
         ..
     } = request;
-    let hooks = req
-        .extensions()
-        .get::<RequestHooks>()
-        .cloned()
-        .unwrap_or_default();
     let pool = state.pool.clone();
 
     let Some(key) = key else {

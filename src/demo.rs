@@ -193,16 +193,12 @@ async fn check_then_insert(
         account_id,
         key,
         new_charge,
+        hooks,
         ..
     } = request;
     let key = key.ok_or_else(|| {
         ApiError::invalid("Demo-Mode: check-then-insert needs an Idempotency-Key")
     })?;
-    let hooks = req
-        .extensions()
-        .get::<RequestHooks>()
-        .cloned()
-        .unwrap_or_default();
     let pool = state.pool.clone();
     let (saved, replayed) = web::block(move || -> Result<(SavedResponse, bool), ApiError> {
         let mut conn = crate::db::checkout(&pool)?;

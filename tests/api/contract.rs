@@ -34,15 +34,7 @@ fn registered_routes() -> BTreeSet<(String, String)> {
 #[tokio::test]
 async fn every_registered_route_is_in_the_openapi_document_and_nothing_else_is() {
     let app = spawn_app().await;
-    let doc: Value = app
-        .client
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc: Value = app.get_json("/openapi.json").await;
     assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
     let documented: BTreeSet<(String, String)> = doc["paths"]
         .as_object()
@@ -93,15 +85,7 @@ async fn every_registered_route_is_in_the_openapi_document_and_nothing_else_is()
 #[tokio::test]
 async fn the_document_describes_the_idempotency_contract() {
     let app = spawn_app().await;
-    let doc: Value = app
-        .client
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc: Value = app.get_json("/openapi.json").await;
     let post = &doc["paths"]["/charges"]["post"];
     let key = post["parameters"]
         .as_array()

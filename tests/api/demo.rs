@@ -138,15 +138,7 @@ async fn check_then_insert_replays_when_it_is_not_raced() {
 async fn the_state_view_shows_the_tables_and_reset_and_expire_change_them() {
     let app = spawn_app().await;
     app.post_charge(Some("k-view"), &charge_body()).await;
-    let state: Value = app
-        .client
-        .get(app.url("/demo/state"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let state: Value = app.get_json("/demo/state").await;
     assert_eq!(state["backend"], "postgresql");
     assert_eq!(state["idempotency_ttl_seconds"], 86400);
     assert_eq!(state["charges"].as_array().unwrap().len(), 1);
@@ -157,15 +149,7 @@ async fn the_state_view_shows_the_tables_and_reset_and_expire_change_them() {
     assert_eq!(key["expired"], false);
     assert_eq!(key["charge_id"], state["charges"][0]["id"]);
 
-    let expired: Value = app
-        .client
-        .post(app.url("/demo/keys/k-view/expire"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let expired: Value = app.post_json("/demo/keys/k-view/expire").await;
     assert_eq!(expired["idempotency_keys"][0]["expired"], true);
     let missing = Captured::from(
         app.client
@@ -177,15 +161,7 @@ async fn the_state_view_shows_the_tables_and_reset_and_expire_change_them() {
     .await;
     missing.assert_problem(404, "not-found");
 
-    let reset: Value = app
-        .client
-        .post(app.url("/demo/reset"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let reset: Value = app.post_json("/demo/reset").await;
     assert_eq!(reset["charges"], serde_json::json!([]));
     assert_eq!((app.charges(), app.keys()), (0, 0));
 }

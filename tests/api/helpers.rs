@@ -179,6 +179,24 @@ impl TestApp {
             .n
     }
 
+    /// `GET path` (as the demo account), parsed as JSON.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let r = self
+            .client
+            .get(self.url(path))
+            .bearer_auth(DEMO_KEY)
+            .send()
+            .await
+            .unwrap();
+        r.json().await.unwrap()
+    }
+
+    /// `POST path` with no body, parsed as JSON.
+    pub async fn post_json(&self, path: &str) -> Value {
+        let r = self.client.post(self.url(path)).send().await.unwrap();
+        r.json().await.unwrap()
+    }
+
     pub fn charges(&self) -> i64 {
         self.count("charges")
     }

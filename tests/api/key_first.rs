@@ -249,15 +249,7 @@ async fn the_purge_removes_exactly_the_expired_keys_and_a_retry_after_it_is_new(
         app.post_charge(Some(key), &charge_body()).await;
     }
     app.execute("UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE key IN ('k-p1', 'k-p2')");
-    let purged: Value = app
-        .client
-        .post(app.url("/demo/purge"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let purged: Value = app.post_json("/demo/purge").await;
     assert_eq!(purged["purged"], 2);
     assert_eq!(app.keys(), 1);
     assert_eq!(app.count("idempotency_keys WHERE key = 'k-p3'"), 1);

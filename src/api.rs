@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use actix_files::Files;
 use actix_web::dev::Server;
+use actix_web::http::header;
 use actix_web::middleware::{Condition, from_fn};
 use actix_web::{App, HttpResponse, HttpServer, web};
 use serde_json::json;
@@ -165,7 +166,7 @@ async fn purge_periodically(pool: DbPool, interval: Duration, batch: i64) {
 /// so that a test can read them off the source and check each one is in the
 /// OpenAPI document.
 pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
-    let mut charges_resource = resource("/charges");
+    let mut charges_resource = resource("/charges", "GET, POST");
     if demo {
         charges_resource = charges_resource.route(demo::check_then_insert_route());
     }
@@ -175,22 +176,25 @@ pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
             .route(web::post().to(charges::create))
             .route(web::get().to(charges::list)),
     );
-    cfg.service(resource("/charges/{id}").route(web::get().to(charges::get)));
-    cfg.service(resource("/healthz").route(web::get().to(healthz)));
-    cfg.service(resource("/readyz").route(web::get().to(readyz)));
-    cfg.service(resource("/metrics").route(web::get().to(metrics::render)));
-    cfg.service(resource("/problems/{slug}").route(web::get().to(problem_type)));
-    cfg.service(resource("/openapi.json").route(web::get().to(openapi::document)));
-    cfg.service(resource("/docs").route(web::get().to(openapi::reference_page)));
+    cfg.service(resource("/charges/{id}", "GET").route(web::get().to(charges::get)));
+    cfg.service(resource("/healthz", "GET").route(web::get().to(healthz)));
+    cfg.service(resource("/readyz", "GET").route(web::get().to(readyz)));
+    cfg.service(resource("/metrics", "GET").route(web::get().to(metrics::render)));
+    cfg.service(resource("/problems/{slug}", "GET").route(web::get().to(problem_type)));
+    cfg.service(resource("/openapi.json", "GET").route(web::get().to(openapi::document)));
+    cfg.service(resource("/docs", "GET").route(web::get().to(openapi::reference_page)));
 }
 
-/// A resource that answers 405 problem+json to methods it has no route for.
-pub fn resource(path: &str) -> actix_web::Resource {
-    web::resource(path).default_service(web::to(method_not_allowed))
-}
-
-async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::MethodNotAllowed)
+/// A resource that answers 405 problem+json, with `Allow` (RFC 9110), to
+/// the methods it has no route for.
+pub fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(move || async move {
+        let mut response = actix_web::ResponseError::error_response(&ApiError::MethodNotAllowed);
+        response
+            .headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static(allow));
+        response
+    }))
 }
 
 async fn not_found() -> Result<HttpResponse, ApiError> {

@@ -173,10 +173,10 @@ pub fn check_then_insert_route() -> actix_web::Route {
 }
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/demo/state").route(web::get().to(state)));
-    cfg.service(resource("/demo/reset").route(web::post().to(reset)));
-    cfg.service(resource("/demo/keys/{key}/expire").route(web::post().to(expire)));
-    cfg.service(resource("/demo/purge").route(web::post().to(purge)));
+    cfg.service(resource("/demo/state", "GET").route(web::get().to(state)));
+    cfg.service(resource("/demo/reset", "POST").route(web::post().to(reset)));
+    cfg.service(resource("/demo/keys/{key}/expire", "POST").route(web::post().to(expire)));
+    cfg.service(resource("/demo/purge", "POST").route(web::post().to(purge)));
 }
 
 /// The naive algorithm, kept only to be watched failing: SELECT the key; if

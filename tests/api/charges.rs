@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::helpers::{Captured, DEMO_KEY, charge_body, spawn_app};
+use crate::helpers::{Captured, DEMO_KEY, charge_body, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn a_charge_can_be_read_back_with_the_body_it_was_created_with() {
@@ -161,4 +161,50 @@ async fn every_problem_type_is_documented_at_its_uri() {
         assert_eq!(doc.status, 200, "{slug}");
         assert_eq!(doc.json()["status"], *status);
     }
+}
+
+#[tokio::test]
+async fn an_exhausted_pool_answers_503_with_retry_after_instead_of_hanging() {
+    let app = spawn_app_with(|s| {
+        s.pool_size = 1;
+        s.pool_timeout = std::time::Duration::from_millis(300);
+    })
+    .await;
+    // Authenticate once, so the API key is cached and needs no connection.
+    app.client
+        .get(app.url("/charges"))
+        .bearer_auth(DEMO_KEY)
+        .send()
+        .await
+        .unwrap();
+    let body = charge_body();
+    let holder = app.post_charge_with(
+        Some("k-hold"),
+        &body,
+        &[("demo-fault", "delay-commit=1500")],
+    );
+    let starved = async {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let started = std::time::Instant::now();
+        let r = Captured::from(app.post_charge(Some("k-starved"), &body).await).await;
+        (r, started.elapsed())
+    };
+    let (holder, (starved, waited)) = tokio::join!(holder, starved);
+    assert_eq!(holder.status(), 201);
+    starved.assert_problem(503, "service-unavailable");
+    assert_eq!(starved.header("retry-after"), Some("1"));
+    assert!(
+        waited < std::time::Duration::from_millis(1200),
+        "it gave up after the pool timeout: {waited:?}"
+    );
+    assert_eq!(
+        app.count("idempotency_keys WHERE key = 'k-starved'"),
+        0,
+        "nothing was stored for it"
+    );
+    // The same request succeeds once a connection is free.
+    assert_eq!(
+        app.post_charge(Some("k-starved"), &body).await.status(),
+        201
+    );
 }

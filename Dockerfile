@@ -5,7 +5,7 @@ WORKDIR /src
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libssl-dev pkg-config \
  && rm -rf /var/lib/apt/lists/*
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src src
 COPY migrations migrations
 RUN cargo build --release --locked --bin charges
@@ -15,11 +15,15 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates libssl3 \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --no-create-home charges
+ && useradd --system --uid 10001 --no-create-home charges \
+ && mkdir /data && chown charges /data
 COPY --from=build /src/target/release/charges /usr/local/bin/charges
 COPY web /app/web
 ENV BIND=0.0.0.0:8080 \
     WEB_DIR=/app/web
+# Without DATABASE_URL the app keeps an SQLite file here (docker-compose.yml
+# sets a PostgreSQL URL instead).
+WORKDIR /data
 USER charges
 EXPOSE 8080
 ENTRYPOINT ["charges"]

@@ -6,11 +6,12 @@ use std::sync::RwLock;
 
 use actix_web::HttpRequest;
 use actix_web::http::header;
-use diesel::pg::PgConnection;
+use chrono::Utc;
 use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Text};
 use sha2::{Digest, Sha256};
 
-use crate::db::DbPool;
+use crate::db::{Conn, DbPool, sqlite_time};
 use crate::problem::ApiError;
 use crate::schema::accounts;
 
@@ -22,33 +23,64 @@ pub fn hash_api_key(key: &str) -> String {
     format!("{:x}", Sha256::digest(key.as_bytes()))
 }
 
-pub fn create_account(conn: &mut PgConnection, name: &str, api_key: &str) -> QueryResult<i64> {
-    diesel::insert_into(accounts::table)
-        .values((
-            accounts::name.eq(name),
-            accounts::api_key_sha256.eq(hash_api_key(api_key)),
-        ))
-        .returning(accounts::id)
-        .get_result(conn)
+#[derive(QueryableByName)]
+struct Id {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
 }
 
-pub fn find_by_api_key(conn: &mut PgConnection, api_key: &str) -> QueryResult<Option<i64>> {
-    accounts::table
-        .filter(accounts::api_key_sha256.eq(hash_api_key(api_key)))
-        .select(accounts::id)
-        .first(conn)
-        .optional()
+pub fn create_account(conn: &mut Conn<'_>, name: &str, api_key: &str) -> QueryResult<i64> {
+    match conn {
+        Conn::Pg(c) => diesel::insert_into(accounts::table)
+            .values((
+                accounts::name.eq(name),
+                accounts::api_key_sha256.eq(hash_api_key(api_key)),
+            ))
+            .returning(accounts::id)
+            .get_result(*c),
+        Conn::Sqlite(c) => diesel::sql_query(
+            "INSERT INTO accounts (name, api_key_sha256, created_at) VALUES (?, ?, ?) RETURNING id",
+        )
+        .bind::<Text, _>(name)
+        .bind::<Text, _>(hash_api_key(api_key))
+        .bind::<Text, _>(sqlite_time(Utc::now()))
+        .get_result::<Id>(*c)
+        .map(|r| r.id),
+    }
 }
 
-pub fn seed_demo_account(conn: &mut PgConnection) -> QueryResult<i64> {
-    diesel::insert_into(accounts::table)
-        .values((
-            accounts::name.eq(DEMO_ACCOUNT_NAME),
-            accounts::api_key_sha256.eq(hash_api_key(DEMO_API_KEY)),
-        ))
-        .on_conflict(accounts::api_key_sha256)
-        .do_nothing()
-        .execute(conn)?;
+pub fn find_by_api_key(conn: &mut Conn<'_>, api_key: &str) -> QueryResult<Option<i64>> {
+    let digest = hash_api_key(api_key);
+    match conn {
+        Conn::Pg(c) => accounts::table
+            .filter(accounts::api_key_sha256.eq(digest))
+            .select(accounts::id)
+            .first(*c)
+            .optional(),
+        Conn::Sqlite(c) => diesel::sql_query("SELECT id FROM accounts WHERE api_key_sha256 = ?")
+            .bind::<Text, _>(digest)
+            .get_result::<Id>(*c)
+            .optional()
+            .map(|r| r.map(|r| r.id)),
+    }
+}
+
+pub fn seed_demo_account(conn: &mut Conn<'_>) -> QueryResult<i64> {
+    let digest = hash_api_key(DEMO_API_KEY);
+    match conn {
+        Conn::Pg(c) => diesel::insert_into(accounts::table)
+            .values((accounts::name.eq(DEMO_ACCOUNT_NAME), accounts::api_key_sha256.eq(&digest)))
+            .on_conflict(accounts::api_key_sha256)
+            .do_nothing()
+            .execute(*c)?,
+        Conn::Sqlite(c) => diesel::sql_query(
+            "INSERT INTO accounts (name, api_key_sha256, created_at) VALUES (?, ?, ?) ON CONFLICT (api_key_sha256) DO NOTHING",
+        )
+        .bind::<Text, _>(DEMO_ACCOUNT_NAME)
+        .bind::<Text, _>(&digest)
+        .bind::<Text, _>(sqlite_time(Utc::now()))
+        .execute(*c)?,
+    };
     find_by_api_key(conn, DEMO_API_KEY).map(|id| id.expect("demo account was just seeded"))
 }
 
@@ -69,7 +101,7 @@ impl AccountCache {
         let key = key.to_owned();
         let found = actix_web::web::block(move || -> Result<Option<i64>, ApiError> {
             let mut conn = crate::db::checkout(&pool)?;
-            Ok(find_by_api_key(&mut conn, &key)?)
+            Ok(find_by_api_key(&mut conn.conn(), &key)?)
         })
         .await??;
         let id = found.ok_or(ApiError::Unauthorized)?;

@@ -148,7 +148,7 @@ async fn purge_periodically(pool: DbPool, interval: Duration, batch: i64) {
         let pool = pool.clone();
         let purged = web::block(move || -> Result<usize, ApiError> {
             Ok(idempotency::purge_expired(
-                &mut *db::checkout(&pool)?,
+                &mut db::checkout(&pool)?.conn(),
                 batch,
             )?)
         })
@@ -214,7 +214,7 @@ pub async fn healthz() -> HttpResponse {
 ))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let pool = state.pool.clone();
-    web::block(move || -> Result<(), ApiError> { Ok(db::ping(&mut *db::checkout(&pool)?)?) })
+    web::block(move || -> Result<(), ApiError> { Ok(db::ping(&mut db::checkout(&pool)?.conn())?) })
         .await??;
     Ok(HttpResponse::Ok().json(json!({"status": "ready"})))
 }

@@ -128,7 +128,7 @@ pub async fn create(
         // No key: nothing can tell a retry from a new charge.
         let created = web::block(move || -> Result<Created, ApiError> {
             let mut conn = crate::db::checkout(&pool)?;
-            let created = conn.build_transaction().read_committed().run(|tx| {
+            let created = conn.conn().transaction(|tx| {
                 let created = create_charge(tx, account_id, &new_charge)?;
                 hooks.0.after_operation()?;
                 Ok::<_, idempotency::Error>(created)
@@ -158,7 +158,7 @@ pub async fn create(
             lease,
         };
         Ok(idempotency::execute(
-            &mut conn,
+            &mut conn.conn(),
             mode,
             &request,
             hooks.0.as_ref(),
@@ -187,7 +187,7 @@ fn record_outcome(outcome: &'static str, mode: &str) {
 
 /// Inserts the charge and renders the 201 that is sent and stored.
 pub fn create_charge(
-    conn: &mut diesel::PgConnection,
+    conn: &mut crate::db::Conn<'_>,
     account_id: i64,
     new: &NewCharge,
 ) -> Result<Created, diesel::result::Error> {
@@ -354,7 +354,7 @@ pub async fn list(
     let pool = state.pool.clone();
     let charges = web::block(move || -> Result<Vec<Charge>, ApiError> {
         let mut conn = crate::db::checkout(&pool)?;
-        Ok(db::list_charges(&mut conn, account_id, limit)?)
+        Ok(db::list_charges(&mut conn.conn(), account_id, limit)?)
     })
     .await??;
     Ok(HttpResponse::Ok().json(ChargeList {
@@ -385,7 +385,7 @@ pub async fn get(
     let pool = state.pool.clone();
     let charge = web::block(move || -> Result<Option<Charge>, ApiError> {
         let mut conn = crate::db::checkout(&pool)?;
-        Ok(db::find_charge(&mut conn, account_id, id)?)
+        Ok(db::find_charge(&mut conn.conn(), account_id, id)?)
     })
     .await??
     .ok_or(ApiError::NotFound)?;

@@ -7,7 +7,8 @@ use clap::{ArgAction, Args};
 
 use crate::idempotency::Mode;
 
-pub const DEFAULT_DATABASE_URL: &str = "postgres://localhost/charges";
+/// Without `DATABASE_URL`: an SQLite file in the working directory.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://charges.db";
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 pub const DEFAULT_WEB_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/web");
 pub const DEFAULT_POOL_SIZE: u32 = 10;
@@ -22,7 +23,7 @@ pub const DEFAULT_PURGE_BATCH: i64 = 1000;
 
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
-    /// PostgreSQL URL; the database is created if it does not exist.
+    /// postgres://user@host/db (created if missing) or sqlite://path/to/file.db.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
     pub database_url: String,
 
@@ -99,6 +100,10 @@ impl Settings {
             web_dir: DEFAULT_WEB_DIR.to_owned(),
             workers: None,
         }
+    }
+
+    pub fn database_url(&self) -> String {
+        self.database_url.clone()
     }
 
     pub fn demo_enabled(&self) -> bool {

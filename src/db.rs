@@ -1,11 +1,22 @@
-//! Database access: the connection pool, the embedded migrations, and the
-//! charge queries. Diesel is synchronous, so handlers call these inside
+//! Database access: the connection pools of the two backends, the embedded
+//! migrations, and the charge queries.
+//!
+//! PostgreSQL is the reference backend; SQLite (a file, compiled in) is the
+//! zero-setup default. Every query takes a [`Conn`] and has its two
+//! backend versions side by side: the PostgreSQL one in Diesel's DSL over
+//! `schema.rs`, the SQLite one as plain SQL over `migrations/sqlite` (Diesel
+//! cannot share our schema's UUID, JSONB and TIMESTAMPTZ types across
+//! backends). Diesel is synchronous, so handlers call all of this inside
 //! `web::block`, taking the connection from the pool there.
 
-use chrono::{DateTime, Utc};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
 use diesel::pg::PgConnection;
 use diesel::prelude::*;
-use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};
+use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, PooledConnection};
+use diesel::sqlite::SqliteConnection;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use uuid::Uuid;
 
@@ -13,15 +24,138 @@ use crate::config::Settings;
 use crate::domain::NewCharge;
 use crate::schema::charges;
 
-pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+pub const PG_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+pub const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 
-pub type DbPool = Pool<ConnectionManager<PgConnection>>;
-pub type DbConn = PooledConnection<ConnectionManager<PgConnection>>;
+/// SQLite writers wait this long for the database's write lock: longer than
+/// the longest demo delay, so a concurrent retry waits like PostgreSQL's.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Postgres => "postgresql",
+            Backend::Sqlite => "sqlite",
+        }
+    }
+}
+
+/// What `DATABASE_URL` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Postgres(String),
+    Sqlite(PathBuf),
+}
+
+impl Target {
+    pub fn parse(url: &str) -> Result<Target, SetupError> {
+        if let Some(path) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        {
+            if path.is_empty() {
+                return Err(SetupError::BadUrl(url.to_owned()));
+            }
+            return Ok(Target::Sqlite(PathBuf::from(path)));
+        }
+        match url::Url::parse(url) {
+            Ok(u) if matches!(u.scheme(), "postgres" | "postgresql") => {
+                Ok(Target::Postgres(url.to_owned()))
+            }
+            _ => Err(SetupError::BadUrl(redact(url))),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub enum DbPool {
+    Pg(Pool<ConnectionManager<PgConnection>>),
+    Sqlite(Pool<ConnectionManager<SqliteConnection>>),
+}
+
+pub enum DbConn {
+    Pg(PooledConnection<ConnectionManager<PgConnection>>),
+    Sqlite(PooledConnection<ConnectionManager<SqliteConnection>>),
+}
+
+/// A connection of either backend, borrowed for one unit of work.
+pub enum Conn<'a> {
+    Pg(&'a mut PgConnection),
+    Sqlite(&'a mut SqliteConnection),
+}
+
+impl DbPool {
+    pub fn backend(&self) -> Backend {
+        match self {
+            DbPool::Pg(_) => Backend::Postgres,
+            DbPool::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    pub fn state(&self) -> r2d2::State {
+        match self {
+            DbPool::Pg(p) => p.state(),
+            DbPool::Sqlite(p) => p.state(),
+        }
+    }
+
+    pub fn get(&self) -> Result<DbConn, r2d2::Error> {
+        Ok(match self {
+            DbPool::Pg(p) => DbConn::Pg(p.get()?),
+            DbPool::Sqlite(p) => DbConn::Sqlite(p.get()?),
+        })
+    }
+}
+
+impl DbConn {
+    pub fn conn(&mut self) -> Conn<'_> {
+        match self {
+            DbConn::Pg(c) => Conn::Pg(c),
+            DbConn::Sqlite(c) => Conn::Sqlite(c),
+        }
+    }
+}
+
+impl Conn<'_> {
+    pub fn backend(&self) -> Backend {
+        match self {
+            Conn::Pg(_) => Backend::Postgres,
+            Conn::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    /// One transaction. PostgreSQL: READ COMMITTED, where a second insert of
+    /// the same key waits on the unique index (REPEATABLE READ would make it
+    /// fail instead). SQLite: `BEGIN IMMEDIATE`, which takes the database's
+    /// write lock up front, so a concurrent writer waits (busy timeout) for
+    /// the whole transaction rather than failing halfway.
+    pub fn transaction<T, E>(
+        &mut self,
+        f: impl FnOnce(&mut Conn<'_>) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<diesel::result::Error>,
+    {
+        match self {
+            Conn::Pg(c) => c
+                .build_transaction()
+                .read_committed()
+                .run(|tx| f(&mut Conn::Pg(tx))),
+            Conn::Sqlite(c) => c.immediate_transaction(|tx| f(&mut Conn::Sqlite(tx))),
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
     #[error(
-        "DATABASE_URL {0:?} is not a PostgreSQL URL (expected postgres://user@host:port/database)"
+        "DATABASE_URL {0:?} is neither a PostgreSQL URL (postgres://user@host:port/database) nor an SQLite one (sqlite://path/to/file.db)"
     )]
     BadUrl(String),
     #[error("cannot connect to the database at {url}: {reason}")]
@@ -39,31 +173,70 @@ pub enum SetupError {
 /// Connects (creating the database if it does not exist), migrates, seeds the
 /// demo account, and returns a pool.
 pub fn setup(settings: &Settings) -> Result<DbPool, SetupError> {
-    let url = &settings.database_url;
-    let shown = redact(url);
-    let mut conn = connect_or_create(url)?;
-    migrate(&mut conn).map_err(|reason| SetupError::Migrate {
+    let url = settings.database_url();
+    let shown = redact(&url);
+    let migrate_error = |reason: String| SetupError::Migrate {
         url: shown.clone(),
         reason,
-    })?;
-    crate::accounts::seed_demo_account(&mut conn).map_err(|e| SetupError::Migrate {
+    };
+    let connect_error = |e: r2d2::Error| SetupError::Connect {
         url: shown.clone(),
         reason: e.to_string(),
-    })?;
-    drop(conn);
+    };
+    let pool = match Target::parse(&url)? {
+        Target::Postgres(url) => {
+            let mut conn = connect_or_create(&url)?;
+            migrate(&mut Conn::Pg(&mut conn)).map_err(migrate_error)?;
+            DbPool::Pg(
+                pool_builder(settings)
+                    .build(ConnectionManager::new(url))
+                    .map_err(connect_error)?,
+            )
+        }
+        Target::Sqlite(path) => {
+            let pool = pool_builder(settings)
+                .connection_customizer(Box::new(SqlitePragmas))
+                .build(ConnectionManager::new(path.to_string_lossy()))
+                .map_err(connect_error)?;
+            let mut conn = pool.get().map_err(connect_error)?;
+            migrate(&mut Conn::Sqlite(&mut conn)).map_err(migrate_error)?;
+            DbPool::Sqlite(pool)
+        }
+    };
+    let mut conn = pool.get().map_err(connect_error)?;
+    crate::accounts::seed_demo_account(&mut conn.conn())
+        .map_err(|e| migrate_error(e.to_string()))?;
+    Ok(pool)
+}
+
+fn pool_builder<C: diesel::r2d2::R2D2Connection + 'static>(
+    settings: &Settings,
+) -> r2d2::Builder<ConnectionManager<C>> {
     Pool::builder()
         .max_size(settings.pool_size)
         .connection_timeout(settings.pool_timeout)
-        // A SELECT 1 at checkout: Diesel marks a connection broken only when
-        // its transaction state is bad, so a connection the database closed
-        // (restart, pg_terminate_backend) would otherwise be handed out again
-        // and again. The check finds it, and r2d2 replaces it.
+        // A cheap query at checkout: Diesel marks a connection broken only
+        // when its transaction state is bad, so a connection the database
+        // closed (restart, pg_terminate_backend) would otherwise be handed
+        // out again and again. The check finds it; r2d2 replaces it.
         .test_on_check_out(true)
-        .build(ConnectionManager::new(url))
-        .map_err(|e| SetupError::Connect {
-            url: shown,
-            reason: e.to_string(),
-        })
+}
+
+/// Every SQLite connection: wait for the write lock instead of failing,
+/// enforce foreign keys, and use the write-ahead log so readers never block
+/// on the writer (a replay's read does not wait for an open transaction).
+#[derive(Debug)]
+struct SqlitePragmas;
+
+impl CustomizeConnection<SqliteConnection, diesel::r2d2::Error> for SqlitePragmas {
+    fn on_acquire(&self, conn: &mut SqliteConnection) -> Result<(), diesel::r2d2::Error> {
+        use diesel::connection::SimpleConnection;
+        conn.batch_execute(&format!(
+            "PRAGMA busy_timeout = {}; PRAGMA foreign_keys = ON; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;",
+            SQLITE_BUSY_TIMEOUT.as_millis()
+        ))
+        .map_err(diesel::r2d2::Error::QueryError)
+    }
 }
 
 /// A connection from the pool, waiting at most the pool's timeout (then
@@ -75,23 +248,72 @@ pub fn checkout(pool: &DbPool) -> Result<DbConn, crate::problem::ApiError> {
     Ok(conn?)
 }
 
-/// Runs the pending migrations under a session advisory lock, so several
-/// instances starting at once on one database take turns instead of racing.
-pub fn migrate(conn: &mut PgConnection) -> Result<Vec<String>, String> {
-    const LOCK: i64 = 0x0063_6861_7267_6573; // "charges" in ASCII
-    let lock = |conn: &mut PgConnection, sql: &str| {
-        diesel::sql_query(sql)
-            .bind::<diesel::sql_types::BigInt, _>(LOCK)
-            .execute(conn)
-            .map_err(|e| e.to_string())
+/// Runs the pending migrations of the connection's backend. On PostgreSQL
+/// under a session advisory lock, so several instances starting at once on
+/// one database take turns instead of racing (SQLite's write lock does that).
+pub fn migrate(conn: &mut Conn<'_>) -> Result<Vec<String>, String> {
+    let names = |applied: Vec<diesel::migration::MigrationVersion>| {
+        applied.iter().map(|m| m.to_string()).collect()
     };
-    lock(conn, "SELECT pg_advisory_lock($1)")?;
-    let applied = conn
-        .run_pending_migrations(MIGRATIONS)
-        .map(|applied| applied.iter().map(|m| m.to_string()).collect())
-        .map_err(|e| e.to_string());
-    lock(conn, "SELECT pg_advisory_unlock($1)")?;
-    applied
+    match conn {
+        Conn::Pg(conn) => {
+            const LOCK: i64 = 0x0063_6861_7267_6573; // "charges" in ASCII
+            let lock = |conn: &mut PgConnection, sql: &str| {
+                diesel::sql_query(sql)
+                    .bind::<diesel::sql_types::BigInt, _>(LOCK)
+                    .execute(conn)
+                    .map_err(|e| e.to_string())
+            };
+            lock(conn, "SELECT pg_advisory_lock($1)")?;
+            let applied = conn
+                .run_pending_migrations(PG_MIGRATIONS)
+                .map(names)
+                .map_err(|e| e.to_string());
+            lock(conn, "SELECT pg_advisory_unlock($1)")?;
+            applied
+        }
+        Conn::Sqlite(conn) => conn
+            .run_pending_migrations(SQLITE_MIGRATIONS)
+            .map(names)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// `charges migrate` and `purge-expired`: one connection to either backend.
+pub fn connect(url: &str) -> Result<AnyConnection, SetupError> {
+    match Target::parse(url)? {
+        Target::Postgres(url) => Ok(AnyConnection::Pg(connect_or_create(&url)?)),
+        Target::Sqlite(path) => {
+            let mut conn = SqliteConnection::establish(&path.to_string_lossy()).map_err(|e| {
+                SetupError::Connect {
+                    url: url.to_owned(),
+                    reason: one_line(&e.to_string()),
+                }
+            })?;
+            SqlitePragmas
+                .on_acquire(&mut conn)
+                .map_err(|e| SetupError::Connect {
+                    url: url.to_owned(),
+                    reason: e.to_string(),
+                })?;
+            Ok(AnyConnection::Sqlite(conn))
+        }
+    }
+}
+
+/// An owned connection of either backend.
+pub enum AnyConnection {
+    Pg(PgConnection),
+    Sqlite(SqliteConnection),
+}
+
+impl AnyConnection {
+    pub fn conn(&mut self) -> Conn<'_> {
+        match self {
+            AnyConnection::Pg(c) => Conn::Pg(c),
+            AnyConnection::Sqlite(c) => Conn::Sqlite(c),
+        }
+    }
 }
 
 /// Connects to `url`; if its database does not exist, creates it through the
@@ -157,6 +379,21 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// How SQLite stores a time: fixed-width RFC 3339 UTC, so text order is time order.
+pub fn sqlite_time(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+pub fn parse_sqlite_time(text: &str) -> QueryResult<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| diesel::result::Error::DeserializationError(Box::new(e)))
+}
+
+pub fn parse_uuid(text: &str) -> QueryResult<Uuid> {
+    Uuid::parse_str(text).map_err(|e| diesel::result::Error::DeserializationError(Box::new(e)))
+}
+
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = charges, check_for_backend(diesel::pg::Pg))]
 pub struct Charge {
@@ -168,49 +405,112 @@ pub struct Charge {
     pub created_at: DateTime<Utc>,
 }
 
-pub fn insert_charge(
-    conn: &mut PgConnection,
+/// A charge row as SQLite returns it (TEXT ids and times).
+#[derive(QueryableByName)]
+struct SqliteCharge {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    id: String,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
     account_id: i64,
-    new: &NewCharge,
-) -> QueryResult<Charge> {
-    diesel::insert_into(charges::table)
-        .values((
-            charges::id.eq(Uuid::new_v4()),
-            charges::account_id.eq(account_id),
-            charges::amount.eq(new.amount.get()),
-            charges::currency.eq(new.currency.code()),
-            charges::description.eq(new.description.as_ref().map(|d| d.as_str())),
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    amount: i64,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    currency: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    description: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    created_at: String,
+}
+
+impl SqliteCharge {
+    fn into_charge(self) -> QueryResult<Charge> {
+        Ok(Charge {
+            id: parse_uuid(&self.id)?,
+            account_id: self.account_id,
+            amount: self.amount,
+            currency: self.currency,
+            description: self.description,
+            created_at: parse_sqlite_time(&self.created_at)?,
+        })
+    }
+}
+
+const SQLITE_CHARGE_COLUMNS: &str = "id, account_id, amount, currency, description, created_at";
+
+pub fn insert_charge(conn: &mut Conn<'_>, account_id: i64, new: &NewCharge) -> QueryResult<Charge> {
+    use diesel::sql_types::{BigInt, Nullable, Text};
+    let id = Uuid::new_v4();
+    let description = new.description.as_ref().map(|d| d.as_str());
+    match conn {
+        Conn::Pg(c) => diesel::insert_into(charges::table)
+            .values((
+                charges::id.eq(id),
+                charges::account_id.eq(account_id),
+                charges::amount.eq(new.amount.get()),
+                charges::currency.eq(new.currency.code()),
+                charges::description.eq(description),
+            ))
+            .returning(Charge::as_returning())
+            .get_result(*c),
+        Conn::Sqlite(c) => diesel::sql_query(format!(
+            "INSERT INTO charges ({SQLITE_CHARGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) RETURNING {SQLITE_CHARGE_COLUMNS}"
         ))
-        .returning(Charge::as_returning())
-        .get_result(conn)
+        .bind::<Text, _>(id.to_string())
+        .bind::<BigInt, _>(account_id)
+        .bind::<BigInt, _>(new.amount.get())
+        .bind::<Text, _>(new.currency.code())
+        .bind::<Nullable<Text>, _>(description)
+        .bind::<Text, _>(sqlite_time(Utc::now()))
+        .get_result::<SqliteCharge>(*c)?
+        .into_charge(),
+    }
 }
 
-pub fn find_charge(
-    conn: &mut PgConnection,
-    account_id: i64,
-    id: Uuid,
-) -> QueryResult<Option<Charge>> {
-    charges::table
-        .filter(charges::id.eq(id))
-        .filter(charges::account_id.eq(account_id))
-        .select(Charge::as_select())
-        .first(conn)
-        .optional()
+pub fn find_charge(conn: &mut Conn<'_>, account_id: i64, id: Uuid) -> QueryResult<Option<Charge>> {
+    use diesel::sql_types::{BigInt, Text};
+    match conn {
+        Conn::Pg(c) => charges::table
+            .filter(charges::id.eq(id))
+            .filter(charges::account_id.eq(account_id))
+            .select(Charge::as_select())
+            .first(*c)
+            .optional(),
+        Conn::Sqlite(c) => diesel::sql_query(format!(
+            "SELECT {SQLITE_CHARGE_COLUMNS} FROM charges WHERE id = ? AND account_id = ?"
+        ))
+        .bind::<Text, _>(id.to_string())
+        .bind::<BigInt, _>(account_id)
+        .get_result::<SqliteCharge>(*c)
+        .optional()?
+        .map(SqliteCharge::into_charge)
+        .transpose(),
+    }
 }
 
-pub fn list_charges(
-    conn: &mut PgConnection,
-    account_id: i64,
-    limit: i64,
-) -> QueryResult<Vec<Charge>> {
-    charges::table
-        .filter(charges::account_id.eq(account_id))
-        .order((charges::created_at.desc(), charges::id.desc()))
-        .limit(limit)
-        .select(Charge::as_select())
-        .load(conn)
+pub fn list_charges(conn: &mut Conn<'_>, account_id: i64, limit: i64) -> QueryResult<Vec<Charge>> {
+    use diesel::sql_types::BigInt;
+    match conn {
+        Conn::Pg(c) => charges::table
+            .filter(charges::account_id.eq(account_id))
+            .order((charges::created_at.desc(), charges::id.desc()))
+            .limit(limit)
+            .select(Charge::as_select())
+            .load(*c),
+        Conn::Sqlite(c) => diesel::sql_query(format!(
+            "SELECT {SQLITE_CHARGE_COLUMNS} FROM charges WHERE account_id = ? ORDER BY created_at DESC, id DESC LIMIT ?"
+        ))
+        .bind::<BigInt, _>(account_id)
+        .bind::<BigInt, _>(limit)
+        .load::<SqliteCharge>(*c)?
+        .into_iter()
+        .map(SqliteCharge::into_charge)
+        .collect(),
+    }
 }
 
-pub fn ping(conn: &mut PgConnection) -> QueryResult<()> {
-    diesel::sql_query("SELECT 1").execute(conn).map(|_| ())
+pub fn ping(conn: &mut Conn<'_>) -> QueryResult<()> {
+    match conn {
+        Conn::Pg(c) => diesel::sql_query("SELECT 1").execute(*c).map(|_| ()),
+        Conn::Sqlite(c) => diesel::sql_query("SELECT 1").execute(*c).map(|_| ()),
+    }
 }

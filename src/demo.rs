@@ -25,22 +25,15 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::middleware::Next;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, guard, web};
-use chrono::{DateTime, SecondsFormat, Utc};
-use diesel::dsl::now;
-use diesel::prelude::*;
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 use crate::accounts::{self, DEMO_ACCOUNT_NAME, DEMO_API_KEY};
 use crate::api::{AppState, resource};
 use crate::charges::{self, ChargeRequest};
-use crate::db::{self, DbConn};
+use crate::db::{Conn, sqlite_time};
 use crate::hooks::{HookFailure, RequestHooks, TxHooks};
 use crate::idempotency::{self, Mode, SavedResponse};
 use crate::problem::{self, ApiError};
-use crate::schema::{
-    charges as charges_t, demo_unguarded_keys as unguarded, idempotency_keys as keys,
-};
 
 pub const FAULT_HEADER: &str = "demo-fault";
 pub const MODE_HEADER: &str = "demo-mode";
@@ -201,39 +194,36 @@ async fn check_then_insert(
     })?;
     let pool = state.pool.clone();
     let (saved, replayed) = web::block(move || -> Result<(SavedResponse, bool), ApiError> {
-        let mut conn = crate::db::checkout(&pool)?;
-        let found: Option<(String, Value)> = unguarded::table
-            .filter(unguarded::account_id.eq(account_id))
-            .filter(unguarded::key.eq(key.as_str()))
-            .select((unguarded::fingerprint, unguarded::response_body))
-            .first(&mut conn)
-            .optional()?;
-        if let Some((stored, body)) = found {
+        let mut pooled = crate::db::checkout(&pool)?;
+        let mut conn = pooled.conn();
+        if let Some((stored, body)) = views::find_unguarded(&mut conn, account_id, key.as_str())? {
             if stored != fingerprint.as_str() {
                 return Err(ApiError::IdempotencyKeyReused);
             }
-            let mut saved = SavedResponse {
-                status: 201,
-                headers: Default::default(),
-                body,
-            };
-            saved
-                .headers
-                .insert("content-type".into(), "application/json".into());
-            return Ok((saved, true));
+            let headers = [("content-type".to_owned(), "application/json".to_owned())].into();
+            return Ok((
+                SavedResponse {
+                    status: 201,
+                    headers,
+                    body,
+                },
+                true,
+            ));
         }
         std::thread::sleep(CHECK_THEN_INSERT_PAUSE);
+        // No BEGIN IMMEDIATE-style lock, no unique constraint: a plain
+        // transaction for the charge and the unguarded key row.
         let created = conn.transaction(|tx| {
             let created = charges::create_charge(tx, account_id, &new_charge)?;
-            diesel::insert_into(unguarded::table)
-                .values((
-                    unguarded::account_id.eq(account_id),
-                    unguarded::key.eq(key.as_str()),
-                    unguarded::fingerprint.eq(fingerprint.as_str()),
-                    unguarded::charge_id.eq(created.resource_id.expect("a charge has an id")),
-                    unguarded::response_body.eq(&created.response.body),
-                ))
-                .execute(tx)?;
+            let charge_id = created.resource_id.expect("a charge has an id");
+            views::insert_unguarded(
+                tx,
+                account_id,
+                key.as_str(),
+                fingerprint.as_str(),
+                charge_id,
+                &created.response.body,
+            )?;
             hooks.0.after_operation()?;
             Ok::<_, crate::idempotency::Error>(created)
         })?;
@@ -243,60 +233,18 @@ async fn check_then_insert(
     Ok(charges::respond(&saved, replayed))
 }
 
-fn demo_account(conn: &mut DbConn) -> Result<i64, ApiError> {
+fn demo_account(conn: &mut Conn<'_>) -> Result<i64, ApiError> {
     accounts::find_by_api_key(conn, DEMO_API_KEY)?.ok_or(ApiError::NotFound)
 }
 
-fn ts(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Micros, true)
-}
-
 /// What the page shows as "the database": the demo account's rows.
-fn snapshot(conn: &mut DbConn, settings: &crate::config::Settings) -> Result<Value, ApiError> {
+fn snapshot(conn: &mut Conn<'_>, settings: &crate::config::Settings) -> Result<Value, ApiError> {
     let account_id = demo_account(conn)?;
-    let charges = charges_t::table
-        .filter(charges_t::account_id.eq(account_id))
-        .order((charges_t::created_at.desc(), charges_t::id.desc()))
-        .limit(200)
-        .select(db::Charge::as_select())
-        .load(conn)?;
-    type KeyView = (
-        String,
-        String,
-        String,
-        Option<i16>,
-        Option<Uuid>,
-        DateTime<Utc>,
-        DateTime<Utc>,
-        bool,
-        DateTime<Utc>,
-        bool,
-    );
-    let key_rows: Vec<KeyView> = keys::table
-        .filter(keys::account_id.eq(account_id))
-        .order((keys::created_at.desc(), keys::id.desc()))
-        .limit(200)
-        .select((
-            keys::key,
-            keys::status,
-            keys::fingerprint,
-            keys::response_status,
-            keys::charge_id,
-            keys::created_at,
-            keys::expires_at,
-            keys::expires_at.le(now),
-            keys::locked_until,
-            keys::locked_until.gt(now),
-        ))
-        .load(conn)?;
-    let unguarded_rows: Vec<(String, Uuid, DateTime<Utc>)> = unguarded::table
-        .filter(unguarded::account_id.eq(account_id))
-        .order((unguarded::created_at.desc(), unguarded::id.desc()))
-        .limit(200)
-        .select((unguarded::key, unguarded::charge_id, unguarded::created_at))
-        .load(conn)?;
+    let charges = crate::db::list_charges(conn, account_id, views::LIMIT)?;
+    let keys = views::keys(conn, account_id)?;
+    let unguarded = views::unguarded(conn, account_id)?;
     Ok(json!({
-        "backend": "postgresql",
+        "backend": conn.backend().as_str(),
         "idempotency_mode": settings.idempotency_mode.as_str(),
         "idempotency_ttl_seconds": settings.idempotency_ttl.as_secs(),
         "idempotency_lease_seconds": settings.idempotency_lease.as_secs(),
@@ -306,26 +254,26 @@ fn snapshot(conn: &mut DbConn, settings: &crate::config::Settings) -> Result<Val
             "amount": c.amount,
             "currency": c.currency,
             "description": c.description,
-            "created_at": ts(c.created_at),
+            "created_at": sqlite_time(c.created_at),
         })).collect::<Vec<_>>(),
-        "idempotency_keys": key_rows.into_iter().map(|(key, status, fingerprint, response_status, charge_id, created_at, expires_at, expired, locked_until, leased)| json!({
-            "key": key,
-            "status": status,
+        "idempotency_keys": keys.into_iter().map(|k| json!({
+            "key": k.key,
             // Enough of the digest to tell two requests apart on screen.
-            "fingerprint": fingerprint.chars().take("sha256:".len() + 12).collect::<String>(),
-            "response_status": response_status,
-            "charge_id": charge_id,
-            "created_at": ts(created_at),
-            "expires_at": ts(expires_at),
-            "expired": expired,
+            "fingerprint": k.fingerprint.chars().take("sha256:".len() + 12).collect::<String>(),
+            "response_status": k.response_status,
+            "charge_id": k.charge_id,
+            "created_at": k.created_at,
+            "expires_at": k.expires_at,
+            "expired": k.expired,
             // Key-first: an in-progress row is protected until then.
-            "locked_until": ts(locked_until),
-            "lease_live": status == idempotency::store::IN_PROGRESS && leased,
+            "locked_until": k.locked_until,
+            "lease_live": k.status == idempotency::store::IN_PROGRESS && k.leased,
+            "status": k.status,
         })).collect::<Vec<_>>(),
-        "unguarded_keys": unguarded_rows.into_iter().map(|(key, charge_id, created_at)| json!({
-            "key": key,
-            "charge_id": charge_id,
-            "created_at": ts(created_at),
+        "unguarded_keys": unguarded.into_iter().map(|u| json!({
+            "key": u.key,
+            "charge_id": u.charge_id,
+            "created_at": u.created_at,
         })).collect::<Vec<_>>(),
     }))
 }
@@ -336,7 +284,7 @@ pub async fn state(state: web::Data<AppState>) -> Result<HttpResponse, ApiError>
     let app = state.into_inner();
     let snapshot = web::block(move || -> Result<Value, ApiError> {
         let mut conn = crate::db::checkout(&app.pool)?;
-        snapshot(&mut conn, &app.settings)
+        snapshot(&mut conn.conn(), &app.settings)
     })
     .await??;
     Ok(HttpResponse::Ok().json(snapshot))
@@ -347,14 +295,13 @@ pub async fn state(state: web::Data<AppState>) -> Result<HttpResponse, ApiError>
 pub async fn reset(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let app = state.into_inner();
     let snapshot = web::block(move || -> Result<Value, ApiError> {
-        let mut conn = crate::db::checkout(&app.pool)?;
+        let mut pooled = crate::db::checkout(&app.pool)?;
+        let mut conn = pooled.conn();
         let account_id = demo_account(&mut conn)?;
         conn.transaction(|tx| {
-            diesel::delete(keys::table.filter(keys::account_id.eq(account_id))).execute(tx)?;
-            diesel::delete(unguarded::table.filter(unguarded::account_id.eq(account_id)))
-                .execute(tx)?;
-            diesel::delete(charges_t::table.filter(charges_t::account_id.eq(account_id)))
-                .execute(tx)?;
+            for table in ["idempotency_keys", "demo_unguarded_keys", "charges"] {
+                views::delete_account_rows(tx, table, account_id)?;
+            }
             Ok::<_, diesel::result::Error>(())
         })?;
         snapshot(&mut conn, &app.settings)
@@ -377,20 +324,10 @@ pub async fn expire(
     let app = state.into_inner();
     let key = path.into_inner();
     let snapshot = web::block(move || -> Result<Value, ApiError> {
-        let mut conn = crate::db::checkout(&app.pool)?;
+        let mut pooled = crate::db::checkout(&app.pool)?;
+        let mut conn = pooled.conn();
         let account_id = demo_account(&mut conn)?;
-        let updated = diesel::update(
-            keys::table
-                .filter(keys::account_id.eq(account_id))
-                .filter(keys::key.eq(&key)),
-        )
-        .set(
-            keys::expires_at.eq(diesel::dsl::sql::<diesel::sql_types::Timestamptz>(
-                "now() - interval '1 second'",
-            )),
-        )
-        .execute(&mut conn)?;
-        if updated == 0 {
+        if views::expire_key(&mut conn, account_id, &key)? == 0 {
             return Err(ApiError::NotFound);
         }
         snapshot(&mut conn, &app.settings)
@@ -405,10 +342,274 @@ pub async fn expire(
 pub async fn purge(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let app = state.into_inner();
     let (purged, snapshot) = web::block(move || -> Result<(usize, Value), ApiError> {
-        let mut conn = crate::db::checkout(&app.pool)?;
+        let mut pooled = crate::db::checkout(&app.pool)?;
+        let mut conn = pooled.conn();
         let purged = idempotency::purge_expired(&mut conn, app.settings.purge_batch)?;
         Ok((purged, snapshot(&mut conn, &app.settings)?))
     })
     .await??;
     Ok(HttpResponse::Ok().json(json!({"purged": purged, "state": snapshot})))
+}
+
+/// The demo's own queries, on both backends.
+mod views {
+    use chrono::{DateTime, Utc};
+    use diesel::dsl::now;
+    use diesel::prelude::*;
+    use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
+    use serde_json::Value;
+    use uuid::Uuid;
+
+    use crate::db::{Conn, sqlite_time};
+    use crate::schema::{demo_unguarded_keys as unguarded, idempotency_keys as keys};
+
+    pub const LIMIT: i64 = 200;
+
+    /// One key row as the page shows it (times as RFC 3339 text).
+    #[derive(QueryableByName)]
+    pub struct KeyView {
+        #[diesel(sql_type = Text)]
+        pub key: String,
+        #[diesel(sql_type = Text)]
+        pub status: String,
+        #[diesel(sql_type = Text)]
+        pub fingerprint: String,
+        #[diesel(sql_type = Nullable<Integer>)]
+        pub response_status: Option<i32>,
+        #[diesel(sql_type = Nullable<Text>)]
+        pub charge_id: Option<String>,
+        #[diesel(sql_type = Text)]
+        pub created_at: String,
+        #[diesel(sql_type = Text)]
+        pub expires_at: String,
+        #[diesel(sql_type = Bool)]
+        pub expired: bool,
+        #[diesel(sql_type = Text)]
+        pub locked_until: String,
+        #[diesel(sql_type = Bool)]
+        pub leased: bool,
+    }
+
+    #[derive(QueryableByName)]
+    pub struct UnguardedView {
+        #[diesel(sql_type = Text)]
+        pub key: String,
+        #[diesel(sql_type = Text)]
+        pub charge_id: String,
+        #[diesel(sql_type = Text)]
+        pub created_at: String,
+    }
+
+    type PgKeyRow = (
+        String,
+        String,
+        String,
+        Option<i16>,
+        Option<Uuid>,
+        DateTime<Utc>,
+        DateTime<Utc>,
+        bool,
+        DateTime<Utc>,
+        bool,
+    );
+
+    pub fn keys(conn: &mut Conn<'_>, account_id: i64) -> QueryResult<Vec<KeyView>> {
+        match conn {
+            Conn::Pg(c) => {
+                let rows: Vec<PgKeyRow> = keys::table
+                    .filter(keys::account_id.eq(account_id))
+                    .order((keys::created_at.desc(), keys::id.desc()))
+                    .limit(LIMIT)
+                    .select((
+                        keys::key,
+                        keys::status,
+                        keys::fingerprint,
+                        keys::response_status,
+                        keys::charge_id,
+                        keys::created_at,
+                        keys::expires_at,
+                        keys::expires_at.le(now),
+                        keys::locked_until,
+                        keys::locked_until.gt(now),
+                    ))
+                    .load(*c)?;
+                Ok(rows
+                    .into_iter()
+                    .map(
+                        |(
+                            key,
+                            status,
+                            fingerprint,
+                            response_status,
+                            charge_id,
+                            created_at,
+                            expires_at,
+                            expired,
+                            locked_until,
+                            leased,
+                        )| KeyView {
+                            key,
+                            status,
+                            fingerprint,
+                            response_status: response_status.map(i32::from),
+                            charge_id: charge_id.map(|id| id.to_string()),
+                            created_at: sqlite_time(created_at),
+                            expires_at: sqlite_time(expires_at),
+                            expired,
+                            locked_until: sqlite_time(locked_until),
+                            leased,
+                        },
+                    )
+                    .collect())
+            }
+            Conn::Sqlite(c) => {
+                let now_text = sqlite_time(Utc::now());
+                diesel::sql_query(
+                    "SELECT key, status, fingerprint, response_status, charge_id, created_at, expires_at,                             expires_at <= ? AS expired, locked_until, locked_until > ? AS leased                      FROM idempotency_keys WHERE account_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+                )
+                .bind::<Text, _>(&now_text)
+                .bind::<Text, _>(&now_text)
+                .bind::<BigInt, _>(account_id)
+                .bind::<BigInt, _>(LIMIT)
+                .load(*c)
+            }
+        }
+    }
+
+    pub fn unguarded(conn: &mut Conn<'_>, account_id: i64) -> QueryResult<Vec<UnguardedView>> {
+        match conn {
+            Conn::Pg(c) => {
+                let rows: Vec<(String, Uuid, DateTime<Utc>)> = unguarded::table
+                    .filter(unguarded::account_id.eq(account_id))
+                    .order((unguarded::created_at.desc(), unguarded::id.desc()))
+                    .limit(LIMIT)
+                    .select((unguarded::key, unguarded::charge_id, unguarded::created_at))
+                    .load(*c)?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(key, charge_id, created_at)| UnguardedView {
+                        key,
+                        charge_id: charge_id.to_string(),
+                        created_at: sqlite_time(created_at),
+                    })
+                    .collect())
+            }
+            Conn::Sqlite(c) => diesel::sql_query(
+                "SELECT key, charge_id, created_at FROM demo_unguarded_keys WHERE account_id = ?                  ORDER BY created_at DESC, id DESC LIMIT ?",
+            )
+            .bind::<BigInt, _>(account_id)
+            .bind::<BigInt, _>(LIMIT)
+            .load(*c),
+        }
+    }
+
+    #[derive(QueryableByName)]
+    struct Found {
+        #[diesel(sql_type = Text)]
+        fingerprint: String,
+        #[diesel(sql_type = Text)]
+        response_body: String,
+    }
+
+    /// The naive algorithm's look-up: the first row for the key, if any.
+    pub fn find_unguarded(
+        conn: &mut Conn<'_>,
+        account_id: i64,
+        key: &str,
+    ) -> QueryResult<Option<(String, Value)>> {
+        match conn {
+            Conn::Pg(c) => unguarded::table
+                .filter(unguarded::account_id.eq(account_id))
+                .filter(unguarded::key.eq(key))
+                .select((unguarded::fingerprint, unguarded::response_body))
+                .first(*c)
+                .optional(),
+            Conn::Sqlite(c) => diesel::sql_query(
+                "SELECT fingerprint, response_body FROM demo_unguarded_keys WHERE account_id = ? AND key = ? LIMIT 1",
+            )
+            .bind::<BigInt, _>(account_id)
+            .bind::<Text, _>(key)
+            .get_result::<Found>(*c)
+            .optional()?
+            .map(|f| {
+                let body = serde_json::from_str(&f.response_body)
+                    .map_err(|e| diesel::result::Error::DeserializationError(Box::new(e)))?;
+                Ok((f.fingerprint, body))
+            })
+            .transpose(),
+        }
+    }
+
+    pub fn insert_unguarded(
+        conn: &mut Conn<'_>,
+        account_id: i64,
+        key: &str,
+        fingerprint: &str,
+        charge_id: Uuid,
+        body: &Value,
+    ) -> QueryResult<usize> {
+        match conn {
+            Conn::Pg(c) => diesel::insert_into(unguarded::table)
+                .values((
+                    unguarded::account_id.eq(account_id),
+                    unguarded::key.eq(key),
+                    unguarded::fingerprint.eq(fingerprint),
+                    unguarded::charge_id.eq(charge_id),
+                    unguarded::response_body.eq(body),
+                ))
+                .execute(*c),
+            Conn::Sqlite(c) => diesel::sql_query(
+                "INSERT INTO demo_unguarded_keys (account_id, key, fingerprint, charge_id, response_body, created_at)                  VALUES (?, ?, ?, ?, ?, ?)",
+            )
+            .bind::<BigInt, _>(account_id)
+            .bind::<Text, _>(key)
+            .bind::<Text, _>(fingerprint)
+            .bind::<Text, _>(charge_id.to_string())
+            .bind::<Text, _>(body.to_string())
+            .bind::<Text, _>(sqlite_time(Utc::now()))
+            .execute(*c),
+        }
+    }
+
+    /// `table` is one of our own table names, never input.
+    pub fn delete_account_rows(
+        conn: &mut Conn<'_>,
+        table: &'static str,
+        account_id: i64,
+    ) -> QueryResult<usize> {
+        match conn {
+            Conn::Pg(c) => diesel::sql_query(format!("DELETE FROM {table} WHERE account_id = $1"))
+                .bind::<BigInt, _>(account_id)
+                .execute(*c),
+            Conn::Sqlite(c) => {
+                diesel::sql_query(format!("DELETE FROM {table} WHERE account_id = ?"))
+                    .bind::<BigInt, _>(account_id)
+                    .execute(*c)
+            }
+        }
+    }
+
+    /// Sets the key's `expires_at` one second into the past.
+    pub fn expire_key(conn: &mut Conn<'_>, account_id: i64, key: &str) -> QueryResult<usize> {
+        match conn {
+            Conn::Pg(c) => diesel::update(
+                keys::table
+                    .filter(keys::account_id.eq(account_id))
+                    .filter(keys::key.eq(key)),
+            )
+            .set(
+                keys::expires_at.eq(diesel::dsl::sql::<diesel::sql_types::Timestamptz>(
+                    "now() - interval '1 second'",
+                )),
+            )
+            .execute(*c),
+            Conn::Sqlite(c) => diesel::sql_query(
+                "UPDATE idempotency_keys SET expires_at = ? WHERE account_id = ? AND key = ?",
+            )
+            .bind::<Text, _>(sqlite_time(Utc::now() - chrono::Duration::seconds(1)))
+            .bind::<BigInt, _>(account_id)
+            .bind::<Text, _>(key)
+            .execute(*c),
+        }
+    }
 }

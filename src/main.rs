@@ -1,5 +1,6 @@
 //! The `charges` command line: serve (the default), migrate, purge-expired.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
@@ -38,7 +39,7 @@ struct PurgeArgs {
 
 #[derive(Args)]
 struct DatabaseArgs {
-    /// PostgreSQL URL; the database is created if it does not exist.
+    /// postgres://user@host/db (created if missing) or sqlite://path/to/file.db.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
     database_url: String,
 }
@@ -63,15 +64,22 @@ fn main() -> ExitCode {
 
 fn serve(settings: Settings) -> Result<(), String> {
     actix_web::rt::System::new().block_on(async move {
+        let database = db::redact(&settings.database_url());
         let app = Application::build(settings).map_err(|e| e.to_string())?;
-        println!("charges is ready: open {}/", app.url());
+        // A closed stdout must not stop the server: ignore write errors.
+        let _ = writeln!(
+            std::io::stdout(),
+            "charges is ready: open {}/\n  database: {database} ({})",
+            app.url(),
+            app.pool().backend().as_str()
+        );
         app.run_until_stopped().await.map_err(|e| e.to_string())
     })
 }
 
 fn migrate(url: &str) -> Result<(), String> {
-    let mut conn = db::connect_or_create(url).map_err(|e| e.to_string())?;
-    let applied = db::migrate(&mut conn)?;
+    let mut conn = db::connect(url).map_err(|e| e.to_string())?;
+    let applied = db::migrate(&mut conn.conn())?;
     println!(
         "applied {} migration(s) to {}",
         applied.len(),
@@ -84,11 +92,11 @@ fn migrate(url: &str) -> Result<(), String> {
 }
 
 fn purge(url: &str, batch: i64) -> Result<(), String> {
-    let mut conn = db::connect_or_create(url).map_err(|e| e.to_string())?;
-    db::migrate(&mut conn)?;
+    let mut conn = db::connect(url).map_err(|e| e.to_string())?;
+    db::migrate(&mut conn.conn())?;
     let started = std::time::Instant::now();
-    let purged =
-        charges::idempotency::purge_expired(&mut conn, batch.max(1)).map_err(|e| e.to_string())?;
+    let purged = charges::idempotency::purge_expired(&mut conn.conn(), batch.max(1))
+        .map_err(|e| e.to_string())?;
     println!(
         "purged {purged} expired idempotency key(s) in {} ms",
         started.elapsed().as_millis()

@@ -2,7 +2,8 @@
 //! never a downloaded one) driven by playwright-core clicks through lessons
 //! 1 to 5 against the real app on a fresh database, checks what the page
 //! shows and what the database holds, and saves a screenshot per lesson to
-//! `artifacts/browser/`. See `tests/browser/lessons.mjs`.
+//! `artifacts/browser/<backend>/`: on SQLite always, on PostgreSQL too when
+//! `TEST_DATABASE_URL` is set. See `tests/browser/lessons.mjs`.
 //!
 //! It needs Node.js, `npm ci --prefix tests/browser` and `/usr/bin/chromium`
 //! (`.ci/run` installs them). Where they are missing the test says so and
@@ -16,7 +17,17 @@ use std::path::Path;
 use std::process::Command;
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_lessons_work_in_a_real_browser() {
+async fn the_lessons_work_in_a_real_browser_on_sqlite() {
+    run_lessons(helpers::TestBackend::Sqlite).await;
+}
+
+#[cfg(postgres_tests)]
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lessons_work_in_a_real_browser_on_postgres() {
+    run_lessons(helpers::TestBackend::Postgres).await;
+}
+
+async fn run_lessons(backend: helpers::TestBackend) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     let missing: Vec<&str> = [
@@ -50,8 +61,12 @@ async fn the_lessons_work_in_a_real_browser() {
         return;
     }
 
-    let app = helpers::spawn_app().await;
-    let artifacts = root.join("artifacts/browser");
+    let app = helpers::BACKEND.scope(backend, helpers::spawn_app()).await;
+    let name = match backend {
+        helpers::TestBackend::Sqlite => "sqlite",
+        helpers::TestBackend::Postgres => "postgres",
+    };
+    let artifacts = root.join("artifacts/browser").join(name);
     let script = root.join("tests/browser/lessons.mjs");
     let address = app.address.clone();
     let out = tokio::task::spawn_blocking(move || {

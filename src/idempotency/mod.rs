@@ -37,7 +37,6 @@ pub mod store;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use diesel::PgConnection;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use serde_json::Value;
 use uuid::Uuid;
@@ -45,6 +44,7 @@ use uuid::Uuid;
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 
+use crate::db::Conn;
 use crate::hooks::{HookFailure, TxHooks};
 use crate::metrics::METRICS;
 
@@ -140,11 +140,11 @@ pub enum Error {
 }
 
 pub fn execute(
-    conn: &mut PgConnection,
+    conn: &mut Conn<'_>,
     mode: Mode,
     request: &KeyedRequest,
     hooks: &dyn TxHooks,
-    mut operation: impl FnMut(&mut PgConnection) -> Result<Created, DieselError>,
+    mut operation: impl FnMut(&mut Conn<'_>) -> Result<Created, DieselError>,
 ) -> Result<Outcome, Error> {
     // A completed key never changes until it expires, so its replay needs
     // one indexed read and no lock.
@@ -159,8 +159,9 @@ pub fn execute(
     }
     match mode {
         Mode::Atomic => with_transient_retries(|| {
-            conn.build_transaction().read_committed().run(|tx| {
-                let started = std::time::Instant::now();
+            // On SQLite the wait is at BEGIN IMMEDIATE, so the clock starts here.
+            let started = std::time::Instant::now();
+            conn.transaction(|tx| {
                 let Some(claim) = claim(tx, request)? else {
                     // The fast path saw no finished row, so a concurrent
                     // request held the key and we waited for its commit. The
@@ -182,9 +183,7 @@ pub fn execute(
             };
             hooks.after_key_committed();
             let result = with_transient_retries(|| {
-                conn.build_transaction()
-                    .read_committed()
-                    .run(|tx| run_and_complete(tx, claim, hooks, &mut operation))
+                conn.transaction(|tx| run_and_complete(tx, claim, hooks, &mut operation))
             });
             match result {
                 Ok(response) => Ok(Outcome::Executed(response)),
@@ -202,10 +201,7 @@ pub fn execute(
     }
 }
 
-fn claim(
-    conn: &mut PgConnection,
-    request: &KeyedRequest,
-) -> Result<Option<store::Claim>, DieselError> {
+fn claim(conn: &mut Conn<'_>, request: &KeyedRequest) -> Result<Option<store::Claim>, DieselError> {
     store::claim(
         conn,
         request.account_id,
@@ -217,10 +213,10 @@ fn claim(
 }
 
 fn run_and_complete(
-    tx: &mut PgConnection,
+    tx: &mut Conn<'_>,
     claim: store::Claim,
     hooks: &dyn TxHooks,
-    operation: &mut impl FnMut(&mut PgConnection) -> Result<Created, DieselError>,
+    operation: &mut impl FnMut(&mut Conn<'_>) -> Result<Created, DieselError>,
 ) -> Result<SavedResponse, Error> {
     let created = operation(tx)?;
     hooks.after_operation()?;
@@ -239,7 +235,7 @@ fn run_and_complete(
     Ok(response)
 }
 
-fn read_and_decide(conn: &mut PgConnection, request: &KeyedRequest) -> Result<Outcome, Error> {
+fn read_and_decide(conn: &mut Conn<'_>, request: &KeyedRequest) -> Result<Outcome, Error> {
     match store::find_live(conn, request.account_id, request.key.as_str())? {
         Some(row) => decide(row, request.fingerprint),
         // Gone between our claim and this read (released by a failed
@@ -297,7 +293,7 @@ pub fn is_transient(error: &DieselError) -> bool {
 }
 
 /// Deletes every expired key row, `batch` rows a statement; returns how many.
-pub fn purge_expired(conn: &mut PgConnection, batch: i64) -> Result<usize, DieselError> {
+pub fn purge_expired(conn: &mut Conn<'_>, batch: i64) -> Result<usize, DieselError> {
     let mut total = 0;
     loop {
         let n = store::purge_expired_batch(conn, batch)?;

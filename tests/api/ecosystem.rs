@@ -5,141 +5,166 @@ use std::time::Duration;
 
 use crate::helpers::{Captured, DEMO_KEY, ServerProcess, TestDatabase, charge_body, spawn_app};
 
-#[tokio::test]
-async fn metrics_count_requests_idempotency_outcomes_and_the_pool() {
-    let app = spawn_app().await;
-    app.post_charge(Some("k-m"), &charge_body()).await;
-    app.post_charge(Some("k-m"), &charge_body()).await;
-    app.post_charge(
-        Some("k-m"),
-        &serde_json::json!({"amount": 1, "currency": "usd"}),
-    )
-    .await;
-    app.post_charge(None, &charge_body()).await;
+crate::on_both_backends! {
+    async fn metrics_count_requests_idempotency_outcomes_and_the_pool() {
+        let app = spawn_app().await;
+        app.post_charge(Some("k-m"), &charge_body()).await;
+        app.post_charge(Some("k-m"), &charge_body()).await;
+        app.post_charge(
+            Some("k-m"),
+            &serde_json::json!({"amount": 1, "currency": "usd"}),
+        )
+        .await;
+        app.post_charge(None, &charge_body()).await;
 
-    let metrics = Captured::from(app.client.get(app.url("/metrics")).send().await.unwrap()).await;
-    assert_eq!(metrics.status, 200);
-    assert!(
-        metrics
-            .header("content-type")
-            .unwrap()
-            .starts_with("text/plain; version=0.0.4")
-    );
-    for expected in [
-        r#"idempotency_requests_total{mode="atomic",outcome="executed"}"#,
-        r#"idempotency_requests_total{mode="atomic",outcome="replayed"}"#,
-        r#"idempotency_requests_total{mode="atomic",outcome="mismatch"}"#,
-        r#"idempotency_requests_total{mode="none",outcome="no_key"}"#,
-        r#"http_requests_total{method="POST",route="/charges",status="201"}"#,
-        r#"http_requests_total{method="POST",route="/charges",status="422"}"#,
-        r#"http_request_duration_seconds_bucket{method="POST",route="/charges",le="0.005"}"#,
-        "db_pool_wait_seconds_count",
-        r#"db_pool_connections{state="idle"}"#,
-        "idempotency_keys_purged_total",
-        "idempotency_concurrent_key_wait_seconds_count",
-    ] {
-        assert!(metrics.body.contains(expected), "missing {expected}");
+        let metrics = Captured::from(app.client.get(app.url("/metrics")).send().await.unwrap()).await;
+        assert_eq!(metrics.status, 200);
+        assert!(
+            metrics
+                .header("content-type")
+                .unwrap()
+                .starts_with("text/plain; version=0.0.4")
+        );
+        for expected in [
+            r#"idempotency_requests_total{mode="atomic",outcome="executed"}"#,
+            r#"idempotency_requests_total{mode="atomic",outcome="replayed"}"#,
+            r#"idempotency_requests_total{mode="atomic",outcome="mismatch"}"#,
+            r#"idempotency_requests_total{mode="none",outcome="no_key"}"#,
+            r#"http_requests_total{method="POST",route="/charges",status="201"}"#,
+            r#"http_requests_total{method="POST",route="/charges",status="422"}"#,
+            r#"http_request_duration_seconds_bucket{method="POST",route="/charges",le="0.005"}"#,
+            "db_pool_wait_seconds_count",
+            r#"db_pool_connections{state="idle"}"#,
+            "idempotency_keys_purged_total",
+            "idempotency_concurrent_key_wait_seconds_count",
+        ] {
+            assert!(metrics.body.contains(expected), "missing {expected}");
+        }
     }
-}
 
-#[tokio::test]
-async fn a_request_id_is_echoed_or_made_up() {
-    let app = spawn_app().await;
-    let r = app
-        .client
-        .get(app.url("/healthz"))
-        .header("x-request-id", "req-42")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.headers()["x-request-id"], "req-42");
-    let r = app.client.get(app.url("/healthz")).send().await.unwrap();
-    let made_up = r.headers()["x-request-id"].to_str().unwrap();
-    assert!(uuid::Uuid::parse_str(made_up).is_ok(), "{made_up}");
-    let r = app
-        .client
-        .get(app.url("/healthz"))
-        .header("x-request-id", "x".repeat(200))
-        .send()
-        .await
-        .unwrap();
-    assert_ne!(
-        r.headers()["x-request-id"].len(),
-        200,
-        "an absurd id is replaced"
-    );
-}
-
-#[tokio::test]
-async fn json_logs_carry_the_request_id_and_outcome_but_never_the_api_key_or_body() {
-    let db = TestDatabase::create();
-    let server = ServerProcess::start(&db.url, &[("LOG_FORMAT", "json"), ("RUST_LOG", "info")]);
-    let client = reqwest::Client::new();
-    for _ in 0..2 {
-        let r = client
-            .post(format!("{}/charges", server.address))
-            .bearer_auth(DEMO_KEY)
-            .header("content-type", "application/json")
-            .header("idempotency-key", "\"k-log\"")
-            .header("x-request-id", "req-log-1")
-            .body(r#"{"amount": 1000, "currency": "jpy", "description": "secret-description"}"#)
+    async fn a_request_id_is_echoed_or_made_up() {
+        let app = spawn_app().await;
+        let r = app
+            .client
+            .get(app.url("/healthz"))
+            .header("x-request-id", "req-42")
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), 201);
+        assert_eq!(r.headers()["x-request-id"], "req-42");
+        let r = app.client.get(app.url("/healthz")).send().await.unwrap();
+        let made_up = r.headers()["x-request-id"].to_str().unwrap();
+        assert!(uuid::Uuid::parse_str(made_up).is_ok(), "{made_up}");
+        let r = app
+            .client
+            .get(app.url("/healthz"))
+            .header("x-request-id", "x".repeat(200))
+            .send()
+            .await
+            .unwrap();
+        assert_ne!(
+            r.headers()["x-request-id"].len(),
+            200,
+            "an absurd id is replaced"
+        );
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let logs = server.logs();
-    let lines: Vec<serde_json::Value> = logs
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
-    let finished: Vec<_> = lines
-        .iter()
-        .filter(|l| l["fields"]["message"] == "request finished")
-        .collect();
-    assert_eq!(finished.len(), 2, "{logs}");
-    assert_eq!(finished[0]["span"]["request_id"], "req-log-1");
-    assert_eq!(finished[0]["span"]["route"], "/charges");
-    assert_eq!(finished[0]["span"]["idempotency"], "executed");
-    assert_eq!(finished[1]["span"]["idempotency"], "replayed");
-    assert!(
-        !logs.contains(DEMO_KEY) && !logs.contains("secret-description"),
-        "{logs}"
-    );
-}
 
-#[tokio::test]
-async fn sigterm_lets_an_in_flight_charge_finish_and_exits_zero() {
-    let db = TestDatabase::create();
-    let mut server = ServerProcess::start(&db.url, &[]);
-    let request = reqwest::Client::new()
-        .post(format!("{}/charges", server.address))
-        .bearer_auth(DEMO_KEY)
-        .header("content-type", "application/json")
-        .header("idempotency-key", "\"k-term\"")
-        .header("demo-fault", "delay-commit=1500")
-        .body(charge_body().to_string())
-        .send();
-    let in_flight = tokio::spawn(request);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &server.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    async fn json_logs_carry_the_request_id_and_outcome_but_never_the_api_key_or_body() {
+        let db = TestDatabase::create();
+        let server = ServerProcess::start(&db.url, &[("LOG_FORMAT", "json"), ("RUST_LOG", "info")]);
+        let client = reqwest::Client::new();
+        for _ in 0..2 {
+            let r = client
+                .post(format!("{}/charges", server.address))
+                .bearer_auth(DEMO_KEY)
+                .header("content-type", "application/json")
+                .header("idempotency-key", "\"k-log\"")
+                .header("x-request-id", "req-log-1")
+                .body(r#"{"amount": 1000, "currency": "jpy", "description": "secret-description"}"#)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 201);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let logs = server.logs();
+        let lines: Vec<serde_json::Value> = logs
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect();
+        let finished: Vec<_> = lines
+            .iter()
+            .filter(|l| l["fields"]["message"] == "request finished")
+            .collect();
+        assert_eq!(finished.len(), 2, "{logs}");
+        assert_eq!(finished[0]["span"]["request_id"], "req-log-1");
+        assert_eq!(finished[0]["span"]["route"], "/charges");
+        assert_eq!(finished[0]["span"]["idempotency"], "executed");
+        assert_eq!(finished[1]["span"]["idempotency"], "replayed");
+        assert!(
+            !logs.contains(DEMO_KEY) && !logs.contains("secret-description"),
+            "{logs}"
+        );
+    }
 
-    let response = in_flight
+    async fn sigterm_lets_an_in_flight_charge_finish_and_exits_zero() {
+        let db = TestDatabase::create();
+        let mut server = ServerProcess::start(&db.url, &[]);
+        let request = reqwest::Client::new()
+            .post(format!("{}/charges", server.address))
+            .bearer_auth(DEMO_KEY)
+            .header("content-type", "application/json")
+            .header("idempotency-key", "\"k-term\"")
+            .header("demo-fault", "delay-commit=1500")
+            .body(charge_body().to_string())
+            .send();
+        let in_flight = tokio::spawn(request);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let killed = std::process::Command::new("kill")
+            .args(["-TERM", &server.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+
+        let response = in_flight
+            .await
+            .unwrap()
+            .expect("the in-flight request got its answer");
+        assert_eq!(response.status(), 201);
+        let status = server
+            .wait_for_exit(Duration::from_secs(10))
+            .expect("the server exits");
+        assert_eq!(status.code(), Some(0), "{}", server.logs());
+        assert_eq!(db.count("charges"), 1);
+        assert_eq!(db.count("idempotency_keys WHERE status = 'completed'"), 1);
+    }
+
+    async fn the_retrying_client_survives_lost_responses_with_one_key_and_one_charge() {
+        let app = spawn_app().await;
+        let address = app.address.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(example("retrying_client"))
+                .args(["--url", &address, "--lose", "2"])
+                .output()
+                .unwrap()
+        })
         .await
-        .unwrap()
-        .expect("the in-flight request got its answer");
-    assert_eq!(response.status(), 201);
-    let status = server
-        .wait_for_exit(Duration::from_secs(10))
-        .expect("the server exits");
-    assert_eq!(status.code(), Some(0), "{}", server.logs());
-    assert_eq!(db.count("charges"), 1);
-    assert_eq!(db.count("idempotency_keys WHERE status = 'completed'"), 1);
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("attempt 1: 504"), "{stdout}");
+        assert!(stdout.contains("attempt 2: 504"), "{stdout}");
+        assert!(
+            stdout.contains("attempt 3: 201 Created (replayed"),
+            "{stdout}"
+        );
+        assert_eq!(app.charges(), 1);
+        assert_eq!(app.keys(), 1);
+    }
 }
 
 #[test]
@@ -196,32 +221,4 @@ fn example(name: &str) -> std::path::PathBuf {
         assert!(built.success());
     }
     path
-}
-
-#[tokio::test]
-async fn the_retrying_client_survives_lost_responses_with_one_key_and_one_charge() {
-    let app = spawn_app().await;
-    let address = app.address.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(example("retrying_client"))
-            .args(["--url", &address, "--lose", "2"])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("attempt 1: 504"), "{stdout}");
-    assert!(stdout.contains("attempt 2: 504"), "{stdout}");
-    assert!(
-        stdout.contains("attempt 3: 201 Created (replayed"),
-        "{stdout}"
-    );
-    assert_eq!(app.charges(), 1);
-    assert_eq!(app.keys(), 1);
 }

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use charges::api::Application;
 use charges::config::Settings;
-use charges::db::DbPool;
+use charges::db::{Conn, DbPool};
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use reqwest::{Client, Response};
@@ -12,48 +12,109 @@ use serde_json::{Value, json};
 
 pub const DEMO_KEY: &str = "sk_test_demo";
 
+/// Which database a test runs against. Every integration test runs on
+/// SQLite; with `TEST_DATABASE_URL` set at build time it runs on PostgreSQL
+/// too (see `build.rs` and `on_both_backends!`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestBackend {
+    Sqlite,
+    Postgres,
+}
+
+tokio::task_local! {
+    pub static BACKEND: TestBackend;
+}
+
+/// The backend of the running test (SQLite outside `on_both_backends!`).
+pub fn backend() -> TestBackend {
+    BACKEND.try_with(|b| *b).unwrap_or(TestBackend::Sqlite)
+}
+
+/// Generates, for each `async fn name() { .. }`, a module `name` with the
+/// tests `on_sqlite` and (when the PostgreSQL half is built) `on_postgres`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($( $(#[doc = $doc:literal])* async fn $name:ident() $body:block )*) => {$(
+        $(#[doc = $doc])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[tokio::test]
+            async fn on_sqlite() {
+                $crate::helpers::BACKEND.scope($crate::helpers::TestBackend::Sqlite, async $body).await
+            }
+
+            #[cfg(postgres_tests)]
+            #[tokio::test]
+            async fn on_postgres() {
+                $crate::helpers::BACKEND.scope($crate::helpers::TestBackend::Postgres, async $body).await
+            }
+        }
+    )*};
+}
+
 /// The PostgreSQL server tests create their databases on.
 pub fn server_url() -> String {
     std::env::var("TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }
 
-/// A database that exists for one test and is dropped when the guard drops.
+/// A database that exists for one test: a PostgreSQL database dropped when
+/// the guard drops, or an SQLite file deleted then.
 pub struct TestDatabase {
     pub url: String,
-    name: String,
-    admin_url: String,
+    kind: Kind,
 }
 
-/// `SELECT count(*) FROM <from_where>` on the database at `url`.
-pub fn count_in(url: &str, from_where: &str) -> i64 {
-    #[derive(QueryableByName)]
-    struct Count {
-        #[diesel(sql_type = BigInt)]
-        n: i64,
+enum Kind {
+    Postgres { name: String, admin_url: String },
+    Sqlite { path: std::path::PathBuf },
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// `SELECT count(*) FROM <from_where>` on a connection of either backend.
+pub fn count_on(conn: &mut Conn<'_>, from_where: &str) -> i64 {
+    let sql = format!("SELECT count(*) AS n FROM {from_where}");
+    match conn {
+        Conn::Pg(c) => diesel::sql_query(sql).get_result::<Count>(*c),
+        Conn::Sqlite(c) => diesel::sql_query(sql).get_result::<Count>(*c),
     }
-    let mut conn = PgConnection::establish(url).unwrap();
-    diesel::sql_query(format!("SELECT count(*) AS n FROM {from_where}"))
-        .get_result::<Count>(&mut conn)
-        .unwrap()
-        .n
+    .unwrap_or_else(|e| panic!("count {from_where}: {e}"))
+    .n
 }
 
-pub fn execute_in(url: &str, sql: &str) -> usize {
-    let mut conn = PgConnection::establish(url).unwrap();
-    diesel::sql_query(sql).execute(&mut conn).unwrap()
+pub fn execute_on(conn: &mut Conn<'_>, sql: &str) -> usize {
+    match conn {
+        Conn::Pg(c) => diesel::sql_query(sql).execute(*c),
+        Conn::Sqlite(c) => diesel::sql_query(sql).execute(*c),
+    }
+    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// SQL for "`offset` from now" in the backend's own time representation,
+/// e.g. `at(TestBackend::Sqlite, -1)` for one second ago.
+pub fn at(backend: TestBackend, offset_secs: i64) -> String {
+    match backend {
+        TestBackend::Postgres => format!("(now() + interval '{offset_secs} seconds')"),
+        TestBackend::Sqlite => format!(
+            "'{}'",
+            charges::db::sqlite_time(chrono::Utc::now() + chrono::Duration::seconds(offset_secs))
+        ),
+    }
 }
 
 impl TestDatabase {
-    pub fn count(&self, from_where: &str) -> i64 {
-        count_in(&self.url, from_where)
-    }
-
-    pub fn execute(&self, sql: &str) -> usize {
-        execute_in(&self.url, sql)
-    }
-
     pub fn create() -> TestDatabase {
+        TestDatabase::create_for(backend())
+    }
+
+    pub fn create_for(backend: TestBackend) -> TestDatabase {
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let name = format!(
             "charges_test_{}_{}_{}",
@@ -61,31 +122,72 @@ impl TestDatabase {
             SEQ.fetch_add(1, Ordering::Relaxed),
             uuid::Uuid::new_v4().simple().to_string().get(..8).unwrap()
         );
-        let mut admin_url = url::Url::parse(&server_url()).expect("TEST_DATABASE_URL is a URL");
-        admin_url.set_path("/postgres");
-        let mut url = admin_url.clone();
-        url.set_path(&format!("/{name}"));
-        let mut admin = PgConnection::establish(admin_url.as_str())
-            .expect("connect to the test PostgreSQL server");
-        diesel::sql_query(format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .unwrap();
-        TestDatabase {
-            url: url.to_string(),
-            name,
-            admin_url: admin_url.to_string(),
+        match backend {
+            TestBackend::Sqlite => {
+                let path = std::env::temp_dir().join(format!("{name}.db"));
+                TestDatabase {
+                    url: format!("sqlite://{}", path.display()),
+                    kind: Kind::Sqlite { path },
+                }
+            }
+            TestBackend::Postgres => {
+                let mut admin_url =
+                    url::Url::parse(&server_url()).expect("TEST_DATABASE_URL is a URL");
+                admin_url.set_path("/postgres");
+                let mut url = admin_url.clone();
+                url.set_path(&format!("/{name}"));
+                let mut admin = PgConnection::establish(admin_url.as_str())
+                    .expect("connect to the test PostgreSQL server");
+                diesel::sql_query(format!("CREATE DATABASE {name}"))
+                    .execute(&mut admin)
+                    .unwrap();
+                TestDatabase {
+                    url: url.to_string(),
+                    kind: Kind::Postgres {
+                        name,
+                        admin_url: admin_url.to_string(),
+                    },
+                }
+            }
         }
+    }
+
+    pub fn backend(&self) -> TestBackend {
+        match self.kind {
+            Kind::Postgres { .. } => TestBackend::Postgres,
+            Kind::Sqlite { .. } => TestBackend::Sqlite,
+        }
+    }
+
+    /// A fresh connection (the schema must exist: start the app first).
+    pub fn connect(&self) -> charges::db::AnyConnection {
+        charges::db::connect(&self.url).unwrap()
+    }
+
+    pub fn count(&self, from_where: &str) -> i64 {
+        count_on(&mut self.connect().conn(), from_where)
+    }
+
+    pub fn execute(&self, sql: &str) -> usize {
+        execute_on(&mut self.connect().conn(), sql)
     }
 }
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        if let Ok(mut admin) = PgConnection::establish(&self.admin_url) {
-            let _ = diesel::sql_query(format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ))
-            .execute(&mut admin);
+        match &self.kind {
+            Kind::Postgres { name, admin_url } => {
+                if let Ok(mut admin) = PgConnection::establish(admin_url) {
+                    let _ =
+                        diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                            .execute(&mut admin);
+                }
+            }
+            Kind::Sqlite { path } => {
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                }
+            }
         }
     }
 }
@@ -167,16 +269,11 @@ impl TestApp {
     }
 
     pub fn count(&self, from_where: &str) -> i64 {
-        #[derive(QueryableByName)]
-        struct Count {
-            #[diesel(sql_type = BigInt)]
-            n: i64,
-        }
-        let mut conn = self.pool.get().unwrap();
-        diesel::sql_query(format!("SELECT count(*) AS n FROM {from_where}"))
-            .get_result::<Count>(&mut conn)
-            .unwrap()
-            .n
+        count_on(&mut self.pool.get().unwrap().conn(), from_where)
+    }
+
+    pub fn backend(&self) -> TestBackend {
+        self.db.backend()
     }
 
     /// `GET path` (as the demo account), parsed as JSON.
@@ -197,6 +294,11 @@ impl TestApp {
         r.json().await.unwrap()
     }
 
+    /// SQL for "`offset_secs` from now" on this app's backend.
+    pub fn at(&self, offset_secs: i64) -> String {
+        at(self.backend(), offset_secs)
+    }
+
     pub fn charges(&self) -> i64 {
         self.count("charges")
     }
@@ -206,13 +308,12 @@ impl TestApp {
     }
 
     pub fn execute(&self, sql: &str) -> usize {
-        let mut conn = self.pool.get().unwrap();
-        diesel::sql_query(sql).execute(&mut conn).unwrap()
+        execute_on(&mut self.pool.get().unwrap().conn(), sql)
     }
 
     pub fn create_account(&self, name: &str, api_key: &str) -> i64 {
-        let mut conn = self.pool.get().unwrap();
-        charges::accounts::create_account(&mut conn, name, api_key).unwrap()
+        charges::accounts::create_account(&mut self.pool.get().unwrap().conn(), name, api_key)
+            .unwrap()
     }
 }
 
@@ -284,9 +385,10 @@ impl ServerProcess {
             .expect("start the charges binary");
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .unwrap();
+        let mut stdout = std::io::BufReader::new(stdout);
+        stdout.read_line(&mut line).unwrap();
+        // Keep reading what it prints, so that it never writes to a closed pipe.
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
         let address = line
             .split("open ")
             .nth(1)

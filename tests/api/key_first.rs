@@ -8,7 +8,7 @@ use charges::idempotency::Fingerprint;
 use serde_json::Value;
 
 use crate::helpers::{
-    Captured, DEMO_KEY, ServerProcess, TestApp, TestDatabase, charge_body, spawn_app,
+    Captured, DEMO_KEY, ServerProcess, TestApp, TestBackend, TestDatabase, charge_body, spawn_app,
     spawn_app_with,
 };
 
@@ -21,347 +21,355 @@ fn fingerprint_of(body: &Value) -> String {
 }
 
 /// A row as a worker that died between the two transactions leaves it.
-fn insert_stuck_key(app: &TestApp, key: &str, body: &Value, lease_left: &str) {
+fn insert_stuck_key(app: &TestApp, key: &str, body: &Value, lease_left_secs: i64) {
     app.execute(&format!(
-        "INSERT INTO idempotency_keys (account_id, key, fingerprint, status, expires_at, locked_until) \
-         SELECT id, '{key}', '{}', 'in_progress', now() + interval '1 day', now() + interval '{lease_left}' \
-         FROM accounts WHERE name = 'Demo account'",
-        fingerprint_of(body)
+        "INSERT INTO idempotency_keys (account_id, key, fingerprint, status, created_at, expires_at, locked_until, lease_token) \
+         SELECT id, '{key}', '{}', 'in_progress', {}, {}, {}, '{}' FROM accounts WHERE name = 'Demo account'",
+        fingerprint_of(body),
+        app.at(0),
+        app.at(86_400),
+        app.at(lease_left_secs),
+        uuid::Uuid::new_v4(),
     ));
 }
 
-#[tokio::test]
-async fn a_retry_while_the_first_is_in_flight_gets_409_at_once_and_later_the_stored_201() {
-    let app = spawn_app().await;
-    let body = charge_body();
-    let first = app.post_charge_with(
-        Some("k-kf"),
-        &body,
-        &[KEY_FIRST, ("demo-fault", "delay-commit=1500")],
-    );
-    let retry = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let sent = Instant::now();
-        let r = Captured::from(
+crate::on_both_backends! {
+    async fn a_retry_while_the_first_is_in_flight_gets_409_at_once_and_later_the_stored_201() {
+        let app = spawn_app().await;
+        let body = charge_body();
+        let first = app.post_charge_with(
+            Some("k-kf"),
+            &body,
+            &[KEY_FIRST, ("demo-fault", "delay-commit=1500")],
+        );
+        let retry = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let sent = Instant::now();
+            let r = Captured::from(
+                app.post_charge_with(Some("k-kf"), &body, &[KEY_FIRST])
+                    .await,
+            )
+            .await;
+            (r, sent.elapsed())
+        };
+        let (first, (retry, took)) = tokio::join!(first, retry);
+        let first = Captured::from(first).await;
+
+        retry.assert_problem(409, "idempotency-key-in-flight");
+        assert_eq!(retry.header("retry-after"), Some("1"));
+        assert!(
+            took < Duration::from_millis(700),
+            "409 comes at once, not after the wait: {took:?}"
+        );
+        assert_eq!(first.status, 201);
+
+        let later = Captured::from(
             app.post_charge_with(Some("k-kf"), &body, &[KEY_FIRST])
                 .await,
         )
         .await;
-        (r, sent.elapsed())
-    };
-    let (first, (retry, took)) = tokio::join!(first, retry);
-    let first = Captured::from(first).await;
+        assert_eq!(later.status, 201);
+        assert_eq!(later.header("idempotent-replayed"), Some("true"));
+        assert_eq!(later.body, first.body);
+        assert_eq!(app.charges(), 1);
+    }
 
-    retry.assert_problem(409, "idempotency-key-in-flight");
-    assert_eq!(retry.header("retry-after"), Some("1"));
-    assert!(
-        took < Duration::from_millis(700),
-        "409 comes at once, not after the wait: {took:?}"
-    );
-    assert_eq!(first.status, 201);
+    async fn the_setting_makes_key_first_the_default_and_a_reused_key_is_still_422() {
+        let app = spawn_app_with(|s| s.idempotency_mode = charges::idempotency::Mode::KeyFirst).await;
+        let first = Captured::from(app.post_charge(Some("k-kf-set"), &charge_body()).await).await;
+        assert_eq!(first.status, 201);
+        let replay = Captured::from(app.post_charge(Some("k-kf-set"), &charge_body()).await).await;
+        assert_eq!(replay.body, first.body);
+        let other = serde_json::json!({"amount": 1, "currency": "usd"});
+        Captured::from(app.post_charge(Some("k-kf-set"), &other).await)
+            .await
+            .assert_problem(422, "idempotency-key-reused");
+        assert_eq!(app.charges(), 1);
+    }
 
-    let later = Captured::from(
-        app.post_charge_with(Some("k-kf"), &body, &[KEY_FIRST])
+    async fn a_business_failure_releases_the_key_so_the_retry_runs_as_the_first() {
+        let app = spawn_app().await;
+        let failed = Captured::from(
+            app.post_charge_with(
+                Some("k-kf-fail"),
+                &charge_body(),
+                &[KEY_FIRST, ("demo-fault", "fail-before-commit")],
+            )
             .await,
-    )
-    .await;
-    assert_eq!(later.status, 201);
-    assert_eq!(later.header("idempotent-replayed"), Some("true"));
-    assert_eq!(later.body, first.body);
-    assert_eq!(app.charges(), 1);
-}
-
-#[tokio::test]
-async fn the_setting_makes_key_first_the_default_and_a_reused_key_is_still_422() {
-    let app = spawn_app_with(|s| s.idempotency_mode = charges::idempotency::Mode::KeyFirst).await;
-    let first = Captured::from(app.post_charge(Some("k-kf-set"), &charge_body()).await).await;
-    assert_eq!(first.status, 201);
-    let replay = Captured::from(app.post_charge(Some("k-kf-set"), &charge_body()).await).await;
-    assert_eq!(replay.body, first.body);
-    let other = serde_json::json!({"amount": 1, "currency": "usd"});
-    Captured::from(app.post_charge(Some("k-kf-set"), &other).await)
-        .await
-        .assert_problem(422, "idempotency-key-reused");
-    assert_eq!(app.charges(), 1);
-}
-
-#[tokio::test]
-async fn a_business_failure_releases_the_key_so_the_retry_runs_as_the_first() {
-    let app = spawn_app().await;
-    let failed = Captured::from(
-        app.post_charge_with(
-            Some("k-kf-fail"),
-            &charge_body(),
-            &[KEY_FIRST, ("demo-fault", "fail-before-commit")],
         )
-        .await,
-    )
-    .await;
-    failed.assert_problem(500, "internal");
-    assert_eq!(
-        (app.charges(), app.keys()),
-        (0, 0),
-        "the key row was released"
-    );
-    let retry = Captured::from(
-        app.post_charge_with(Some("k-kf-fail"), &charge_body(), &[KEY_FIRST])
-            .await,
-    )
-    .await;
-    assert_eq!(retry.status, 201);
-    assert_eq!(retry.header("idempotent-replayed"), None);
-}
-
-#[tokio::test]
-async fn a_stuck_key_is_409_while_its_lease_lives_and_is_reclaimed_after() {
-    let app = spawn_app().await;
-    let body = charge_body();
-    insert_stuck_key(&app, "k-stuck", &body, "1 hour");
-    for mode in ["key-first", "atomic"] {
-        let r = Captured::from(
-            app.post_charge_with(Some("k-stuck"), &body, &[("demo-mode", mode)])
+        .await;
+        failed.assert_problem(500, "internal");
+        assert_eq!(
+            (app.charges(), app.keys()),
+            (0, 0),
+            "the key row was released"
+        );
+        let retry = Captured::from(
+            app.post_charge_with(Some("k-kf-fail"), &charge_body(), &[KEY_FIRST])
                 .await,
         )
         .await;
-        r.assert_problem(409, "idempotency-key-in-flight");
+        assert_eq!(retry.status, 201);
+        assert_eq!(retry.header("idempotent-replayed"), None);
     }
-    assert_eq!(app.charges(), 0);
 
-    app.execute("UPDATE idempotency_keys SET locked_until = now() - interval '1 second'");
-    let other = serde_json::json!({"amount": 7, "currency": "usd"});
-    let mismatch = Captured::from(
-        app.post_charge_with(Some("k-stuck"), &other, &[KEY_FIRST])
-            .await,
-    )
-    .await;
-    mismatch.assert_problem(422, "idempotency-key-reused");
-
-    let reclaimed = Captured::from(
-        app.post_charge_with(Some("k-stuck"), &body, &[KEY_FIRST])
-            .await,
-    )
-    .await;
-    assert_eq!(reclaimed.status, 201);
-    assert_eq!(reclaimed.header("idempotent-replayed"), None);
-    assert_eq!((app.charges(), app.keys()), (1, 1));
-    assert_eq!(
-        app.count("idempotency_keys WHERE status = 'completed' AND charge_id IS NOT NULL"),
-        1
-    );
-}
-
-#[tokio::test]
-async fn of_many_concurrent_reclaimers_exactly_one_charges() {
-    let app = spawn_app().await;
-    let body = charge_body();
-    insert_stuck_key(&app, "k-reclaim", &body, "-1 second");
-    let requests = (0..20).map(|_| async {
-        Captured::from(
-            app.post_charge_with(Some("k-reclaim"), &body, &[KEY_FIRST])
-                .await,
-        )
-        .await
-        .status
-    });
-    let statuses = futures::future::join_all(requests).await;
-    assert!(
-        statuses.iter().all(|s| *s == 201 || *s == 409),
-        "{statuses:?}"
-    );
-    assert!(statuses.contains(&201));
-    assert_eq!(app.charges(), 1);
-}
-
-#[tokio::test]
-async fn a_worker_whose_lease_was_taken_over_cannot_complete_and_answers_with_the_winners_response()
-{
-    let app = spawn_app_with(|s| s.idempotency_lease = Duration::from_millis(300)).await;
-    let body = charge_body();
-    // A: slow, outlives its 300 ms lease. B: arrives after the lease ran out.
-    let slow = app.post_charge_with(
-        Some("k-lease"),
-        &body,
-        &[KEY_FIRST, ("demo-fault", "delay-commit=1500")],
-    );
-    let late = async {
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        Captured::from(
-            app.post_charge_with(Some("k-lease"), &body, &[KEY_FIRST])
-                .await,
-        )
-        .await
-    };
-    let (slow, late) = tokio::join!(slow, late);
-    let slow = Captured::from(slow).await;
-
-    assert_eq!(late.status, 201);
-    assert_eq!(
-        late.header("idempotent-replayed"),
-        None,
-        "B took the key over and ran"
-    );
-    assert_eq!(slow.status, 201, "{}", slow.body);
-    assert_eq!(
-        slow.header("idempotent-replayed"),
-        Some("true"),
-        "A rolled back and answers B's result"
-    );
-    assert_eq!(slow.body, late.body);
-    assert_eq!(app.charges(), 1);
-}
-
-#[tokio::test]
-async fn fifty_concurrent_requests_with_one_key_never_charge_twice_in_either_mode() {
-    for mode in ["atomic", "key-first"] {
+    async fn a_stuck_key_is_409_while_its_lease_lives_and_is_reclaimed_after() {
         let app = spawn_app().await;
         let body = charge_body();
-        let headers = [("demo-mode", mode), ("demo-fault", "delay-commit=200")];
-        let requests = (0..50).map(|_| async {
-            Captured::from(app.post_charge_with(Some("k-50"), &body, &headers).await).await
-        });
-        let responses = futures::future::join_all(requests).await;
-        let created: Vec<_> = responses.iter().filter(|r| r.status == 201).collect();
-        assert!(
-            responses
-                .iter()
-                .all(|r| r.status == 201 || (mode == "key-first" && r.status == 409)),
-            "{mode}"
-        );
-        assert!(
-            created.iter().all(|r| r.body == created[0].body),
-            "{mode}: one response for all"
-        );
-        assert_eq!(app.charges(), 1, "{mode}");
-        // Every client converges on the same 201 once the first has finished.
-        let retry = Captured::from(
-            app.post_charge_with(Some("k-50"), &body, &[("demo-mode", mode)])
+        insert_stuck_key(&app, "k-stuck", &body, 3600);
+        for mode in ["key-first", "atomic"] {
+            let r = Captured::from(
+                app.post_charge_with(Some("k-stuck"), &body, &[("demo-mode", mode)])
+                    .await,
+            )
+            .await;
+            r.assert_problem(409, "idempotency-key-in-flight");
+        }
+        assert_eq!(app.charges(), 0);
+
+        app.execute(&format!("UPDATE idempotency_keys SET locked_until = {}", app.at(-1)));
+        let other = serde_json::json!({"amount": 7, "currency": "usd"});
+        let mismatch = Captured::from(
+            app.post_charge_with(Some("k-stuck"), &other, &[KEY_FIRST])
                 .await,
         )
         .await;
-        assert_eq!(retry.body, created[0].body, "{mode}");
-    }
-}
+        mismatch.assert_problem(422, "idempotency-key-reused");
 
-#[tokio::test]
-async fn the_purge_removes_exactly_the_expired_keys_and_a_retry_after_it_is_new() {
-    let app = spawn_app().await;
-    for key in ["k-p1", "k-p2", "k-p3"] {
-        app.post_charge(Some(key), &charge_body()).await;
-    }
-    app.execute("UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE key IN ('k-p1', 'k-p2')");
-    let purged: Value = app.post_json("/demo/purge").await;
-    assert_eq!(purged["purged"], 2);
-    assert_eq!(app.keys(), 1);
-    assert_eq!(app.count("idempotency_keys WHERE key = 'k-p3'"), 1);
-    assert_eq!(app.charges(), 3, "the purge deletes keys, never charges");
-
-    let retry = Captured::from(app.post_charge(Some("k-p1"), &charge_body()).await).await;
-    assert_eq!(retry.status, 201);
-    assert_eq!(retry.header("idempotent-replayed"), None);
-    assert_eq!(app.charges(), 4);
-}
-
-#[tokio::test]
-async fn the_purge_command_and_the_background_purger_delete_expired_keys_in_batches() {
-    let app = spawn_app().await;
-    app.execute(
-        "INSERT INTO idempotency_keys (account_id, key, fingerprint, status, expires_at) \
-         SELECT a.id, 'old-' || n, 'sha256:x', 'in_progress', now() - interval '1 minute' \
-         FROM accounts a, generate_series(1, 2500) n WHERE a.name = 'Demo account'",
-    );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_charges"))
-        .args([
-            "purge-expired",
-            "--database-url",
-            &app.db.url,
-            "--purge-batch",
-            "1000",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).starts_with("purged 2500 expired"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert_eq!(app.keys(), 0);
-
-    // The purger in `serve`, on a short interval.
-    let db = TestDatabase::create();
-    let server = ServerProcess::start(&db.url, &[("PURGE_INTERVAL", "200ms")]);
-    let client = reqwest::Client::new();
-    let charge = |key: &'static str| {
-        client
-            .post(format!("{}/charges", server.address))
-            .bearer_auth(DEMO_KEY)
-            .header("content-type", "application/json")
-            .header("idempotency-key", key)
-            .body(charge_body().to_string())
-            .send()
-    };
-    assert_eq!(charge("k-bg").await.unwrap().status(), 201);
-    db.execute("UPDATE idempotency_keys SET expires_at = now() - interval '1 second'");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while db.count("idempotency_keys") > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the background purger did not run"
+        let reclaimed = Captured::from(
+            app.post_charge_with(Some("k-stuck"), &body, &[KEY_FIRST])
+                .await,
+        )
+        .await;
+        assert_eq!(reclaimed.status, 201);
+        assert_eq!(reclaimed.header("idempotent-replayed"), None);
+        assert_eq!((app.charges(), app.keys()), (1, 1));
+        assert_eq!(
+            app.count("idempotency_keys WHERE status = 'completed' AND charge_id IS NOT NULL"),
+            1
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    async fn of_many_concurrent_reclaimers_exactly_one_charges() {
+        let app = spawn_app().await;
+        let body = charge_body();
+        insert_stuck_key(&app, "k-reclaim", &body, -1);
+        let requests = (0..20).map(|_| async {
+            Captured::from(
+                app.post_charge_with(Some("k-reclaim"), &body, &[KEY_FIRST])
+                    .await,
+            )
+            .await
+            .status
+        });
+        let statuses = futures::future::join_all(requests).await;
+        assert!(
+            statuses.iter().all(|s| *s == 201 || *s == 409),
+            "{statuses:?}"
+        );
+        assert!(statuses.contains(&201));
+        assert_eq!(app.charges(), 1);
+    }
+
+    async fn fifty_concurrent_requests_with_one_key_never_charge_twice_in_either_mode() {
+        for mode in ["atomic", "key-first"] {
+            let app = spawn_app().await;
+            let body = charge_body();
+            let headers = [("demo-mode", mode), ("demo-fault", "delay-commit=200")];
+            let requests = (0..50).map(|_| async {
+                Captured::from(app.post_charge_with(Some("k-50"), &body, &headers).await).await
+            });
+            let responses = futures::future::join_all(requests).await;
+            let created: Vec<_> = responses.iter().filter(|r| r.status == 201).collect();
+            assert!(
+                responses
+                    .iter()
+                    .all(|r| r.status == 201 || (mode == "key-first" && r.status == 409)),
+                "{mode}"
+            );
+            assert!(
+                created.iter().all(|r| r.body == created[0].body),
+                "{mode}: one response for all"
+            );
+            assert_eq!(app.charges(), 1, "{mode}");
+            // Every client converges on the same 201 once the first has finished.
+            let retry = Captured::from(
+                app.post_charge_with(Some("k-50"), &body, &[("demo-mode", mode)])
+                    .await,
+            )
+            .await;
+            assert_eq!(retry.body, created[0].body, "{mode}");
+        }
+    }
+
+    async fn the_purge_removes_exactly_the_expired_keys_and_a_retry_after_it_is_new() {
+        let app = spawn_app().await;
+        for key in ["k-p1", "k-p2", "k-p3"] {
+            app.post_charge(Some(key), &charge_body()).await;
+        }
+        app.execute(&format!(
+            "UPDATE idempotency_keys SET expires_at = {} WHERE key IN ('k-p1', 'k-p2')",
+            app.at(-1)
+        ));
+        let purged: Value = app.post_json("/demo/purge").await;
+        assert_eq!(purged["purged"], 2);
+        assert_eq!(app.keys(), 1);
+        assert_eq!(app.count("idempotency_keys WHERE key = 'k-p3'"), 1);
+        assert_eq!(app.charges(), 3, "the purge deletes keys, never charges");
+
+        let retry = Captured::from(app.post_charge(Some("k-p1"), &charge_body()).await).await;
+        assert_eq!(retry.status, 201);
+        assert_eq!(retry.header("idempotent-replayed"), None);
+        assert_eq!(app.charges(), 4);
+    }
+
+    async fn the_purge_command_and_the_background_purger_delete_expired_keys_in_batches() {
+        let app = spawn_app().await;
+        let past = app.at(-60);
+        let token = match app.backend() {
+            TestBackend::Postgres => "gen_random_uuid()",
+            TestBackend::Sqlite => "'lease-' || n.i",
+        };
+        app.execute(&format!(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500) \
+             INSERT INTO idempotency_keys (account_id, key, fingerprint, status, created_at, expires_at, locked_until, lease_token) \
+             SELECT a.id, 'old-' || n.i, 'sha256:x', 'in_progress', {past}, {past}, {past}, {token} \
+             FROM accounts a, n WHERE a.name = 'Demo account'"
+        ));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_charges"))
+            .args([
+                "purge-expired",
+                "--database-url",
+                &app.db.url,
+                "--purge-batch",
+                "1000",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).starts_with("purged 2500 expired"),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert_eq!(app.keys(), 0);
+
+        // The purger in `serve`, on a short interval.
+        let db = TestDatabase::create();
+        let server = ServerProcess::start(&db.url, &[("PURGE_INTERVAL", "200ms")]);
+        let client = reqwest::Client::new();
+        let charge = |key: &'static str| {
+            client
+                .post(format!("{}/charges", server.address))
+                .bearer_auth(DEMO_KEY)
+                .header("content-type", "application/json")
+                .header("idempotency-key", key)
+                .body(charge_body().to_string())
+                .send()
+        };
+        assert_eq!(charge("k-bg").await.unwrap().status(), 201);
+        db.execute(&format!("UPDATE idempotency_keys SET expires_at = {}", crate::helpers::at(db.backend(), -1)));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while db.count("idempotency_keys") > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the background purger did not run"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 
-/// The crash window of the key-first design, for real: the process is killed
-/// with SIGKILL after committing the key and before the charge's transaction.
-#[tokio::test]
-async fn a_process_killed_between_the_two_transactions_leaves_a_key_that_is_409_until_its_lease_runs_out()
- {
-    let db = TestDatabase::create();
-    let env = [
-        ("IDEMPOTENCY_MODE", "key-first"),
-        ("IDEMPOTENCY_LEASE", "2s"),
-    ];
-    let mut server = ServerProcess::start(&db.url, &env);
-    let client = reqwest::Client::new();
-    let post = |address: &str, fault: Option<&str>| {
-        let mut request = client
-            .post(format!("{address}/charges"))
-            .bearer_auth(DEMO_KEY)
-            .header("content-type", "application/json")
-            .header("idempotency-key", "\"k-crash\"")
-            .body(charge_body().to_string());
-        if let Some(fault) = fault {
-            request = request.header("demo-fault", fault);
+crate::on_both_backends! {
+    async fn a_worker_whose_lease_was_taken_over_cannot_complete_and_answers_with_the_winners_response() {
+        let app = spawn_app_with(|s| s.idempotency_lease = Duration::from_millis(300)).await;
+        let body = charge_body();
+        // A: slow, outlives its 300 ms lease. B: arrives after the lease ran out.
+        let slow = app.post_charge_with(
+            Some("k-lease"),
+            &body,
+            &[KEY_FIRST, ("demo-fault", "delay-commit=1500")],
+        );
+        let late = async {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            Captured::from(
+                app.post_charge_with(Some("k-lease"), &body, &[KEY_FIRST])
+                    .await,
+            )
+            .await
+        };
+        let (slow, late) = tokio::join!(slow, late);
+        let slow = Captured::from(slow).await;
+
+        assert_eq!((slow.status, late.status), (201, 201), "{} {}", slow.body, late.body);
+        let replayed = |r: &Captured| r.header("idempotent-replayed") == Some("true");
+        match app.backend() {
+            // B took the expired lease over and ran; A's guarded completion
+            // found another lease, rolled back, and answers B's result.
+            TestBackend::Postgres => {
+                assert!(!replayed(&late), "B took the key over and ran");
+                assert!(replayed(&slow), "A rolled back and answers B's result");
+            }
+            // SQLite locks the whole database for A's transaction: B's
+            // takeover waits for A's commit, then finds the key completed.
+            TestBackend::Sqlite => {
+                assert!(!replayed(&slow), "A completed under its lease");
+                assert!(replayed(&late), "B waited for A and replays its result");
+            }
         }
-        request.send()
-    };
+        assert_eq!(slow.body, late.body);
+        assert_eq!(app.charges(), 1);
+    }
 
-    let crashed = post(&server.address, Some("crash-after-key")).await;
-    assert!(
-        crashed.is_err(),
-        "the connection died with the process: {crashed:?}"
-    );
-    let status = server
-        .wait_for_exit(Duration::from_secs(5))
-        .expect("the process is gone");
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(status.signal(), Some(9), "killed by SIGKILL");
+    /// The crash window of the key-first design, for real: the process is killed
+    /// with SIGKILL after committing the key and before the charge's transaction.
+    async fn a_process_killed_between_the_two_transactions_leaves_a_key_that_is_409_until_its_lease_runs_out() {
+        let db = TestDatabase::create();
+        let env = [
+            ("IDEMPOTENCY_MODE", "key-first"),
+            ("IDEMPOTENCY_LEASE", "2s"),
+        ];
+        let mut server = ServerProcess::start(&db.url, &env);
+        let client = reqwest::Client::new();
+        let post = |address: &str, fault: Option<&str>| {
+            let mut request = client
+                .post(format!("{address}/charges"))
+                .bearer_auth(DEMO_KEY)
+                .header("content-type", "application/json")
+                .header("idempotency-key", "\"k-crash\"")
+                .body(charge_body().to_string());
+            if let Some(fault) = fault {
+                request = request.header("demo-fault", fault);
+            }
+            request.send()
+        };
 
-    let restarted = ServerProcess::start(&db.url, &env);
-    let in_flight = Captured::from(post(&restarted.address, None).await.unwrap()).await;
-    in_flight.assert_problem(409, "idempotency-key-in-flight");
+        let crashed = post(&server.address, Some("crash-after-key")).await;
+        assert!(
+            crashed.is_err(),
+            "the connection died with the process: {crashed:?}"
+        );
+        let status = server
+            .wait_for_exit(Duration::from_secs(5))
+            .expect("the process is gone");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "killed by SIGKILL");
 
-    tokio::time::sleep(Duration::from_millis(2100)).await;
-    let after_lease = Captured::from(post(&restarted.address, None).await.unwrap()).await;
-    assert_eq!(after_lease.status, 201, "{}", after_lease.body);
-    assert_eq!(after_lease.header("idempotent-replayed"), None);
-    let replay = Captured::from(post(&restarted.address, None).await.unwrap()).await;
-    assert_eq!(replay.body, after_lease.body);
+        let restarted = ServerProcess::start(&db.url, &env);
+        let in_flight = Captured::from(post(&restarted.address, None).await.unwrap()).await;
+        in_flight.assert_problem(409, "idempotency-key-in-flight");
 
-    assert_eq!(db.count("charges"), 1);
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        let after_lease = Captured::from(post(&restarted.address, None).await.unwrap()).await;
+        assert_eq!(after_lease.status, 201, "{}", after_lease.body);
+        assert_eq!(after_lease.header("idempotent-replayed"), None);
+        let replay = Captured::from(post(&restarted.address, None).await.unwrap()).await;
+        assert_eq!(replay.body, after_lease.body);
+
+        assert_eq!(db.count("charges"), 1);
+    }
 }

@@ -5,7 +5,7 @@ use std::process::Command;
 use charges::api::Application;
 use charges::config::Settings;
 
-use crate::helpers::{TestDatabase, server_url};
+use crate::helpers::TestDatabase;
 
 fn charges_bin() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_charges"));
@@ -28,9 +28,10 @@ fn starting_twice_on_one_database_applies_the_migrations_once() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("applied 0 migration(s)"));
 }
 
+#[cfg(postgres_tests)]
 #[test]
 fn migrate_creates_a_missing_database() {
-    let db = TestDatabase::create();
+    let db = TestDatabase::create_for(crate::helpers::TestBackend::Postgres);
     // Drop it first so that `migrate` has to create it; the guard drops it again.
     let mut admin = url::Url::parse(&db.url).unwrap();
     let name = admin.path().trim_start_matches('/').to_owned();
@@ -54,7 +55,7 @@ fn migrate_creates_a_missing_database() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let expected = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+    let expected = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/postgres"))
         .unwrap()
         .count();
     assert!(
@@ -84,7 +85,7 @@ fn bad_configuration_is_one_clear_line_and_a_failing_exit() {
     assert_one_line_failure(
         &["serve", "--database-url", "mysql://localhost/x"],
         &[],
-        "not a PostgreSQL URL",
+        "neither a PostgreSQL URL",
     );
     assert_one_line_failure(
         &[
@@ -97,7 +98,7 @@ fn bad_configuration_is_one_clear_line_and_a_failing_exit() {
     );
     assert_one_line_failure(
         &["serve", "--bind", "256.0.0.1:80"],
-        &[("DATABASE_URL", &server_url())],
+        &[("DATABASE_URL", &TestDatabase::create().url)],
         "cannot listen on 256.0.0.1:80",
     );
 }
@@ -112,4 +113,35 @@ fn a_taken_port_is_reported() {
         &[],
         "cannot listen on",
     );
+}
+
+#[test]
+fn without_database_url_it_serves_from_charges_db_in_the_working_directory() {
+    let dir = std::env::temp_dir().join(format!("charges-cwd-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = charges_bin()
+        .current_dir(&dir)
+        .env("BIND", "127.0.0.1:0")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let ready = lines.next().unwrap().unwrap();
+    let database = lines.next().unwrap().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        ready.starts_with("charges is ready: open http://127.0.0.1:"),
+        "{ready}"
+    );
+    assert!(
+        database.contains("charges.db") && database.contains("sqlite"),
+        "{database}"
+    );
+    assert!(
+        dir.join("charges.db").exists(),
+        "the SQLite file was created in the working directory"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -2,7 +2,9 @@
 
 use serde_json::json;
 
-use crate::helpers::{Captured, DEMO_KEY, TestApp, charge_body, spawn_app, spawn_app_with};
+use crate::helpers::{
+    Captured, DEMO_KEY, TestApp, TestBackend, charge_body, spawn_app, spawn_app_with,
+};
 
 /// One raw request: (what it tests, auth, idempotency-key header values, content type, body).
 struct Bad {
@@ -48,183 +50,186 @@ fn body(case: Bad, body: serde_json::Value) -> Bad {
     }
 }
 
-#[tokio::test]
-async fn every_rejected_request_is_a_problem_and_changes_nothing() {
-    let app = spawn_app().await;
-    let cases = vec![
-        Bad {
-            auth: None,
-            ..bad("no Authorization", 401, "unauthorized")
-        },
-        Bad {
-            auth: Some("sk_test_nobody"),
-            ..bad("unknown API key", 401, "unauthorized")
-        },
-        Bad {
-            keys: vec!["\"\"".into()],
-            ..bad("empty key", 400, "invalid-idempotency-key")
-        },
-        Bad {
-            keys: vec![format!("\"{}\"", "k".repeat(256))],
-            ..bad("key of 256 characters", 400, "invalid-idempotency-key")
-        },
-        Bad {
-            keys: vec!["\"unterminated".into()],
-            ..bad("unterminated quoted key", 400, "invalid-idempotency-key")
-        },
-        Bad {
-            keys: vec!["two words".into()],
-            ..bad("bare key with a space", 400, "invalid-idempotency-key")
-        },
-        Bad {
-            keys: vec!["\"a\"".into(), "\"b\"".into()],
-            ..bad(
-                "two Idempotency-Key headers",
-                400,
-                "invalid-idempotency-key",
-            )
-        },
-        Bad {
-            content_type: Some("text/plain"),
-            ..bad("text/plain body", 415, "unsupported-media-type")
-        },
-        Bad {
-            content_type: None,
-            ..bad("no content type", 415, "unsupported-media-type")
-        },
-        Bad {
-            body: format!(
-                "{{\"amount\":1000,\"currency\":\"jpy\",\"description\":\"{}\"}}",
-                "x".repeat(17 * 1024)
+crate::on_both_backends! {
+    async fn every_rejected_request_is_a_problem_and_changes_nothing() {
+        let app = spawn_app().await;
+        let cases = vec![
+            Bad {
+                auth: None,
+                ..bad("no Authorization", 401, "unauthorized")
+            },
+            Bad {
+                auth: Some("sk_test_nobody"),
+                ..bad("unknown API key", 401, "unauthorized")
+            },
+            Bad {
+                keys: vec!["\"\"".into()],
+                ..bad("empty key", 400, "invalid-idempotency-key")
+            },
+            Bad {
+                keys: vec![format!("\"{}\"", "k".repeat(256))],
+                ..bad("key of 256 characters", 400, "invalid-idempotency-key")
+            },
+            Bad {
+                keys: vec!["\"unterminated".into()],
+                ..bad("unterminated quoted key", 400, "invalid-idempotency-key")
+            },
+            Bad {
+                keys: vec!["two words".into()],
+                ..bad("bare key with a space", 400, "invalid-idempotency-key")
+            },
+            Bad {
+                keys: vec!["\"a\"".into(), "\"b\"".into()],
+                ..bad(
+                    "two Idempotency-Key headers",
+                    400,
+                    "invalid-idempotency-key",
+                )
+            },
+            Bad {
+                content_type: Some("text/plain"),
+                ..bad("text/plain body", 415, "unsupported-media-type")
+            },
+            Bad {
+                content_type: None,
+                ..bad("no content type", 415, "unsupported-media-type")
+            },
+            Bad {
+                body: format!(
+                    "{{\"amount\":1000,\"currency\":\"jpy\",\"description\":\"{}\"}}",
+                    "x".repeat(17 * 1024)
+                ),
+                ..bad("body over 16 KiB", 413, "payload-too-large")
+            },
+            Bad {
+                body: "{\"amount\": 1000,".into(),
+                ..bad("truncated JSON", 400, "invalid-request")
+            },
+            Bad {
+                body: "".into(),
+                ..bad("empty body", 400, "invalid-request")
+            },
+            body(
+                bad("amount zero", 400, "invalid-request"),
+                json!({"amount": 0, "currency": "jpy"}),
             ),
-            ..bad("body over 16 KiB", 413, "payload-too-large")
-        },
-        Bad {
-            body: "{\"amount\": 1000,".into(),
-            ..bad("truncated JSON", 400, "invalid-request")
-        },
-        Bad {
-            body: "".into(),
-            ..bad("empty body", 400, "invalid-request")
-        },
-        body(
-            bad("amount zero", 400, "invalid-request"),
-            json!({"amount": 0, "currency": "jpy"}),
-        ),
-        body(
-            bad("negative amount", 400, "invalid-request"),
-            json!({"amount": -1, "currency": "jpy"}),
-        ),
-        body(
-            bad("amount too large", 400, "invalid-request"),
-            json!({"amount": 100_000_000, "currency": "jpy"}),
-        ),
-        body(
-            bad("fractional amount", 400, "invalid-request"),
-            json!({"amount": 10.5, "currency": "usd"}),
-        ),
-        body(
-            bad("amount as a string", 400, "invalid-request"),
-            json!({"amount": "1000", "currency": "jpy"}),
-        ),
-        body(
-            bad("missing amount", 400, "invalid-request"),
-            json!({"currency": "jpy"}),
-        ),
-        body(
-            bad("uppercase currency", 400, "invalid-request"),
-            json!({"amount": 1000, "currency": "JPY"}),
-        ),
-        body(
-            bad("unknown currency", 400, "invalid-request"),
-            json!({"amount": 1000, "currency": "xyz"}),
-        ),
-        body(
-            bad("description too long", 400, "invalid-request"),
-            json!({"amount": 1000, "currency": "jpy", "description": "d".repeat(501)}),
-        ),
-        body(
-            bad("unknown field", 400, "invalid-request"),
-            json!({"amount": 1000, "currency": "jpy", "customer": "c1"}),
-        ),
-        body(
-            bad("array body", 400, "invalid-request"),
-            json!([1000, "jpy"]),
-        ),
-    ];
-    for case in &cases {
-        let response = send(&app, case).await;
-        assert_eq!(
-            response.status, case.status,
-            "{}: {}",
-            case.name, response.body
+            body(
+                bad("negative amount", 400, "invalid-request"),
+                json!({"amount": -1, "currency": "jpy"}),
+            ),
+            body(
+                bad("amount too large", 400, "invalid-request"),
+                json!({"amount": 100_000_000, "currency": "jpy"}),
+            ),
+            body(
+                bad("fractional amount", 400, "invalid-request"),
+                json!({"amount": 10.5, "currency": "usd"}),
+            ),
+            body(
+                bad("amount as a string", 400, "invalid-request"),
+                json!({"amount": "1000", "currency": "jpy"}),
+            ),
+            body(
+                bad("missing amount", 400, "invalid-request"),
+                json!({"currency": "jpy"}),
+            ),
+            body(
+                bad("uppercase currency", 400, "invalid-request"),
+                json!({"amount": 1000, "currency": "JPY"}),
+            ),
+            body(
+                bad("unknown currency", 400, "invalid-request"),
+                json!({"amount": 1000, "currency": "xyz"}),
+            ),
+            body(
+                bad("description too long", 400, "invalid-request"),
+                json!({"amount": 1000, "currency": "jpy", "description": "d".repeat(501)}),
+            ),
+            body(
+                bad("unknown field", 400, "invalid-request"),
+                json!({"amount": 1000, "currency": "jpy", "customer": "c1"}),
+            ),
+            body(
+                bad("array body", 400, "invalid-request"),
+                json!([1000, "jpy"]),
+            ),
+        ];
+        for case in &cases {
+            let response = send(&app, case).await;
+            assert_eq!(
+                response.status, case.status,
+                "{}: {}",
+                case.name, response.body
+            );
+            response.assert_problem(case.status, case.slug);
+            assert_eq!(
+                (app.charges(), app.keys()),
+                (0, 0),
+                "{} changed the database",
+                case.name
+            );
+        }
+        // The same key still works afterwards: nothing was stored for it.
+        let good = Captured::from(app.post_charge(Some("k-bad"), &charge_body()).await).await;
+        assert_eq!(good.status, 201);
+    }
+
+    async fn invalid_fields_are_all_listed_with_what_to_fix() {
+        let app = spawn_app().await;
+        let r = Captured::from(
+            app.post_charge(
+                Some("k-fields"),
+                &json!({"amount": 0, "currency": "JPY", "tip": 5}),
+            )
+            .await,
+        )
+        .await;
+        r.assert_problem(400, "invalid-request");
+        let fields: Vec<String> = r.json()["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["field"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(fields, ["tip", "amount", "currency"]);
+        assert!(r.body.contains("use \\\"jpy\\\""), "{}", r.body);
+    }
+
+    async fn internal_errors_do_not_leak_sql() {
+        let app = spawn_app().await;
+        // Break the schema under the app: the insert fails inside the transaction.
+        match app.backend() {
+            TestBackend::Postgres => app.execute("ALTER TABLE charges ADD CONSTRAINT no_more CHECK (amount < 0) NOT VALID"),
+            TestBackend::Sqlite => app.execute(
+                "CREATE TRIGGER no_more BEFORE INSERT ON charges BEGIN SELECT RAISE(ABORT, 'no_more constraint'); END",
+            ),
+        };
+        let r = Captured::from(app.post_charge(Some("k-500"), &charge_body()).await).await;
+        r.assert_problem(500, "internal");
+        assert!(
+            !r.body.to_lowercase().contains("constraint") && !r.body.contains("no_more"),
+            "{}",
+            r.body
         );
-        response.assert_problem(case.status, case.slug);
+        assert_eq!(app.keys(), 0, "the key rolled back with the failed charge");
+    }
+
+    async fn a_required_key_makes_a_keyless_charge_a_400() {
+        let app = spawn_app_with(|s| s.require_idempotency_key = true).await;
+        let r = Captured::from(app.post_charge(None, &charge_body()).await).await;
+        r.assert_problem(400, "invalid-idempotency-key");
+        assert!(
+            r.json()["detail"]
+                .as_str()
+                .unwrap()
+                .contains("requires an Idempotency-Key")
+        );
+        assert_eq!(app.charges(), 0);
         assert_eq!(
-            (app.charges(), app.keys()),
-            (0, 0),
-            "{} changed the database",
-            case.name
+            app.post_charge(Some("k-req"), &charge_body())
+                .await
+                .status(),
+            201
         );
     }
-    // The same key still works afterwards: nothing was stored for it.
-    let good = Captured::from(app.post_charge(Some("k-bad"), &charge_body()).await).await;
-    assert_eq!(good.status, 201);
-}
-
-#[tokio::test]
-async fn invalid_fields_are_all_listed_with_what_to_fix() {
-    let app = spawn_app().await;
-    let r = Captured::from(
-        app.post_charge(
-            Some("k-fields"),
-            &json!({"amount": 0, "currency": "JPY", "tip": 5}),
-        )
-        .await,
-    )
-    .await;
-    r.assert_problem(400, "invalid-request");
-    let fields: Vec<String> = r.json()["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["field"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(fields, ["tip", "amount", "currency"]);
-    assert!(r.body.contains("use \\\"jpy\\\""), "{}", r.body);
-}
-
-#[tokio::test]
-async fn internal_errors_do_not_leak_sql() {
-    let app = spawn_app().await;
-    // Break the schema under the app: the insert fails inside the transaction.
-    app.execute("ALTER TABLE charges ADD CONSTRAINT no_more CHECK (amount < 0) NOT VALID");
-    let r = Captured::from(app.post_charge(Some("k-500"), &charge_body()).await).await;
-    r.assert_problem(500, "internal");
-    assert!(
-        !r.body.to_lowercase().contains("constraint") && !r.body.contains("no_more"),
-        "{}",
-        r.body
-    );
-    assert_eq!(app.keys(), 0, "the key rolled back with the failed charge");
-}
-
-#[tokio::test]
-async fn a_required_key_makes_a_keyless_charge_a_400() {
-    let app = spawn_app_with(|s| s.require_idempotency_key = true).await;
-    let r = Captured::from(app.post_charge(None, &charge_body()).await).await;
-    r.assert_problem(400, "invalid-idempotency-key");
-    assert!(
-        r.json()["detail"]
-            .as_str()
-            .unwrap()
-            .contains("requires an Idempotency-Key")
-    );
-    assert_eq!(app.charges(), 0);
-    assert_eq!(
-        app.post_charge(Some("k-req"), &charge_body())
-            .await
-            .status(),
-        201
-    );
 }

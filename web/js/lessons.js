@@ -360,7 +360,7 @@ function verdictLesson4KeyFirst(ctx) {
 // ("MODE SWITCH: lesson 4") set lesson4.mode, and every request of the run
 // carries that mode as Demo-Mode, whatever the server's default
 // (/demo/state's idempotency_mode) is.
-// The SQLite backend (planned) needs no new mode here: only the wait differs
+// The SQLite backend needs no mode of its own here: only the lock's scope differs
 // (the whole database is locked, not one key), and state.backend names it.
 const LESSON4_MODES = {
   atomic: { run: runLesson4Atomic, verdict: verdictLesson4Atomic, label: 'l4.step1.atomic', text: 'l4.p2.atomic.html' },

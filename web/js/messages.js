@@ -155,7 +155,7 @@ const en = {
   'l4.tradeoff.p2.html': p =>
     `Key-first pays for the quick answer with a window between its two transactions. If the process dies after committing the key but before the charge, the row stays <code>in_progress</code> with nobody working on it, and every retry gets 409 until the row’s lease runs out (<code>locked_until</code>; ${p.isDefault === 'true' ? `${p.lease} here, the default` : `${p.lease} on this server, 30 seconds by default`}). After that, the next request with the same key and the same body takes the row over and runs as the first. So key-first needs the lease and this takeover to recover. The atomic design has no such window: if the process dies, its single transaction rolls back, and the key disappears together with the charge.`,
   'l4.sqlite':
-    'A SQLite backend is planned for embedded use (it is not implemented yet); there the lock that makes B wait would cover the whole database rather than one key.',
+    'On the SQLite backend (the zero-setup default) the same thing happens, but the lock that makes B wait covers the whole database, not one key: every other write waits for A too. PostgreSQL locks only the entry of this one key in the unique index.',
 
   // ---- lesson 5 ---------------------------------------------------------
   'l5.title': '5. How long a key lives, and reusing one',
@@ -476,7 +476,7 @@ const ja = {
   'l4.tradeoff.p2.html': p =>
     `key-first は、すぐに答えられる代わりに、2 つのトランザクションの間に隙間を抱えます。キーをコミットした後、課金の前にプロセスが落ちると、その行は誰も処理していないのに <code>in_progress</code> のまま残り、再送は行のリース（<code>locked_until</code>。${p.isDefault === 'true' ? `このサーバーでは既定どおり ${p.lease}` : `このサーバーでは ${p.lease}、既定は 30 秒`}）が切れるまで 409 を受け取り続けます。リースが切れた後は、同じキー・同じ本文で届いた次のリクエストがその行を引き継ぎ、1 通目として処理します。つまり key-first には、リースとこの引き継ぎという回収の仕組みが欠かせません。atomic にはこの隙間がありません。プロセスが落ちれば 1 つしかないトランザクションがロールバックされ、キーも課金と一緒に消えるからです。`,
   'l4.sqlite':
-    '組み込み用途向けに SQLite のバックエンドを計画中で（まだ実装されていません）、そこでは B を待たせるロックがキー 1 つではなくデータベース全体にかかります。',
+    'SQLite バックエンド（設定不要の既定）でも同じことが起きますが、B を待たせるロックはキー 1 つではなくデータベース全体にかかり、ほかの書き込みもすべて A を待ちます。PostgreSQL がロックするのは、一意インデックスのこのキーの項目だけです。',
 
   'l5.title': '5. キーの寿命と使い回し',
   'l5.p1': p =>

@@ -1,0 +1,78 @@
+-- wrk script for bench/run: POST /charges with the demo account.
+--
+--   wrk ... -s bench/charges.lua URL -- MODE PHASE [REPLAY_KEYS]
+--
+-- MODE   fresh   a new Idempotency-Key on every request (first requests)
+--        naive   no Idempotency-Key at all
+--        replay  cycle over REPLAY_KEYS keys shared by all threads: after the
+--                warm-up has completed them, every request is a replay
+-- PHASE  a small integer, unique per phase of one run, so the keys of two
+--        phases never collide
+--
+-- A fresh key looks like a client's UUIDv4 (random, so inserts spread over
+-- the whole unique index as real keys do) and is unique by construction: its
+-- last group encodes the phase, the wrk thread and a per-thread counter.
+--
+-- done() prints one line "BENCH_JSON {...}" that bench/run parses.
+
+local body = '{"amount":1000,"currency":"jpy","description":"bench"}'
+local headers = {
+  ["Authorization"] = "Bearer sk_test_demo",
+  ["Content-Type"] = "application/json",
+}
+
+local threads_seen = 0
+
+function setup(thread)
+  threads_seen = threads_seen + 1
+  thread:set("tid", threads_seen)
+end
+
+local mode, phase, replay_keys = "fresh", 0, 256
+local counter = 0
+
+function init(args)
+  mode = args[1] or "fresh"
+  phase = tonumber(args[2] or "0") or 0
+  replay_keys = tonumber(args[3] or "256") or 256
+  if mode ~= "fresh" and mode ~= "naive" and mode ~= "replay" then
+    error("charges.lua: unknown mode " .. tostring(mode))
+  end
+  math.randomseed(os.time() * 1000 + (tid or 0) * 7919 + phase)
+end
+
+local function r16()
+  return math.random(0, 65535)
+end
+
+local function fresh_key()
+  -- xxxxxxxx-xxxx-4PPP-yTTT-CCCCCCCCCCCC (hex): P phase, T thread, C counter
+  return string.format('"%04x%04x-%04x-4%03x-%x%03x-%012x"',
+    r16(), r16(), r16(), phase % 4096,
+    8 + math.random(0, 3), (tid or 0) % 4096, counter)
+end
+
+function request()
+  counter = counter + 1
+  if mode == "naive" then
+    headers["Idempotency-Key"] = nil
+  elseif mode == "fresh" then
+    headers["Idempotency-Key"] = fresh_key()
+  else
+    -- Same keys in every thread: key number (counter mod N).
+    headers["Idempotency-Key"] = string.format('"bench-replay-%d-%d"', phase, counter % replay_keys)
+  end
+  return wrk.format("POST", "/charges", headers, body)
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'BENCH_JSON {"requests":%d,"duration_us":%d,"bytes":%d,' ..
+    '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d},' ..
+    '"latency_us":{"p50":%d,"p90":%d,"p99":%d,"p999":%d,"max":%d,"mean":%.1f}}\n',
+    summary.requests, summary.duration, summary.bytes,
+    e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99),
+    latency:percentile(99.9), latency.max, latency.mean))
+end

@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""bench/run's helper: per-phase JSON, the table, the results file.
+
+  report.py wrk PHASE.json WRK_OUTPUT KEY=VALUE...
+  report.py pgbench PHASE.json PGBENCH_OUTPUT LOG_PREFIX KEY=VALUE...
+  report.py table WORKDIR OUT.json
+
+`wrk`/`pgbench` turn one load run into WORKDIR/phases/ID.json and exit 1 when
+the run is unusable (nothing completed, or more than 1% errors). `table` reads
+WORKDIR/meta.json, phases/*.json and purge.json, prints the table, writes
+OUT.json, and exits 0 whatever the targets say: PASS/MISS is information, not
+a failure. Standard library only.
+"""
+
+import glob
+import json
+import math
+import os
+import sys
+
+MAX_ERROR_RATE = 0.01
+
+
+# Values that stay text even when they look like numbers.
+TEXT_KEYS = {"id", "mode", "commit", "started_at", "binary", "cpu", "pg_version", "pool_size",
+             "workers", "pool_timeout", "loadavg_start", "loadavg_end"}
+
+
+def extras(pairs):
+    out = {}
+    for pair in pairs:
+        k, _, v = pair.partition("=")
+        if k in TEXT_KEYS:
+            out[k] = v
+            continue
+        try:
+            out[k] = int(v)
+        except ValueError:
+            try:
+                out[k] = float(v)
+            except ValueError:
+                out[k] = v
+    return out
+
+
+def percentile(sorted_values, q):
+    if not sorted_values:
+        return None
+    # nearest rank, as wrk reports its percentiles
+    i = min(len(sorted_values) - 1, max(0, math.ceil(q / 100.0 * len(sorted_values)) - 1))
+    return sorted_values[i]
+
+
+def check_and_write(path, phase):
+    done = phase.get("requests", 0)
+    errs = phase.get("errors_total", 0)
+    phase["ok"] = done > 0 and errs <= MAX_ERROR_RATE * done and not phase.get("invariant_errors")
+    with open(path, "w") as f:
+        json.dump(phase, f, indent=2, sort_keys=True)
+    if not phase["ok"]:
+        print("phase %s unusable: %d completed, %d errors%s" % (
+            phase.get("id"), done, errs, " (database check failed)" if phase.get("invariant_errors") else ""),
+            file=sys.stderr)
+        sys.exit(1)
+
+
+def wrk_phase(path, output, pairs):
+    line = None
+    with open(output) as f:
+        for raw in f:
+            if raw.startswith("BENCH_JSON "):
+                line = raw[len("BENCH_JSON "):]
+    if line is None:
+        print("no BENCH_JSON line in %s" % output, file=sys.stderr)
+        sys.exit(1)
+    phase = json.loads(line)
+    phase.update(extras(pairs))
+    secs = phase["duration_us"] / 1e6
+    phase["seconds"] = secs
+    phase["rps"] = phase["requests"] / secs if secs > 0 else None
+    phase["errors_total"] = sum(phase["errors"].values())
+    phase["tool"] = "wrk"
+    check_invariants(phase)
+    check_and_write(path, phase)
+
+
+def check_invariants(phase):
+    """What the database must show after the phase, from wrk's own counts."""
+    ok = phase["requests"] - phase["errors"]["status"]
+    dc, dk = phase.get("charges_delta"), phase.get("keys_delta")
+    if dc is None or dk is None:
+        return
+    mode, problems = phase.get("mode"), []
+    if mode == "fresh":
+        if dc < ok:
+            problems.append("%d charges for %d created responses" % (dc, ok))
+        if not phase.get("purging") and dk != dc:
+            problems.append("%d new key rows for %d new charges" % (dk, dc))
+    elif mode == "naive":
+        if dc < ok:
+            problems.append("%d charges for %d created responses" % (dc, ok))
+        if dk != 0:
+            problems.append("%d key rows appeared without keys" % dk)
+    elif mode == "replay":
+        if dc != 0 or dk != 0:
+            problems.append("replays created %d charges and %d key rows" % (dc, dk))
+    if problems:
+        phase["invariant_errors"] = problems
+        print("phase %s: %s" % (phase.get("id"), "; ".join(problems)), file=sys.stderr)
+
+
+def pgbench_phase(path, output, log_prefix, pairs):
+    phase = {"tool": "pgbench"}
+    with open(output) as f:
+        text = f.read()
+    for raw in text.splitlines():
+        raw = raw.strip()
+        if raw.startswith("tps = ") and "without initial connection time" in raw:
+            phase["rps"] = float(raw.split()[2])
+        elif raw.startswith("number of transactions actually processed:"):
+            phase["requests"] = int(raw.split(":")[1].split("/")[0])
+        elif raw.startswith("number of failed transactions:"):
+            phase["failed"] = int(raw.split(":")[1].split()[0])
+    phase.update(extras(pairs))
+    lat = []
+    for name in glob.glob(log_prefix + ".*"):
+        with open(name) as f:
+            for raw in f:
+                parts = raw.split()
+                # client_id transaction_no time script_no time_epoch time_us
+                if len(parts) >= 6 and parts[2].isdigit():
+                    lat.append(int(parts[2]))
+    lat.sort()
+    phase["latency_us"] = {
+        "p50": percentile(lat, 50), "p90": percentile(lat, 90), "p99": percentile(lat, 99),
+        "p999": percentile(lat, 99.9), "max": lat[-1] if lat else None,
+        "mean": sum(lat) / len(lat) if lat else None,
+    }
+    phase["errors_total"] = phase.get("failed", 0) + (0 if "aborted" not in text else 1)
+    if "rps" not in phase:
+        phase["requests"] = 0
+    check_and_write(path, phase)
+
+
+def load(workdir):
+    with open(os.path.join(workdir, "meta.json")) as f:
+        meta = json.load(f)
+    phases = {}
+    pdir = os.path.join(workdir, "phases")
+    for name in sorted(os.listdir(pdir)):
+        if name.endswith(".json"):
+            with open(os.path.join(pdir, name)) as f:
+                p = json.load(f)
+            phases[p["id"]] = p
+    purge = None
+    ppath = os.path.join(workdir, "purge.json")
+    if os.path.exists(ppath):
+        with open(ppath) as f:
+            purge = json.load(f)
+    return meta, phases, purge
+
+
+def ms(us):
+    return None if us is None else us / 1000.0
+
+
+def fmt(v, spec, none="-"):
+    return none if v is None else format(v, spec)
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def table(workdir, out):
+    meta, phases, purge = load(workdir)
+
+    def get(pid, *path):
+        v = phases.get(pid)
+        for k in path:
+            if v is None:
+                return None
+            v = v.get(k)
+        return v
+
+    rows = [
+        ("1", "limit: pgbench, same SQL (-M prepared)"),
+        ("1x", "  pgbench, no cached plans (-M extended)"),
+        ("2", "idempotent, fresh key per request"),
+        ("3", "naive, no key"),
+        ("4", "replay of a completed key"),
+        ("5a", "idempotent, %s expired keys in table" % f"{meta['seed_rows']:,}"),
+        ("5b", "idempotent while purging those keys"),
+        ("6", "idempotent, RSS run"),
+    ]
+
+    lines = []
+    w = lines.append
+    w("")
+    w("charges bench: %s build of %s, %s" % (meta["profile"], meta["commit"], meta["started_at"]))
+    w("machine: %s cores (%s), %s GiB RAM; %s; fsync=%s synchronous_commit=%s shared_buffers=%s"
+      % (meta["nproc"], meta["cpu"], meta["mem_gib"], meta["pg_version"],
+         meta["pg_fsync"], meta["pg_synchronous_commit"], meta["pg_shared_buffers"]))
+    w("server: DEMO=false POOL_SIZE=%s WORKERS=%s POOL_TIMEOUT=%s; load: wrk %s threads, pgbench -j %s;"
+      " %s s per phase after %s s warm-up; load average at start %s"
+      % (meta["pool_size"], meta["workers"], meta["pool_timeout"], meta["threads"], meta["threads"],
+         meta["duration_s"], meta["warmup_s"], meta["loadavg_start"]))
+    w("")
+    hdr = "%-3s %-44s %7s %10s %9s %9s %9s %8s %7s" % (
+        "#", "phase", "clients", "req/s", "p50 ms", "p90 ms", "p99 ms", "RSS MiB", "errors")
+    w(hdr)
+    w("-" * len(hdr))
+    for pid, label in rows:
+        p = phases.get(pid)
+        if p is None:
+            continue
+        lat = p.get("latency_us", {})
+        rss = p.get("rss_hwm_kib")
+        w("%-3s %-44s %7d %10s %9s %9s %9s %8s %7d" % (
+            pid, label, p["clients"], fmt(p.get("rps"), ",.1f"),
+            fmt(ms(lat.get("p50")), ".2f"), fmt(ms(lat.get("p90")), ".2f"),
+            fmt(ms(lat.get("p99")), ".2f"),
+            fmt(None if rss is None else rss / 1024.0, ".1f"), p.get("errors_total", 0)))
+    w("")
+    hdr = "%-3s %-44s %10s %10s %10s %8s %8s" % (
+        "#", "where the CPU went, per request", "server us", "pg us", "tool us", "other", "load1")
+    w(hdr)
+    w("-" * len(hdr))
+    for pid, label in rows:
+        p = phases.get(pid)
+        if p is None:
+            continue
+        n = p.get("requests") or 0
+        hz = p.get("hz") or 100
+        total = p.get("machine_total_ticks")
+        busy = p.get("machine_busy_ticks")
+        srv, pg, tool = p.get("server_cpu_s"), p.get("pg_cpu_s"), p.get("tool_cpu_s")
+        pg_n = n
+        if p.get("tool") == "pgbench" and p.get("pg_window_s") and p.get("rps"):
+            # sampled over the middle of the run only: per transaction of that window
+            pg, pg_n = p.get("pg_window_cpu_s"), p["rps"] * p["pg_window_s"]
+        other = None
+        if total and busy is not None and None not in (srv, pg, tool) and p.get("tool") == "wrk":
+            # what the machine did besides this phase's server, pool backends and load tool
+            other = max(0.0, busy / hz - srv - pg - tool) / (total / hz)
+
+        def per(v, k=n):
+            return fmt(None if v is None or not k else v * 1e6 / k, ",.0f")
+        w("%-3s %-44s %10s %10s %10s %8s %8s" % (
+            pid, label, per(srv), per(pg, pg_n), per(tool),
+            fmt(None if other is None else other * 100, ".0f") + ("%" if other is not None else ""),
+            fmt(p.get("loadavg"), ".2f")))
+    w("(server: the charges process; pg: the PostgreSQL backends of its pool, or of pgbench in 1/1x"
+      " (sampled mid-run);")
+    w(" tool: wrk or pgbench, plus the purge's psql in 5b; other: share of the machine's CPU used by"
+      " anything else meanwhile,")
+    w(" incl. the purge's backend in 5b; load1: load average at the end of the phase)")
+    w("")
+    if meta.get("seed_seconds") is not None:
+        w("seed: %s key rows + their charges inserted in %.1f s (INSERT ... SELECT generate_series),"
+          " then VACUUM ANALYZE + CHECKPOINT in %.1f s"
+          % (f"{meta['seed_rows']:,}", meta["seed_seconds"], meta["vacuum_seconds"]))
+    if purge:
+        w("purge (%s): %s expired rows deleted in %.2f s = %s rows/s, batches of %s, %s batches,"
+          " concurrent with 5b%s" % (
+              purge["method"], f"{purge['deleted']:,}", purge["seconds"],
+              fmt(purge["rows_per_s"], ",.0f"), purge["batch"] or "the app's default",
+              fmt(purge["batches"], "d", "?"),
+              "; backlog cleared" if purge.get("remaining", 1) == 0 else
+              "; %s left when the time ran out" % f"{purge['remaining']:,}"))
+    w("")
+
+    r21 = ratio(get("2", "rps"), get("1", "rps"))
+    r23 = ratio(get("2", "rps"), get("3", "rps"))
+    r42 = ratio(get("4", "rps"), get("2", "rps"))
+    rp99 = ratio(get("5a", "latency_us", "p99"), get("2", "latency_us", "p99"))
+    rss6 = get("6", "rss_hwm_kib")
+    rss6 = None if rss6 is None else rss6 / 1024.0
+    targets = [
+        ("idempotent / limit (2/1)", r21, ">=", 0.8, ".2f", ""),
+        ("idempotent / naive (2/3)", r23, ">=", 0.9, ".2f", ""),
+        ("replay / idempotent (4/2)", r42, ">=", 2.0, ".2f", ""),
+        ("p99 with %s keys / empty p99 (5a/2)" % f"{meta['seed_rows']:,}", rp99, "<=", 1.2, ".2f", ""),
+        ("server peak RSS at %d clients (6)" % (get("6", "clients") or 0), rss6, "<", 64.0, ".1f", " MiB"),
+    ]
+    hdr = "%-44s %12s %12s  %s" % ("target", "measured", "target", "result")
+    w(hdr)
+    w("-" * len(hdr))
+    results = []
+    for name, val, op, lim, spec, unit in targets:
+        if val is None:
+            res = "n/a"
+        elif op == ">=":
+            res = "PASS" if val >= lim else "MISS"
+        elif op == "<=":
+            res = "PASS" if val <= lim else "MISS"
+        else:
+            res = "PASS" if val < lim else "MISS"
+        w("%-44s %12s %12s  %s" % (name, fmt(val, spec) + (unit if val is not None else ""),
+                                  "%s %s%s" % (op, format(lim, spec), unit), res))
+        results.append({"target": name, "measured": val, "op": op, "limit": lim, "result": res})
+    if meta.get("quick"):
+        w("")
+        w("(--quick: %s s phases and %s seeded rows only check that the bench runs end to end;"
+          " the figures are not meaningful)" % (meta["duration_s"], f"{meta['seed_rows']:,}"))
+    w("")
+    text = "\n".join(lines)
+    print(text)
+
+    doc = {
+        "meta": meta,
+        "phases": phases,
+        "purge": purge,
+        "ratios": {"idempotent_over_limit": r21, "idempotent_over_naive": r23,
+                   "replay_over_idempotent": r42, "p99_1m_over_empty": rp99},
+        "targets": results,
+        "table": text,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=2, sort_keys=True)
+        f.write("\n")
+    print("results written to %s" % out)
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "wrk":
+        wrk_phase(args[0], args[1], args[2:])
+    elif cmd == "pgbench":
+        pgbench_phase(args[0], args[1], args[2], args[3:])
+    elif cmd == "meta":
+        with open(args[0], "w") as f:
+            json.dump(extras(args[1:]), f, indent=2, sort_keys=True)
+    elif cmd == "table":
+        table(args[0], args[1])
+    else:
+        sys.exit("report.py: unknown command %r" % cmd)
+
+
+if __name__ == "__main__":
+    main()

@@ -419,6 +419,40 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// A statement whose SQL text is the same every time it runs: no optional
+/// parts, no IN lists. Diesel never caches upserts, UPDATEs or SQL literals
+/// as prepared statements, because in general their text can vary; ours
+/// cannot, and wrapping them lets PostgreSQL plan them once per connection
+/// instead of on every request (the cache is keyed by the SQL text). Run it
+/// with `get_result`/`load`: Diesel's `execute` path ignores the wrapper.
+#[derive(Debug, Clone, Copy)]
+pub struct Prepared<Q>(pub Q);
+
+impl<Q> diesel::query_builder::QueryId for Prepared<Q> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<Q: diesel::query_builder::Query> diesel::query_builder::Query for Prepared<Q> {
+    type SqlType = Q::SqlType;
+}
+
+impl<Q, DB> diesel::query_builder::QueryFragment<DB> for Prepared<Q>
+where
+    DB: diesel::backend::Backend,
+    Q: diesel::query_builder::QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, pass: diesel::query_builder::AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        self.0.walk_ast(pass)
+    }
+
+    fn is_safe_to_cache_prepared(&self, _backend: &DB) -> QueryResult<bool> {
+        Ok(true)
+    }
+}
+
+impl<Q, Conn> RunQueryDsl<Conn> for Prepared<Q> {}
+
 /// How SQLite stores a time: fixed-width RFC 3339 UTC, so text order is time order.
 pub fn sqlite_time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Micros, true)

@@ -14,7 +14,7 @@ use diesel::upsert::excluded;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::db::{Conn, sqlite_time};
+use crate::db::{Conn, Prepared, sqlite_time};
 use crate::schema::idempotency_keys as keys;
 
 pub const IN_PROGRESS: &str = "in_progress";
@@ -186,10 +186,12 @@ pub fn claim(
                 .eq(IN_PROGRESS)
                 .and(keys::locked_until.lt(now))
                 .and(keys::fingerprint.eq(excluded(keys::fingerprint)));
-            diesel::query_dsl::methods::FilterDsl::filter(upsert, expired.or(stuck))
-                .returning(keys::id)
-                .get_result(*c)
-                .optional()?
+            Prepared(
+                diesel::query_dsl::methods::FilterDsl::filter(upsert, expired.or(stuck))
+                    .returning(keys::id),
+            )
+            .get_result(*c)
+            .optional()?
         }
         Conn::Sqlite(c) => {
             let now_text = sqlite_time(Utc::now());
@@ -236,17 +238,24 @@ pub fn complete(
     body: &Value,
 ) -> QueryResult<bool> {
     let updated = match conn {
-        Conn::Pg(c) => diesel::update(keys::table.find(claim.id))
-            .filter(keys::status.eq(IN_PROGRESS))
-            .filter(keys::lease_token.eq(claim.lease_token))
-            .set((
-                keys::status.eq(COMPLETED),
-                keys::response_status.eq(status as i16),
-                keys::response_headers.eq(headers),
-                keys::response_body.eq(body),
-                keys::charge_id.eq(charge_id),
-            ))
-            .execute(*c)?,
+        // RETURNING, so that Diesel prepares it through its load path (its
+        // execute path never caches an UPDATE, wrapper or not).
+        Conn::Pg(c) => Prepared(
+            diesel::update(keys::table.find(claim.id))
+                .filter(keys::status.eq(IN_PROGRESS))
+                .filter(keys::lease_token.eq(claim.lease_token))
+                .set((
+                    keys::status.eq(COMPLETED),
+                    keys::response_status.eq(status as i16),
+                    keys::response_headers.eq(headers),
+                    keys::response_body.eq(body),
+                    keys::charge_id.eq(charge_id),
+                ))
+                .returning(keys::id),
+        )
+        .get_result::<i64>(*c)
+        .optional()?
+        .map_or(0, |_| 1),
         Conn::Sqlite(c) => diesel::sql_query(
             "UPDATE idempotency_keys SET status = 'completed', response_status = ?, response_headers = ?, \
                response_body = ?, charge_id = ? \

@@ -67,6 +67,8 @@ async fn run_lessons(backend: helpers::TestBackend) {
         helpers::TestBackend::Postgres => "postgres",
     };
     let artifacts = root.join("artifacts/browser").join(name);
+    // Old screenshots must not pass for new ones.
+    let _ = std::fs::remove_dir_all(&artifacts);
     let script = root.join("tests/browser/lessons.mjs");
     let address = app.address.clone();
     let out = tokio::task::spawn_blocking(move || {
@@ -90,7 +92,7 @@ async fn run_lessons(backend: helpers::TestBackend) {
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
     for lesson in 1..=4 {
         assert!(
-            root.join(format!("artifacts/browser/lesson-{lesson}.png"))
+            root.join(format!("artifacts/browser/{name}/lesson-{lesson}.png"))
                 .exists(),
             "screenshot of lesson {lesson}"
         );

@@ -4,7 +4,7 @@
 //! the two designs the article compares:
 //!
 //! ```text
-//! Atomic (default): one READ COMMITTED transaction
+//! Atomic (default): one transaction (PostgreSQL: READ COMMITTED; SQLite: BEGIN IMMEDIATE)
 //!   BEGIN
 //!     claim the key (INSERT ... ON CONFLICT DO UPDATE WHERE takeable)
 //!       claimed    -> run the operation, store its response, COMMIT -> Executed
@@ -19,7 +19,8 @@
 //! Atomic: the key row, the operation's writes and the stored response commit
 //! together or not at all, and a concurrent request with the same key waits
 //! on the unique index until the first commits (then replays its response) or
-//! rolls back (then runs as the first). It never sees "in progress".
+//! rolls back (then runs as the first). It never sees "in progress". (On
+//! SQLite the wait is for the database's write lock, at BEGIN.)
 //!
 //! Key-first: a concurrent request sees the committed in-progress row and gets
 //! `InFlight` (409) at once instead of waiting. The price is the window

@@ -244,6 +244,10 @@ impl From<diesel::result::Error> for ApiError {
                 DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
                 info,
             ) => ApiError::Unavailable(info.message().to_owned()),
+            // SQLite's write lock stayed taken past the busy timeout.
+            Error::DatabaseError(_, info) if info.message().starts_with("database is locked") => {
+                ApiError::Unavailable(info.message().to_owned())
+            }
             other => ApiError::internal(other),
         }
     }

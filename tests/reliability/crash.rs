@@ -135,12 +135,7 @@ async fn requests_in_flight_when_the_server_is_killed_roll_back_and_their_retrie
             "{key} was rolled back, so its retry executes it"
         );
     }
-    assert_eq!(db.charges(), KEYS as i64);
-    let rows = db.keys();
-    for (key, reply) in &replies {
-        assert_eq!(rows[key].charge_id, Some(reply.charge_id()), "{key}");
-    }
-    db.assert_consistent();
+    assert_one_charge_per_key_held_by_its_client(&db, &replies);
     second.assert_healthy();
     eprintln!("crash with everything in flight: {:?}", started.elapsed());
 }
@@ -257,12 +252,21 @@ async fn killed_while_some_charges_committed_every_key_has_its_charge_or_none() 
             );
         }
     }
+    assert_one_charge_per_key_held_by_its_client(&db, &replies);
+    second.assert_healthy();
+    eprintln!("crash mid-load: {:?}", started.elapsed());
+}
+
+/// Exactly one charge per key, the key row points at the charge its client
+/// holds, and no charge or key is orphaned.
+fn assert_one_charge_per_key_held_by_its_client(
+    db: &TestDatabase,
+    replies: &HashMap<String, client::Reply>,
+) {
     assert_eq!(db.charges(), KEYS as i64);
     let rows = db.keys();
-    for (key, reply) in &replies {
+    for (key, reply) in replies {
         assert_eq!(rows[key].charge_id, Some(reply.charge_id()), "{key}");
     }
     db.assert_consistent();
-    second.assert_healthy();
-    eprintln!("crash mid-load: {:?}", started.elapsed());
 }

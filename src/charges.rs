@@ -114,7 +114,8 @@ pub async fn create(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let request = parse_request(&req, payload, &state).await?;
-    let fingerprint = request.fingerprint();
+    // Only a keyed request needs to know what "the same request" is.
+    let fingerprint = request.key.as_ref().map(|_| request.fingerprint());
     let ChargeRequest {
         account_id,
         key,
@@ -124,7 +125,7 @@ pub async fn create(
     } = request;
     let pool = state.pool.clone();
 
-    let Some(key) = key else {
+    let (Some(key), Some(fingerprint)) = (key, fingerprint) else {
         // No key: nothing can tell a retry from a new charge.
         let created = web::block(move || -> Result<Created, ApiError> {
             let mut conn = crate::db::checkout(&pool)?;

@@ -151,8 +151,8 @@ pub async fn faults(
     let lost = problem::response(
         StatusCode::GATEWAY_TIMEOUT,
         "simulated-lost-response",
-        "Simulated lost response",
         "Demo-Fault: lose-response. The server processed this request, but its response was thrown away, as a gateway that timed out would. Retry to find out what happened.",
+        Vec::new(),
     );
     Ok(ServiceResponse::new(req, lost))
 }

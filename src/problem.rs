@@ -157,19 +157,20 @@ pub struct Problem {
     pub errors: Vec<FieldError>,
 }
 
-/// A problem response outside `ApiError`, for the demo's simulated faults.
+/// The problem+json response for one of [`TYPES`]. Also used by the demo's
+/// simulated faults, which are not `ApiError`s.
 pub fn response(
     status: StatusCode,
     slug: &str,
-    title: &'static str,
     detail: impl Into<String>,
+    errors: Vec<FieldError>,
 ) -> HttpResponse {
     let body = Problem {
         type_: format!("/problems/{slug}"),
-        title,
+        title: title_of(slug),
         status: status.as_u16(),
         detail: detail.into(),
-        errors: Vec::new(),
+        errors,
     };
     HttpResponse::build(status)
         .content_type(CONTENT_TYPE)
@@ -204,18 +205,7 @@ impl ResponseError for ApiError {
             ApiError::InvalidRequest { errors, .. } => errors.clone(),
             _ => Vec::new(),
         };
-        let status = self.status_code();
-        let slug = self.slug();
-        let body = Problem {
-            type_: format!("/problems/{slug}"),
-            title: title_of(slug),
-            status: status.as_u16(),
-            detail: self.detail(),
-            errors,
-        };
-        let mut response = HttpResponse::build(status)
-            .content_type(CONTENT_TYPE)
-            .json(body);
+        let mut response = response(self.status_code(), self.slug(), self.detail(), errors);
         let headers = response.headers_mut();
         match self {
             ApiError::Unauthorized => {

@@ -11,7 +11,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use sha2::{Digest, Sha256};
 
-use crate::db::{Conn, DbPool, sqlite_time};
+use crate::db::{Conn, DbPool, time_text};
 use crate::problem::ApiError;
 use crate::schema::accounts;
 
@@ -43,7 +43,7 @@ pub fn create_account(conn: &mut Conn<'_>, name: &str, api_key: &str) -> QueryRe
         )
         .bind::<Text, _>(name)
         .bind::<Text, _>(hash_api_key(api_key))
-        .bind::<Text, _>(sqlite_time(Utc::now()))
+        .bind::<Text, _>(time_text(Utc::now()))
         .get_result::<Id>(*c)
         .map(|r| r.id),
     }
@@ -78,7 +78,7 @@ pub fn seed_demo_account(conn: &mut Conn<'_>) -> QueryResult<i64> {
         )
         .bind::<Text, _>(DEMO_ACCOUNT_NAME)
         .bind::<Text, _>(&digest)
-        .bind::<Text, _>(sqlite_time(Utc::now()))
+        .bind::<Text, _>(time_text(Utc::now()))
         .execute(*c)?,
     };
     find_by_api_key(conn, DEMO_API_KEY).map(|id| id.expect("demo account was just seeded"))

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
-use chrono::SecondsFormat;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -256,9 +255,7 @@ impl From<&Charge> for ChargeView {
             amount: charge.amount,
             currency: charge.currency.clone(),
             description: charge.description.clone(),
-            created_at: charge
-                .created_at
-                .to_rfc3339_opts(SecondsFormat::Micros, true),
+            created_at: crate::db::time_text(charge.created_at),
         }
     }
 }

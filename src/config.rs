@@ -102,10 +102,6 @@ impl Settings {
         }
     }
 
-    pub fn database_url(&self) -> String {
-        self.database_url.clone()
-    }
-
     pub fn demo_enabled(&self) -> bool {
         self.demo && !self.no_demo
     }

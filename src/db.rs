@@ -173,7 +173,7 @@ pub enum SetupError {
 /// Connects (creating the database if it does not exist), migrates, seeds the
 /// demo account, and returns a pool.
 pub fn setup(settings: &Settings) -> Result<DbPool, SetupError> {
-    let url = settings.database_url();
+    let url = settings.database_url.clone();
     let shown = redact(&url);
     let migrate_error = |reason: String| SetupError::Migrate {
         url: shown.clone(),
@@ -453,8 +453,10 @@ where
 
 impl<Q, Conn> RunQueryDsl<Conn> for Prepared<Q> {}
 
-/// How SQLite stores a time: fixed-width RFC 3339 UTC, so text order is time order.
-pub fn sqlite_time(t: DateTime<Utc>) -> String {
+/// A time as fixed-width RFC 3339 UTC with microseconds, e.g.
+/// `2026-12-02T14:47:33.173074Z`: how the API shows times, and how SQLite
+/// stores them (fixed width, so text order is time order).
+pub fn time_text(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
@@ -534,7 +536,7 @@ pub fn insert_charge(conn: &mut Conn<'_>, account_id: i64, new: &NewCharge) -> Q
         .bind::<BigInt, _>(new.amount.get())
         .bind::<Text, _>(new.currency.code())
         .bind::<Nullable<Text>, _>(description)
-        .bind::<Text, _>(sqlite_time(Utc::now()))
+        .bind::<Text, _>(time_text(Utc::now()))
         .get_result::<SqliteCharge>(*c)?
         .into_charge(),
     }

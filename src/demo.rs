@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use crate::accounts::{self, DEMO_ACCOUNT_NAME, DEMO_API_KEY};
 use crate::api::{AppState, resource};
 use crate::charges::{self, ChargeRequest};
-use crate::db::{Conn, sqlite_time};
+use crate::db::{Conn, time_text};
 use crate::hooks::{HookFailure, RequestHooks, TxHooks};
 use crate::idempotency::{self, Mode, SavedResponse};
 use crate::problem::{self, ApiError};
@@ -254,7 +254,7 @@ fn snapshot(conn: &mut Conn<'_>, settings: &crate::config::Settings) -> Result<V
             "amount": c.amount,
             "currency": c.currency,
             "description": c.description,
-            "created_at": sqlite_time(c.created_at),
+            "created_at": time_text(c.created_at),
         })).collect::<Vec<_>>(),
         "idempotency_keys": keys.into_iter().map(|k| json!({
             "key": k.key,
@@ -360,7 +360,7 @@ mod views {
     use serde_json::Value;
     use uuid::Uuid;
 
-    use crate::db::{Conn, sqlite_time};
+    use crate::db::{Conn, time_text};
     use crate::schema::{demo_unguarded_keys as unguarded, idempotency_keys as keys};
 
     pub const LIMIT: i64 = 200;
@@ -453,17 +453,17 @@ mod views {
                             fingerprint,
                             response_status: response_status.map(i32::from),
                             charge_id: charge_id.map(|id| id.to_string()),
-                            created_at: sqlite_time(created_at),
-                            expires_at: sqlite_time(expires_at),
+                            created_at: time_text(created_at),
+                            expires_at: time_text(expires_at),
                             expired,
-                            locked_until: sqlite_time(locked_until),
+                            locked_until: time_text(locked_until),
                             leased,
                         },
                     )
                     .collect())
             }
             Conn::Sqlite(c) => {
-                let now_text = sqlite_time(Utc::now());
+                let now_text = time_text(Utc::now());
                 diesel::sql_query(
                     "SELECT key, status, fingerprint, response_status, charge_id, created_at, expires_at,                             expires_at <= ? AS expired, locked_until, locked_until > ? AS leased                      FROM idempotency_keys WHERE account_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
                 )
@@ -490,7 +490,7 @@ mod views {
                     .map(|(key, charge_id, created_at)| UnguardedView {
                         key,
                         charge_id: charge_id.to_string(),
-                        created_at: sqlite_time(created_at),
+                        created_at: time_text(created_at),
                     })
                     .collect())
             }
@@ -566,7 +566,7 @@ mod views {
             .bind::<Text, _>(fingerprint)
             .bind::<Text, _>(charge_id.to_string())
             .bind::<Text, _>(body.to_string())
-            .bind::<Text, _>(sqlite_time(Utc::now()))
+            .bind::<Text, _>(time_text(Utc::now()))
             .execute(*c),
         }
     }
@@ -606,7 +606,7 @@ mod views {
             Conn::Sqlite(c) => diesel::sql_query(
                 "UPDATE idempotency_keys SET expires_at = ? WHERE account_id = ? AND key = ?",
             )
-            .bind::<Text, _>(sqlite_time(Utc::now() - chrono::Duration::seconds(1)))
+            .bind::<Text, _>(time_text(Utc::now() - chrono::Duration::seconds(1)))
             .bind::<BigInt, _>(account_id)
             .bind::<Text, _>(key)
             .execute(*c),

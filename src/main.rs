@@ -64,7 +64,7 @@ fn main() -> ExitCode {
 
 fn serve(settings: Settings) -> Result<(), String> {
     actix_web::rt::System::new().block_on(async move {
-        let database = db::redact(&settings.database_url());
+        let database = db::redact(&settings.database_url);
         let app = Application::build(settings).map_err(|e| e.to_string())?;
         // A closed stdout must not stop the server: ignore write errors.
         let _ = writeln!(

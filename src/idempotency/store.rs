@@ -14,7 +14,7 @@ use diesel::upsert::excluded;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::db::{Conn, Prepared, sqlite_time};
+use crate::db::{Conn, Prepared, time_text};
 use crate::schema::idempotency_keys as keys;
 
 pub const IN_PROGRESS: &str = "in_progress";
@@ -96,7 +96,7 @@ fn interval(d: Duration) -> PgInterval {
 
 /// `now + d` as SQLite stores times.
 fn sqlite_from_now(d: Duration) -> String {
-    sqlite_time(Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
+    time_text(Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
 }
 
 /// The live (unexpired) row for a key, read without taking any lock.
@@ -110,7 +110,7 @@ pub fn find_live(conn: &mut Conn<'_>, account_id: i64, key: &str) -> QueryResult
             .first(*c)
             .optional(),
         Conn::Sqlite(c) => {
-            let now_text = sqlite_time(Utc::now());
+            let now_text = time_text(Utc::now());
             diesel::sql_query(
                 "SELECT id, fingerprint, status, response_status, response_headers, response_body, \
                         locked_until > ? AS lease_live \
@@ -194,7 +194,7 @@ pub fn claim(
             .optional()?
         }
         Conn::Sqlite(c) => {
-            let now_text = sqlite_time(Utc::now());
+            let now_text = time_text(Utc::now());
             diesel::sql_query(
                 "INSERT INTO idempotency_keys \
                    (account_id, key, fingerprint, status, created_at, expires_at, locked_until, lease_token) \
@@ -307,7 +307,7 @@ pub fn purge_expired_batch(conn: &mut Conn<'_>, batch: i64) -> QueryResult<usize
             "DELETE FROM idempotency_keys WHERE id IN (\
                SELECT id FROM idempotency_keys WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)",
         )
-        .bind::<Text, _>(sqlite_time(Utc::now()))
+        .bind::<Text, _>(time_text(Utc::now()))
         .bind::<BigInt, _>(batch)
         .execute(*c),
     }

@@ -104,7 +104,7 @@ pub fn at(backend: TestBackend, offset_secs: i64) -> String {
         TestBackend::Postgres => format!("(now() + interval '{offset_secs} seconds')"),
         TestBackend::Sqlite => format!(
             "'{}'",
-            charges::db::sqlite_time(chrono::Utc::now() + chrono::Duration::seconds(offset_secs))
+            charges::db::time_text(chrono::Utc::now() + chrono::Duration::seconds(offset_secs))
         ),
     }
 }

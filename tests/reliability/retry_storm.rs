@@ -48,11 +48,9 @@ async fn storm(server: &Server, db: &TestDatabase, key: &str, headers: &[(&str, 
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_hundred_concurrent_requests_with_one_key_make_one_charge() {
-    let started = Instant::now();
-    let db = TestDatabase::create();
-    let mut server = Server::start(
+/// Ten connections for 200 concurrent requests: most of the storm queues.
+fn storm_server(db: &TestDatabase) -> Server {
+    Server::start(
         "server",
         &db.url,
         &Config {
@@ -60,7 +58,14 @@ async fn two_hundred_concurrent_requests_with_one_key_make_one_charge() {
             pool_timeout: "10s",
             workers: 2,
         },
-    );
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_concurrent_requests_with_one_key_make_one_charge() {
+    let started = Instant::now();
+    let db = TestDatabase::create();
+    let mut server = storm_server(&db);
     within(Duration::from_secs(40), "the retry storms", async {
         // Plain: the first request commits in a few milliseconds, so most of
         // the storm races the commit or arrives just after it.
@@ -84,15 +89,7 @@ async fn two_hundred_concurrent_requests_with_one_key_make_one_charge() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_key_first_mode_a_storm_gets_201s_and_409s_and_its_retries_converge_on_one_201() {
     let db = TestDatabase::create();
-    let server = Server::start(
-        "server",
-        &db.url,
-        &Config {
-            pool_size: 10,
-            pool_timeout: "10s",
-            workers: 2,
-        },
-    );
+    let server = storm_server(&db);
     within(Duration::from_secs(40), "the key-first storm", async {
         let client = client::client();
         let key = client::new_key();

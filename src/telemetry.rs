@@ -4,6 +4,7 @@
 //! outcome. Human-readable by default, JSON with `LOG_FORMAT=json`. API keys
 //! and bodies are never logged.
 
+use std::io::IsTerminal;
 use std::time::Instant;
 
 use actix_web::body::MessageBody;
@@ -22,7 +23,13 @@ pub fn init_logging() {
         .unwrap_or_else(|_| "info,actix_server=warn".into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: escape codes in a log file
+        // or a collector are noise. NO_COLOR (no-color.org) turns it off too.
+        .with_ansi(
+            std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        );
     if std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
         builder
             .json()

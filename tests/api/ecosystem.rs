@@ -107,6 +107,29 @@ crate::on_both_backends! {
         );
     }
 
+    async fn human_logs_written_to_a_file_carry_no_colour_codes() {
+        let db = TestDatabase::create();
+        let server = ServerProcess::start(&db.url, &[("RUST_LOG", "info")]);
+        let r = reqwest::Client::new()
+            .post(format!("{}/charges", server.address))
+            .bearer_auth(DEMO_KEY)
+            .header("content-type", "application/json")
+            .header("x-request-id", "req-plain-1")
+            .body(r#"{"amount": 1000, "currency": "jpy"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let logs = server.logs();
+        let finished = logs
+            .lines()
+            .find(|l| l.contains("request finished"))
+            .unwrap_or_else(|| panic!("no request line in {logs:?}"));
+        assert!(finished.contains("request_id=req-plain-1"), "{finished:?}");
+        assert!(!logs.contains('\u{1b}'), "escape codes in a log file: {logs:?}");
+    }
+
     async fn sigterm_lets_an_in_flight_charge_finish_and_exits_zero() {
         let db = TestDatabase::create();
         let mut server = ServerProcess::start(&db.url, &[]);

@@ -172,9 +172,21 @@ pub fn response(
         detail: detail.into(),
         errors,
     };
-    HttpResponse::build(status)
-        .content_type(CONTENT_TYPE)
-        .json(body)
+    let mut builder = HttpResponse::build(status);
+    if let Some(reason) = rfc9110_reason(status) {
+        builder.reason(reason);
+    }
+    builder.content_type(CONTENT_TYPE).json(body)
+}
+
+/// RFC 9110 renamed two of our statuses; the `http` crate still sends the
+/// old reason phrases ("Unprocessable Entity", "Payload Too Large").
+fn rfc9110_reason(status: StatusCode) -> Option<&'static str> {
+    match status {
+        StatusCode::UNPROCESSABLE_ENTITY => Some("Unprocessable Content"),
+        StatusCode::PAYLOAD_TOO_LARGE => Some("Content Too Large"),
+        _ => None,
+    }
 }
 
 impl ResponseError for ApiError {

@@ -4,7 +4,20 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::helpers::{Captured, charge_body, spawn_app};
+use crate::helpers::{Captured, DEMO_KEY, charge_body, spawn_app};
+
+/// Sends `request` as raw bytes and returns the response's status line.
+async fn raw_status_line(address: &str, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8_lossy(&response);
+    text.lines().next().unwrap_or_default().to_owned()
+}
 
 crate::on_both_backends! {
     async fn the_first_request_with_a_key_creates_the_charge_and_stores_its_201() {
@@ -104,6 +117,19 @@ crate::on_both_backends! {
 
         reused.assert_problem(422, "idempotency-key-reused");
         assert_eq!(app.charges(), 1);
+        // On the wire, with RFC 9110's reason phrase (reqwest hides it).
+        let body = other.to_string();
+        let status_line = raw_status_line(
+            &app.address,
+            &format!(
+                "POST /charges HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {DEMO_KEY}\r\n\
+                 Content-Type: application/json\r\nIdempotency-Key: \"k-reuse\"\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+        .await;
+        assert_eq!(status_line, "HTTP/1.1 422 Unprocessable Content");
         // The stored response is untouched: the original request still replays.
         let again = Captured::from(app.post_charge(Some("k-reuse"), &charge_body()).await).await;
         assert_eq!(again.body, first.body);

@@ -183,7 +183,7 @@ export const REASONS = {
   404: 'Not Found',
   405: 'Method Not Allowed',
   409: 'Conflict',
-  413: 'Payload Too Large',
+  413: 'Content Too Large',
   415: 'Unsupported Media Type',
   422: 'Unprocessable Content',
   500: 'Internal Server Error',

@@ -51,6 +51,25 @@ fn acceptable_request_id(value: &HeaderValue) -> Option<&str> {
     (!id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic())).then_some(id)
 }
 
+/// A metric label from a fixed set: a client that makes up methods must not
+/// make up time series (the route is already the matched pattern or
+/// `unmatched`).
+fn method_label(method: &actix_web::http::Method) -> &'static str {
+    use actix_web::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::TRACE => "TRACE",
+        Method::CONNECT => "CONNECT",
+        _ => "OTHER",
+    }
+}
+
 pub async fn observe(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
@@ -65,6 +84,7 @@ pub async fn observe(
         .match_pattern()
         .unwrap_or_else(|| "unmatched".to_owned());
     let method = req.method().clone();
+    let method_label = method_label(&method);
     let span = tracing::info_span!(
         "request",
         request_id = %request_id,
@@ -86,11 +106,11 @@ pub async fn observe(
     let status_label = status.to_string();
     METRICS
         .http_requests
-        .with_label_values(&[route.as_str(), method.as_str(), status_label.as_str()])
+        .with_label_values(&[route.as_str(), method_label, status_label.as_str()])
         .inc();
     METRICS
         .http_duration
-        .with_label_values(&[route.as_str(), method.as_str()])
+        .with_label_values(&[route.as_str(), method_label])
         .observe(elapsed.as_secs_f64());
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(REQUEST_ID, value);

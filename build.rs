@@ -4,6 +4,23 @@
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(postgres_tests)");
+    println!("cargo::rustc-check-cfg=cfg(browser_tests_unavailable)");
+    // The browser test reports itself ignored, never passed, where Node, its
+    // npm packages or Chromium are missing, unless BROWSER_TESTS=required
+    // (CI), where it runs and fails on what is missing.
+    println!("cargo::rerun-if-env-changed=BROWSER_TESTS");
+    println!("cargo::rerun-if-env-changed=CHROMIUM");
+    println!("cargo::rerun-if-changed=tests/browser");
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    let available = std::path::Path::new("tests/browser/node_modules/playwright-core").exists()
+        && std::path::Path::new(&chromium).exists()
+        && std::process::Command::new("node")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !available && std::env::var("BROWSER_TESTS").as_deref() != Ok("required") {
+        println!("cargo::rustc-cfg=browser_tests_unavailable");
+    }
     println!("cargo::rerun-if-env-changed=TEST_DATABASE_URL");
     if std::env::var_os("TEST_DATABASE_URL").is_some_and(|v| !v.is_empty()) {
         println!("cargo::rustc-cfg=postgres_tests");

@@ -1,26 +1,68 @@
-//! API keys and the accounts they belong to. Keys are stored as SHA-256
-//! digests; a request's key is hashed and looked up, never compared in clear.
+//! Accounts and their API keys. A key is shown once, when it is made, and
+//! stored only as its SHA-256 digest; a request's key is hashed and looked
+//! up, never compared in clear.
+//!
+//! The seeded demo account (demo mode, see `demo.rs`) is flagged `demo`: its
+//! key is public, so it authenticates only on a server in demo mode.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
+use std::time::{Duration, Instant};
 
 use actix_web::HttpRequest;
 use actix_web::http::header;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text};
+use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 use sha2::{Digest, Sha256};
 
 use crate::db::{Conn, DbPool, time_text};
 use crate::problem::ApiError;
 use crate::schema::accounts;
 
-/// The documented key of the seeded demo account.
-pub const DEMO_API_KEY: &str = "sk_test_demo";
-pub const DEMO_ACCOUNT_NAME: &str = "Demo account";
+/// What every generated key starts with, so that a key pasted into the
+/// wrong place (a log, a ticket, a repository) is recognisable.
+pub const API_KEY_PREFIX: &str = "sk_live_";
+/// Random bytes in a generated key (hex-encoded after the prefix).
+pub const API_KEY_RANDOM_BYTES: usize = 32;
 
 pub fn hash_api_key(key: &str) -> String {
     format!("{:x}", Sha256::digest(key.as_bytes()))
+}
+
+/// A new API key: the prefix and 32 bytes from the operating system's CSPRNG.
+pub fn generate_api_key() -> String {
+    let mut bytes = [0u8; API_KEY_RANDOM_BYTES];
+    getrandom::fill(&mut bytes).expect("the operating system's random number generator");
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{API_KEY_PREFIX}{hex}")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AccountError {
+    #[error("an account named {0:?} already exists")]
+    NameTaken(String),
+    #[error("no live account is named {0:?}")]
+    NoSuchAccount(String),
+    #[error("an account name is 1 to 100 characters, without control characters")]
+    BadName,
+    #[error(transparent)]
+    Database(#[from] diesel::result::Error),
+}
+
+/// One account as `charges account list` shows it.
+#[derive(Debug, QueryableByName)]
+pub struct AccountView {
+    #[diesel(sql_type = BigInt)]
+    pub id: i64,
+    #[diesel(sql_type = Text)]
+    pub name: String,
+    #[diesel(sql_type = Text)]
+    pub created_at: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub revoked_at: Option<String>,
+    #[diesel(sql_type = Bool)]
+    pub demo: bool,
 }
 
 #[derive(QueryableByName)]
@@ -29,90 +71,239 @@ struct Id {
     id: i64,
 }
 
-pub fn create_account(conn: &mut Conn<'_>, name: &str, api_key: &str) -> QueryResult<i64> {
-    match conn {
+fn valid_name(name: &str) -> bool {
+    let n = name.chars().count();
+    (1..=100).contains(&n) && !name.chars().any(char::is_control) && name.trim() == name
+}
+
+/// Creates an account with `api_key` (already generated; only its digest
+/// is stored). `demo` marks the demo account.
+pub fn insert_account(
+    conn: &mut Conn<'_>,
+    name: &str,
+    api_key: &str,
+    demo: bool,
+) -> Result<i64, AccountError> {
+    if !valid_name(name) {
+        return Err(AccountError::BadName);
+    }
+    let digest = hash_api_key(api_key);
+    let inserted = match conn {
         Conn::Pg(c) => diesel::insert_into(accounts::table)
             .values((
                 accounts::name.eq(name),
-                accounts::api_key_sha256.eq(hash_api_key(api_key)),
+                accounts::api_key_sha256.eq(digest),
+                accounts::demo.eq(demo),
             ))
             .returning(accounts::id)
             .get_result(*c),
         Conn::Sqlite(c) => diesel::sql_query(
-            "INSERT INTO accounts (name, api_key_sha256, created_at) VALUES (?, ?, ?) RETURNING id",
+            "INSERT INTO accounts (name, api_key_sha256, demo, created_at) VALUES (?, ?, ?, ?) RETURNING id",
         )
         .bind::<Text, _>(name)
-        .bind::<Text, _>(hash_api_key(api_key))
+        .bind::<Text, _>(digest)
+        .bind::<Bool, _>(demo)
         .bind::<Text, _>(time_text(Utc::now()))
         .get_result::<Id>(*c)
         .map(|r| r.id),
+    };
+    inserted.map_err(|e| match e {
+        diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::UniqueViolation,
+            _,
+        ) => AccountError::NameTaken(name.to_owned()),
+        e => e.into(),
+    })
+}
+
+/// `charges account create <name>`: a new account and its key, which is
+/// returned once and never stored in clear.
+pub fn create_account(conn: &mut Conn<'_>, name: &str) -> Result<(i64, String), AccountError> {
+    let key = generate_api_key();
+    let id = insert_account(conn, name, &key, false)?;
+    Ok((id, key))
+}
+
+/// `charges account revoke <name>`: the account's key stops working (on a
+/// running server within `ACCOUNT_CACHE_TTL`). Its charges stay.
+pub fn revoke_account(conn: &mut Conn<'_>, name: &str) -> Result<i64, AccountError> {
+    let revoked: Option<i64> = match conn {
+        Conn::Pg(c) => diesel::update(
+            accounts::table
+                .filter(accounts::name.eq(name))
+                .filter(accounts::revoked_at.is_null())
+                .filter(accounts::demo.eq(false)),
+        )
+        .set(accounts::revoked_at.eq(diesel::dsl::now.into_sql::<diesel::sql_types::Timestamptz>().nullable()))
+        .returning(accounts::id)
+        .get_result(*c)
+        .optional()?,
+        Conn::Sqlite(c) => diesel::sql_query(
+            "UPDATE accounts SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL AND demo = 0 RETURNING id",
+        )
+        .bind::<Text, _>(time_text(Utc::now()))
+        .bind::<Text, _>(name)
+        .get_result::<Id>(*c)
+        .optional()?
+        .map(|r| r.id),
+    };
+    revoked.ok_or_else(|| AccountError::NoSuchAccount(name.to_owned()))
+}
+
+type PgAccountRow = (i64, String, DateTime<Utc>, Option<DateTime<Utc>>, bool);
+
+pub fn list_accounts(conn: &mut Conn<'_>) -> QueryResult<Vec<AccountView>> {
+    match conn {
+        Conn::Pg(c) => {
+            let rows: Vec<PgAccountRow> = accounts::table
+                .order(accounts::id)
+                .select((
+                    accounts::id,
+                    accounts::name,
+                    accounts::created_at,
+                    accounts::revoked_at,
+                    accounts::demo,
+                ))
+                .load(*c)?;
+            Ok(rows
+                .into_iter()
+                .map(|(id, name, created, revoked, demo)| AccountView {
+                    id,
+                    name,
+                    created_at: time_text(created),
+                    revoked_at: revoked.map(time_text),
+                    demo,
+                })
+                .collect())
+        }
+        Conn::Sqlite(c) => diesel::sql_query(
+            "SELECT id, name, created_at, revoked_at, demo FROM accounts ORDER BY id",
+        )
+        .load(*c),
     }
 }
 
-pub fn find_by_api_key(conn: &mut Conn<'_>, api_key: &str) -> QueryResult<Option<i64>> {
-    let digest = hash_api_key(api_key);
+/// The live account whose key has this digest; a demo account only when
+/// `include_demo`.
+pub fn find_by_digest(
+    conn: &mut Conn<'_>,
+    digest: &str,
+    include_demo: bool,
+) -> QueryResult<Option<i64>> {
     match conn {
         Conn::Pg(c) => accounts::table
             .filter(accounts::api_key_sha256.eq(digest))
+            .filter(accounts::revoked_at.is_null())
+            .filter(accounts::demo.eq(false).or(include_demo.into_sql::<Bool>()))
             .select(accounts::id)
             .first(*c)
             .optional(),
-        Conn::Sqlite(c) => diesel::sql_query("SELECT id FROM accounts WHERE api_key_sha256 = ?")
-            .bind::<Text, _>(digest)
-            .get_result::<Id>(*c)
-            .optional()
-            .map(|r| r.map(|r| r.id)),
+        Conn::Sqlite(c) => diesel::sql_query(
+            "SELECT id FROM accounts WHERE api_key_sha256 = ? AND revoked_at IS NULL AND (demo = 0 OR ?)",
+        )
+        .bind::<Text, _>(digest)
+        .bind::<Bool, _>(include_demo)
+        .get_result::<Id>(*c)
+        .optional()
+        .map(|r| r.map(|r| r.id)),
     }
 }
 
-pub fn seed_demo_account(conn: &mut Conn<'_>) -> QueryResult<i64> {
-    let digest = hash_api_key(DEMO_API_KEY);
-    match conn {
-        Conn::Pg(c) => diesel::insert_into(accounts::table)
-            .values((accounts::name.eq(DEMO_ACCOUNT_NAME), accounts::api_key_sha256.eq(&digest)))
-            .on_conflict(accounts::api_key_sha256)
-            .do_nothing()
-            .execute(*c)?,
-        Conn::Sqlite(c) => diesel::sql_query(
-            "INSERT INTO accounts (name, api_key_sha256, created_at) VALUES (?, ?, ?) ON CONFLICT (api_key_sha256) DO NOTHING",
-        )
-        .bind::<Text, _>(DEMO_ACCOUNT_NAME)
-        .bind::<Text, _>(&digest)
-        .bind::<Text, _>(time_text(Utc::now()))
-        .execute(*c)?,
-    };
-    find_by_api_key(conn, DEMO_API_KEY).map(|id| id.expect("demo account was just seeded"))
+/// Who a request is, from `Authorization: Bearer <key>`. A key that resolved
+/// is trusted for `ttl` without asking the database again: that is the
+/// bound on how long a revoked key keeps working on a running server.
+pub struct Authenticator {
+    cache: RwLock<HashMap<String, (i64, Instant)>>,
+    ttl: Duration,
+    include_demo: bool,
 }
 
-/// Accounts are only ever added, so a key that resolved once resolves to the
-/// same account forever: caching hits saves a query on every request.
-#[derive(Default)]
-pub struct AccountCache(RwLock<HashMap<String, i64>>);
+/// Entries kept at most; past it the cache is emptied (keys are few, so
+/// this only bounds a flood of distinct valid keys).
+const CACHE_CAPACITY: usize = 10_000;
 
-impl AccountCache {
-    /// The caller's account from `Authorization: Bearer <key>`.
+impl Authenticator {
+    /// `include_demo`: whether the demo account's public key is accepted
+    /// (demo mode).
+    pub fn new(ttl: Duration, include_demo: bool) -> Authenticator {
+        Authenticator {
+            cache: RwLock::default(),
+            ttl,
+            include_demo,
+        }
+    }
+
+    /// The caller's account id.
     pub async fn authenticate(&self, req: &HttpRequest, pool: &DbPool) -> Result<i64, ApiError> {
-        let key = bearer_token(req).ok_or(ApiError::Unauthorized)?;
+        let key = bearer_token(req)?.ok_or(ApiError::Unauthorized)?;
         let digest = hash_api_key(key);
-        if let Some(id) = self.0.read().expect("cache lock").get(&digest) {
+        if let Some((id, at)) = self.cache.read().expect("cache lock").get(&digest)
+            && at.elapsed() < self.ttl
+        {
             return Ok(*id);
         }
         let pool = pool.clone();
-        let key = key.to_owned();
+        let include_demo = self.include_demo;
+        let lookup = digest.clone();
         let found = actix_web::web::block(move || -> Result<Option<i64>, ApiError> {
             let mut conn = crate::db::checkout(&pool)?;
-            Ok(find_by_api_key(&mut conn.conn(), &key)?)
+            Ok(find_by_digest(&mut conn.conn(), &lookup, include_demo)?)
         })
         .await??;
-        let id = found.ok_or(ApiError::Unauthorized)?;
-        self.0.write().expect("cache lock").insert(digest, id);
+        let mut cache = self.cache.write().expect("cache lock");
+        let Some(id) = found else {
+            cache.remove(&digest);
+            return Err(ApiError::Unauthorized);
+        };
+        if cache.len() >= CACHE_CAPACITY {
+            cache.clear();
+        }
+        cache.insert(digest, (id, Instant::now()));
         Ok(id)
     }
 }
 
-fn bearer_token(req: &HttpRequest) -> Option<&str> {
-    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+/// The bearer token, if the request has one. Two `Authorization` headers
+/// are refused: a proxy that reads the first and an app that reads the last
+/// would disagree about who is calling.
+pub fn bearer_token(req: &HttpRequest) -> Result<Option<&str>, ApiError> {
+    let mut values = req.headers().get_all(header::AUTHORIZATION);
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(ApiError::invalid("Send exactly one Authorization header."));
+    }
+    let Ok(value) = value.to_str() else {
+        return Ok(None);
+    };
+    Ok(value.split_once(' ').and_then(|(scheme, token)| {
+        let token = token.trim();
+        (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_keys_are_prefixed_and_carry_32_random_bytes() {
+        let a = generate_api_key();
+        let b = generate_api_key();
+        assert_ne!(a, b);
+        let hex = a.strip_prefix(API_KEY_PREFIX).unwrap();
+        assert_eq!(hex.len(), 2 * API_KEY_RANDOM_BYTES);
+        assert!(hex.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(hash_api_key(&a).len(), 64);
+    }
+
+    #[test]
+    fn account_names_are_bounded_and_printable() {
+        assert!(valid_name("Acme Ltd"));
+        assert!(!valid_name(""));
+        assert!(!valid_name(" padded"));
+        assert!(!valid_name("tab\there"));
+        assert!(!valid_name(&"n".repeat(101)));
+    }
 }

@@ -1,4 +1,5 @@
-//! The `charges` command line: serve (the default), migrate, purge-expired.
+//! The `charges` command line: serve (the default), migrate, purge-expired,
+//! account create|revoke|list.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -7,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use charges::api::Application;
 use charges::config::{DEFAULT_DATABASE_URL, DEFAULT_PURGE_BATCH, Settings};
-use charges::db;
+use charges::{accounts, db};
 
 #[derive(Parser)]
 #[command(version, about, args_conflicts_with_subcommands = true)]
@@ -26,6 +27,31 @@ enum Command {
     Migrate(DatabaseArgs),
     /// Delete expired idempotency keys once, print how many, and exit.
     PurgeExpired(PurgeArgs),
+    /// Manage the accounts that may call the API.
+    #[command(subcommand)]
+    Account(AccountCommand),
+}
+
+#[derive(Subcommand)]
+enum AccountCommand {
+    /// Create an account and print its new API key (shown this once only).
+    Create {
+        /// A name for the account, unique among live accounts.
+        name: String,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Revoke an account's API key: running servers refuse it within ACCOUNT_CACHE_TTL.
+    Revoke {
+        name: String,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// List the accounts.
+    List {
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
 }
 
 #[derive(Args)]
@@ -51,6 +77,7 @@ fn main() -> ExitCode {
         Some(Command::Migrate(args)) => migrate(&args.database_url),
         Some(Command::PurgeExpired(args)) => purge(&args.database.database_url, args.purge_batch),
         Some(Command::Serve(settings)) => serve(settings),
+        Some(Command::Account(command)) => account(command),
         None => serve(cli.serve),
     };
     match result {
@@ -66,10 +93,15 @@ fn serve(settings: Settings) -> Result<(), String> {
     actix_web::rt::System::new().block_on(async move {
         let database = db::redact(&settings.database_url);
         let app = Application::build(settings).map_err(|e| e.to_string())?;
+        let demo = if app.demo() {
+            "on: the teaching page, /demo/* and the Demo-* headers, for the demo account only"
+        } else {
+            "off"
+        };
         // A closed stdout must not stop the server: ignore write errors.
         let _ = writeln!(
             std::io::stdout(),
-            "charges is ready: open {}/\n  database: {database} ({})",
+            "charges is ready: open {}/\n  database: {database} ({})\n  demo mode: {demo}",
             app.url(),
             app.pool().backend().as_str()
         );
@@ -101,5 +133,43 @@ fn purge(url: &str, batch: i64) -> Result<(), String> {
         "purged {purged} expired idempotency key(s) in {} ms",
         started.elapsed().as_millis()
     );
+    Ok(())
+}
+
+fn account(command: AccountCommand) -> Result<(), String> {
+    let url = match &command {
+        AccountCommand::Create { database, .. }
+        | AccountCommand::Revoke { database, .. }
+        | AccountCommand::List { database } => database.database_url.clone(),
+    };
+    let mut conn = db::connect(&url).map_err(|e| e.to_string())?;
+    db::migrate(&mut conn.conn())?;
+    match command {
+        AccountCommand::Create { name, .. } => {
+            let (id, key) =
+                accounts::create_account(&mut conn.conn(), &name).map_err(|e| e.to_string())?;
+            println!("created account {name:?} (id {id}). Its API key, shown this once only:");
+            println!("{key}");
+        }
+        AccountCommand::Revoke { name, .. } => {
+            let id =
+                accounts::revoke_account(&mut conn.conn(), &name).map_err(|e| e.to_string())?;
+            println!(
+                "revoked account {name:?} (id {id}): running servers refuse its key within ACCOUNT_CACHE_TTL"
+            );
+        }
+        AccountCommand::List { .. } => {
+            let accounts = accounts::list_accounts(&mut conn.conn()).map_err(|e| e.to_string())?;
+            println!("{:>6}  {:<28}  {:<28}  name", "id", "created", "revoked");
+            for a in accounts {
+                let mut name = a.name;
+                if a.demo {
+                    name.push_str(" (demo mode only)");
+                }
+                let revoked = a.revoked_at.unwrap_or_else(|| "-".into());
+                println!("{:>6}  {:<28}  {:<28}  {name}", a.id, a.created_at, revoked);
+            }
+        }
+    }
     Ok(())
 }

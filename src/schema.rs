@@ -6,6 +6,8 @@ diesel::table! {
         name -> Text,
         api_key_sha256 -> Text,
         created_at -> Timestamptz,
+        revoked_at -> Nullable<Timestamptz>,
+        demo -> Bool,
     }
 }
 

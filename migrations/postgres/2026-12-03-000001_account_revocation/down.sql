@@ -1,0 +1,2 @@
+DROP INDEX accounts_live_name_unique;
+ALTER TABLE accounts DROP COLUMN demo, DROP COLUMN revoked_at;

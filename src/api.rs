@@ -12,7 +12,7 @@ use actix_web::middleware::{Condition, from_fn};
 use actix_web::{App, HttpResponse, HttpServer, web};
 use serde_json::json;
 
-use crate::accounts::AccountCache;
+use crate::accounts::Authenticator;
 use crate::config::Settings;
 use crate::db::{self, DbPool, SetupError};
 use crate::problem::{self, ApiError};
@@ -20,7 +20,9 @@ use crate::{charges, demo, idempotency, metrics, openapi, telemetry};
 
 pub struct AppState {
     pub pool: DbPool,
-    pub accounts: AccountCache,
+    pub accounts: Authenticator,
+    /// Whether demo mode is on (decided from the settings and the address).
+    pub demo: bool,
     pub settings: Arc<Settings>,
 }
 
@@ -28,6 +30,8 @@ pub struct AppState {
 pub enum StartupError {
     #[error(transparent)]
     Database(#[from] SetupError),
+    #[error("{0}")]
+    Demo(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: String,
@@ -37,6 +41,7 @@ pub enum StartupError {
 
 pub struct Application {
     port: u16,
+    demo: bool,
     host: String,
     server: Server,
     pool: DbPool,
@@ -46,12 +51,12 @@ pub struct Application {
 
 impl Application {
     pub fn build(settings: Settings) -> Result<Application, StartupError> {
-        let pool = db::setup(&settings)?;
         let addr = settings.bind.clone();
         let bind_error = |source| StartupError::Bind {
             addr: addr.clone(),
             source,
         };
+        // Bound first: whether demo mode is on depends on the real address.
         let listener = TcpListener::bind(&settings.bind).map_err(bind_error)?;
         let local = listener.local_addr().map_err(bind_error)?;
         let host = if local.ip().is_unspecified() {
@@ -59,15 +64,29 @@ impl Application {
         } else {
             local.ip().to_string()
         };
-        let demo = settings.demo_enabled();
+        let demo = settings.demo_enabled(local.ip());
+        if demo && !local.ip().is_loopback() {
+            tracing::warn!("{}", crate::config::DEMO_EXPOSED_WARNING);
+        }
+        let pool = db::setup(&settings)?;
+        let sandbox = if demo {
+            Some(web::Data::new(
+                demo::Sandbox::open(&pool, &settings).map_err(StartupError::Demo)?,
+            ))
+        } else {
+            None
+        };
         let (purge_interval, purge_batch) = (settings.purge_interval, settings.purge_batch);
         let web_dir = settings.web_dir.clone();
         let workers = settings
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+        // actix counts connections per worker.
+        let max_connections = settings.max_connections.div_ceil(workers).max(1);
         let state = web::Data::new(AppState {
             pool: pool.clone(),
-            accounts: AccountCache::default(),
+            accounts: Authenticator::new(settings.account_cache_ttl, demo),
+            demo,
             settings: Arc::new(settings),
         });
         let server = HttpServer::new(move || {
@@ -82,7 +101,8 @@ impl Application {
                 )
                 .configure(|cfg| routes(cfg, demo))
                 .configure(|cfg| {
-                    if demo {
+                    if let Some(sandbox) = &sandbox {
+                        cfg.app_data(sandbox.clone());
                         demo::routes(cfg);
                         // Last: the teaching page and its assets.
                         cfg.service(
@@ -95,12 +115,14 @@ impl Application {
                 .default_service(web::to(not_found))
         })
         .workers(workers)
+        .max_connections(max_connections)
         .shutdown_timeout(10)
         .listen(listener)
         .map_err(bind_error)?
         .run();
         Ok(Application {
             port: local.port(),
+            demo,
             host,
             server,
             pool,
@@ -115,6 +137,11 @@ impl Application {
 
     pub fn url(&self) -> String {
         format!("http://{}:{}", self.host, self.port)
+    }
+
+    /// Whether demo mode is on.
+    pub fn demo(&self) -> bool {
+        self.demo
     }
 
     pub fn pool(&self) -> &DbPool {

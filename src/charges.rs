@@ -61,7 +61,12 @@ pub async fn parse_request(
         return Err(ApiError::IdempotencyKeyRequired);
     }
     require_json(req)?;
-    let body = read_body(req, payload).await?;
+    let timeout = state.settings.body_timeout;
+    let body = tokio::time::timeout(timeout, read_body(req, payload))
+        .await
+        .map_err(|_| ApiError::BodyTimeout {
+            secs: timeout.as_secs_f64().ceil() as u64,
+        })??;
     let body: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::invalid(format!("The body is not valid JSON: {e}.")))?;
     let new_charge = NewCharge::parse(&body).map_err(|errors| ApiError::InvalidRequest {
@@ -96,6 +101,7 @@ pub async fn parse_request(
             )),
         (status = 400, description = "`invalid-request` or `invalid-idempotency-key`", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "`request-timeout`: the body did not arrive within BODY_TIMEOUT (10 s by default)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "`idempotency-key-in-flight`: the key's first request is still running (key-first mode); retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u32, description = "seconds"))),
         (status = 413, description = "`payload-too-large`: over 16 KiB", body = Problem, content_type = "application/problem+json"),

@@ -1,6 +1,7 @@
 //! Settings: every one is a flag and an environment variable with a default,
 //! so `charges serve` works with no configuration at all.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use clap::{ArgAction, Args};
@@ -20,6 +21,15 @@ pub const DEFAULT_IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 pub const DEFAULT_IDEMPOTENCY_LEASE: Duration = Duration::from_secs(30);
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 pub const DEFAULT_PURGE_BATCH: i64 = 1000;
+/// How long an API key that resolved stays trusted without asking the
+/// database again: the bound on how long a revoked key keeps working.
+pub const DEFAULT_ACCOUNT_CACHE_TTL: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request body before it gets 408.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Open connections the server accepts at once (all workers together).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Demo mode: transactions held open by `Demo-Fault: delay-commit` at once.
+pub const DEFAULT_DEMO_MAX_DELAYED: u32 = 2;
 
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
@@ -64,13 +74,34 @@ pub struct Settings {
     #[arg(long, env = "REQUIRE_IDEMPOTENCY_KEY", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub require_idempotency_key: bool,
 
-    /// Serve the teaching page and honour the Demo-* request headers.
-    #[arg(long, env = "DEMO", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub demo: bool,
+    /// Serve the teaching page and honour the Demo-* request headers for the
+    /// demo account. Unset: on when BIND is a loopback address, off otherwise.
+    #[arg(long, env = "DEMO", action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub demo: Option<bool>,
 
     /// Turn demo mode off (same as DEMO=false).
     #[arg(long = "no-demo", action = ArgAction::SetTrue)]
     pub no_demo: bool,
+
+    /// Demo mode: let `Demo-Fault: crash-after-key` kill the process (for crash tests).
+    #[arg(long, env = "DEMO_ALLOW_CRASH", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub demo_allow_crash: bool,
+
+    /// Demo mode: transactions `delay-commit` may hold open at once (at most half of POOL_SIZE).
+    #[arg(long, env = "DEMO_MAX_DELAYED", default_value_t = DEFAULT_DEMO_MAX_DELAYED)]
+    pub demo_max_delayed: u32,
+
+    /// How long a resolved API key is cached: a revoked key stops working within this time.
+    #[arg(long, env = "ACCOUNT_CACHE_TTL", default_value = "10s", value_parser = parse_duration)]
+    pub account_cache_ttl: Duration,
+
+    /// How long a client may take to send a request body (then 408).
+    #[arg(long, env = "BODY_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub body_timeout: Duration,
+
+    /// Open client connections accepted at once, over all workers.
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
 
     /// Directory of the teaching page, served at / in demo mode.
     #[arg(long, env = "WEB_DIR", default_value = DEFAULT_WEB_DIR)]
@@ -95,18 +126,59 @@ impl Settings {
             purge_interval: DEFAULT_PURGE_INTERVAL,
             purge_batch: DEFAULT_PURGE_BATCH,
             require_idempotency_key: false,
-            demo: true,
+            demo: None,
             no_demo: false,
+            demo_allow_crash: false,
+            demo_max_delayed: DEFAULT_DEMO_MAX_DELAYED,
+            account_cache_ttl: DEFAULT_ACCOUNT_CACHE_TTL,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             web_dir: DEFAULT_WEB_DIR.to_owned(),
             workers: None,
         }
     }
 
-    pub fn demo_enabled(&self) -> bool {
-        self.demo && !self.no_demo
+    /// Whether demo mode is on for a server listening on `ip`: as set, or,
+    /// when unset, only on a loopback address, where no other machine can
+    /// reach the demo's powers.
+    pub fn demo_enabled(&self, ip: IpAddr) -> bool {
+        !self.no_demo && self.demo.unwrap_or(ip.is_loopback())
     }
 }
 
+/// What a caller can do to a server in demo mode, logged when it is switched
+/// on for a non-loopback address.
+pub const DEMO_EXPOSED_WARNING: &str = "DEMO=true on an address other machines can reach: anyone holding the public demo key sk_test_demo can create charges on the demo account, hold database transactions open (Demo-Fault: delay-commit), switch the demo account's idempotency protection off (Demo-Mode: check-then-insert), and reset or expire the demo account's rows through /demo/*. Other accounts are not affected. Set DEMO=false to expose the API.";
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 24h, 30s, 500ms)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn demo(demo: Option<bool>, no_demo: bool, ip: &str) -> bool {
+        let mut s = Settings::with_database_url("sqlite://x.db");
+        s.demo = demo;
+        s.no_demo = no_demo;
+        s.demo_enabled(ip.parse().unwrap())
+    }
+
+    #[test]
+    fn demo_mode_is_on_by_default_only_on_loopback() {
+        assert!(demo(None, false, "127.0.0.1"));
+        assert!(demo(None, false, "::1"));
+        assert!(!demo(None, false, "0.0.0.0"));
+        assert!(!demo(None, false, "::"));
+        assert!(!demo(None, false, "192.0.2.7"));
+    }
+
+    #[test]
+    fn an_explicit_setting_wins_and_no_demo_always_turns_it_off() {
+        assert!(demo(Some(true), false, "0.0.0.0"));
+        assert!(!demo(Some(false), false, "127.0.0.1"));
+        assert!(!demo(Some(true), true, "127.0.0.1"));
+        assert!(!demo(None, true, "127.0.0.1"));
+    }
 }

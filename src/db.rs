@@ -170,8 +170,8 @@ pub enum SetupError {
     Migrate { url: String, reason: String },
 }
 
-/// Connects (creating the database if it does not exist), migrates, seeds the
-/// demo account, and returns a pool.
+/// Connects (creating the database if it does not exist), migrates, and
+/// returns a pool.
 pub fn setup(settings: &Settings) -> Result<DbPool, SetupError> {
     let url = settings.database_url.clone();
     let shown = redact(&url);
@@ -203,9 +203,6 @@ pub fn setup(settings: &Settings) -> Result<DbPool, SetupError> {
             DbPool::Sqlite(pool)
         }
     };
-    let mut conn = pool.get().map_err(connect_error)?;
-    crate::accounts::seed_demo_account(&mut conn.conn())
-        .map_err(|e| migrate_error(e.to_string()))?;
     Ok(pool)
 }
 
@@ -404,15 +401,65 @@ pub fn connect_or_create(url: &str) -> Result<PgConnection, SetupError> {
     }
 }
 
-/// The URL with any password replaced, for messages and logs.
+/// The URL with every password replaced by `***`, for messages and logs:
+/// the one in `user:password@` and `password=` (or `sslpassword=`) in the
+/// query string. Written by hand rather than with a URL parser, so that a
+/// libpq multi-host URL (`host1:5432,host2:5432`), which is no valid URL,
+/// is redacted too.
 pub fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
+    let (before_fragment, fragment) = match url.find('#') {
+        Some(i) => url.split_at(i),
+        None => (url, ""),
+    };
+    let (base, query) = match before_fragment.find('?') {
+        Some(i) => (&before_fragment[..i], Some(&before_fragment[i + 1..])),
+        None => (before_fragment, None),
+    };
+    let mut out = String::with_capacity(url.len());
+    match base.find("://") {
+        Some(scheme_end) => {
+            let authority_start = scheme_end + 3;
+            let authority_end = base[authority_start..]
+                .find('/')
+                .map_or(base.len(), |i| authority_start + i);
+            let authority = &base[authority_start..authority_end];
+            out.push_str(&base[..authority_start]);
+            match authority.rfind('@') {
+                Some(at) => {
+                    let userinfo = &authority[..at];
+                    match userinfo.find(':') {
+                        Some(colon) => {
+                            out.push_str(&userinfo[..colon]);
+                            out.push_str(":***");
+                        }
+                        None => out.push_str(userinfo),
+                    }
+                    out.push_str(&authority[at..]);
+                }
+                None => out.push_str(authority),
+            }
+            out.push_str(&base[authority_end..]);
         }
-        _ => url.to_owned(),
+        None => out.push_str(base),
     }
+    if let Some(query) = query {
+        out.push('?');
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _))
+                    if name.eq_ignore_ascii_case("password")
+                        || name.eq_ignore_ascii_case("sslpassword") =>
+                {
+                    format!("{name}=***")
+                }
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push_str(&pairs.join("&"));
+    }
+    out.push_str(fragment);
+    out
 }
 
 fn one_line(s: &str) -> String {
@@ -588,5 +635,56 @@ pub fn ping(conn: &mut Conn<'_>) -> QueryResult<()> {
     match conn {
         Conn::Pg(c) => diesel::sql_query("SELECT 1").execute(*c).map(|_| ()),
         Conn::Sqlite(c) => diesel::sql_query("SELECT 1").execute(*c).map(|_| ()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_redacted_in_the_userinfo_and_the_query() {
+        assert_eq!(
+            redact("postgres://app:s3cret@db:5432/charges"),
+            "postgres://app:***@db:5432/charges"
+        );
+        assert_eq!(
+            redact("postgres://app@db/charges?password=s3cret&sslmode=require"),
+            "postgres://app@db/charges?password=***&sslmode=require"
+        );
+        assert_eq!(
+            redact("postgresql://db/charges?sslmode=verify-full&sslpassword=pw"),
+            "postgresql://db/charges?sslmode=verify-full&sslpassword=***"
+        );
+    }
+
+    #[test]
+    fn a_multi_host_url_is_redacted_too() {
+        assert_eq!(
+            redact(
+                "postgres://app:pw@127.0.0.1:5432,127.0.0.1:5433/db?target_session_attrs=read-write"
+            ),
+            "postgres://app:***@127.0.0.1:5432,127.0.0.1:5433/db?target_session_attrs=read-write"
+        );
+    }
+
+    #[test]
+    fn urls_without_passwords_are_unchanged() {
+        for url in [
+            "postgres://postgres@127.0.0.1:5432/postgres",
+            "sqlite://charges.db",
+            "postgres://db/x?sslmode=disable",
+            "postgres://user%40x@db/x",
+        ] {
+            assert_eq!(redact(url), url);
+        }
+    }
+
+    #[test]
+    fn a_password_containing_at_signs_is_hidden_whole() {
+        assert_eq!(
+            redact("postgres://app:p@ss@db/x"),
+            "postgres://app:***@db/x"
+        );
     }
 }

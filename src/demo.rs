@@ -1,13 +1,16 @@
 //! Demo mode: the fault injection and the database views that the teaching
-//! page uses. Mounted only when demo mode is on; with `--no-demo` none of it
-//! is routed and the `Demo-*` headers mean nothing.
+//! page uses, all of it confined to the demo account (a sandbox with a public
+//! key, `sk_test_demo`). Mounted only when demo mode is on; with it off none
+//! of it is routed, the demo account does not authenticate, and the `Demo-*`
+//! headers mean nothing.
 //!
 //! - `Demo-Fault` (on `POST /charges`, comma-separated): `lose-response`
 //!   (commit, then answer 504 as a timed-out gateway would),
 //!   `delay-commit=<ms>` (hold the transaction open before COMMIT),
 //!   `fail-before-commit` (fail inside the transaction: everything rolls back),
 //!   `crash-after-key` (key-first: SIGKILL this process between its two
-//!   transactions, leaving an in-progress key behind).
+//!   transactions, leaving an in-progress key behind; only with
+//!   `DEMO_ALLOW_CRASH=true`).
 //!   The transaction faults act through the `TxHooks` seam; `lose-response`
 //!   wraps the handler from outside.
 //! - `Demo-Mode: atomic | key-first`: run this request in that design.
@@ -15,9 +18,16 @@
 //!   then insert it) against a table without a unique constraint, to show
 //!   the race the constraint prevents.
 //! - `GET /demo/state`, `POST /demo/reset`, `POST /demo/keys/{key}/expire`,
-//!   `POST /demo/purge`.
+//!   `POST /demo/purge`: the demo account's rows only.
+//!
+//! The sandbox's walls: a `Demo-*` header from any other account is a 400
+//! (after authentication, so 401 comes first); the demo account's requests
+//! on `/charges` hold at most half the connection pool, and at most
+//! `DEMO_MAX_DELAYED` of them hold a transaction open, so that on PostgreSQL
+//! no other account waits for the demo.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use actix_web::body::{BoxBody, MessageBody};
@@ -26,22 +36,113 @@ use actix_web::http::StatusCode;
 use actix_web::middleware::Next;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, guard, web};
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 
-use crate::accounts::{self, DEMO_ACCOUNT_NAME, DEMO_API_KEY};
+use crate::accounts::{self, Authenticator};
 use crate::api::{AppState, resource};
 use crate::charges::{self, ChargeRequest};
-use crate::db::{Conn, time_text};
+use crate::config::Settings;
+use crate::db::{Conn, DbPool, time_text};
 use crate::hooks::{HookFailure, RequestHooks, TxHooks};
-use crate::idempotency::{self, Mode, SavedResponse};
+use crate::idempotency::{self, IdempotencyKey, Mode, SavedResponse};
 use crate::problem::{self, ApiError};
 
+/// The demo account's documented, public key.
+pub const DEMO_API_KEY: &str = "sk_test_demo";
+pub const DEMO_ACCOUNT_NAME: &str = "Demo account";
 pub const FAULT_HEADER: &str = "demo-fault";
 pub const MODE_HEADER: &str = "demo-mode";
+/// Every header whose name starts with this is a demo header.
+pub const HEADER_PREFIX: &str = "demo-";
 pub const CHECK_THEN_INSERT: &str = "check-then-insert";
 /// The longest `delay-commit` accepted: below the pool's and clients' timeouts.
 pub const MAX_DELAY: Duration = Duration::from_secs(15);
 /// The pause between the check and the insert that makes the race reliable.
 pub const CHECK_THEN_INSERT_PAUSE: Duration = Duration::from_millis(300);
+
+/// The demo account and the walls around it, shared by every worker.
+pub struct Sandbox {
+    pub account_id: i64,
+    allow_crash: bool,
+    delayed: Arc<DelaySlots>,
+    /// The demo account's requests on `/charges` in flight: half the pool.
+    in_flight: Semaphore,
+    in_flight_limit: usize,
+    wait: Duration,
+}
+
+impl Sandbox {
+    /// Seeds the demo account (if it is not there yet) and sizes the walls
+    /// from the pool.
+    pub fn open(pool: &DbPool, settings: &Settings) -> Result<Sandbox, String> {
+        let account_id = seed(&mut pool.get().map_err(|e| e.to_string())?.conn())
+            .map_err(|e| format!("cannot seed the demo account: {e}"))?;
+        let half_pool = (settings.pool_size / 2).max(1);
+        let max_delayed = settings.demo_max_delayed.min(half_pool);
+        if max_delayed < settings.demo_max_delayed {
+            tracing::warn!(
+                requested = settings.demo_max_delayed,
+                allowed = max_delayed,
+                "DEMO_MAX_DELAYED is capped at half of POOL_SIZE"
+            );
+        }
+        Ok(Sandbox {
+            account_id,
+            allow_crash: settings.demo_allow_crash,
+            delayed: Arc::new(DelaySlots {
+                open: AtomicU32::new(0),
+                max: max_delayed,
+            }),
+            in_flight: Semaphore::new(half_pool as usize),
+            in_flight_limit: half_pool as usize,
+            wait: settings.pool_timeout,
+        })
+    }
+}
+
+/// The demo account, created on first start in demo mode.
+fn seed(conn: &mut Conn<'_>) -> Result<i64, accounts::AccountError> {
+    let digest = accounts::hash_api_key(DEMO_API_KEY);
+    if let Some(id) = accounts::find_by_digest(conn, &digest, true)? {
+        return Ok(id);
+    }
+    match accounts::insert_account(conn, DEMO_ACCOUNT_NAME, DEMO_API_KEY, true) {
+        Ok(id) => Ok(id),
+        // Another instance seeded it in between.
+        Err(accounts::AccountError::NameTaken(_)) | Err(accounts::AccountError::Database(_)) => {
+            accounts::find_by_digest(conn, &digest, true)?
+                .ok_or_else(|| accounts::AccountError::NoSuchAccount(DEMO_ACCOUNT_NAME.into()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// How many transactions `delay-commit` holds open right now, and the most
+/// it may. Taken inside the transaction, by the request that really runs
+/// it: a duplicate waiting on the key's index entry holds none.
+struct DelaySlots {
+    open: AtomicU32,
+    max: u32,
+}
+
+struct DelaySlot<'a>(&'a DelaySlots);
+
+impl DelaySlots {
+    fn take(&self) -> Option<DelaySlot<'_>> {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| DelaySlot(self))
+    }
+}
+
+impl Drop for DelaySlot<'_> {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Faults {
@@ -71,7 +172,7 @@ impl Faults {
                             MAX_DELAY.as_millis()
                         ));
                     }
-                    faults.delay_commit = Some(delay);
+                    faults.delay_commit = (!delay.is_zero()).then_some(delay);
                 }
                 _ => {
                     return Err(format!(
@@ -84,19 +185,33 @@ impl Faults {
     }
 }
 
-impl TxHooks for Faults {
+/// The transaction faults of one request, with the process's delay slots.
+struct DemoHooks {
+    faults: Faults,
+    delayed: Arc<DelaySlots>,
+}
+
+impl TxHooks for DemoHooks {
     fn after_operation(&self) -> Result<(), HookFailure> {
-        if let Some(delay) = self.delay_commit {
+        if let Some(delay) = self.faults.delay_commit {
+            let Some(_slot) = self.delayed.take() else {
+                return Err(HookFailure::Overloaded(format!(
+                    "Demo-Fault: delay-commit: {} transactions held open by the demo are already in flight, the most this server allows at once (so that the demo cannot take the database from other accounts). Nothing was done; retry after Retry-After.",
+                    self.delayed.max
+                )));
+            };
             std::thread::sleep(delay);
         }
-        if self.fail_before_commit {
-            return Err(HookFailure("Demo-Fault: fail-before-commit".to_owned()));
+        if self.faults.fail_before_commit {
+            return Err(HookFailure::Injected(
+                "Demo-Fault: fail-before-commit".to_owned(),
+            ));
         }
         Ok(())
     }
 
     fn after_key_committed(&self) {
-        if self.crash_after_key {
+        if self.faults.crash_after_key {
             tracing::warn!("Demo-Fault: crash-after-key: killing this process with SIGKILL");
             // SIGKILL: no unwinding, no destructors, no rollback: a real crash.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
@@ -104,24 +219,79 @@ impl TxHooks for Faults {
     }
 }
 
-/// Middleware on `/charges`: reads `Demo-Fault`, hands the transaction faults
-/// to the handler through the hooks seam, and loses the response afterwards.
+fn has_demo_headers(req: &ServiceRequest) -> bool {
+    req.headers()
+        .keys()
+        .any(|name| name.as_str().starts_with(HEADER_PREFIX))
+}
+
+fn refuse(req: ServiceRequest, error: ApiError) -> ServiceResponse<BoxBody> {
+    req.error_response(error).map_into_boxed_body()
+}
+
+/// Middleware on `/charges`. Requests of other accounts pass untouched
+/// unless they carry a `Demo-*` header (then 400). The demo account's
+/// requests take a place among its in-flight requests, have `Demo-Fault`
+/// and `Demo-Mode` read and handed to the handler (transaction faults
+/// through the hooks seam), and lose their response afterwards if asked.
 pub async fn faults(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let demo_headers = has_demo_headers(&req);
+    let token = match accounts::bearer_token(req.request()) {
+        Ok(token) => token,
+        Err(e) => return Ok(refuse(req, e)),
+    };
+    if !demo_headers && token != Some(DEMO_API_KEY) {
+        // Not the demo's business: the handler authenticates as always.
+        return Ok(next.call(req).await?.map_into_boxed_body());
+    }
+    let (sandbox, state) = (
+        req.app_data::<web::Data<Sandbox>>()
+            .expect("demo::faults is mounted with its Sandbox")
+            .clone(),
+        req.app_data::<web::Data<AppState>>()
+            .expect("the app state")
+            .clone(),
+    );
+    // Authentication first: an unknown caller hears 401, not about demos.
+    let account = match authenticate(&state.accounts, &req, &state.pool).await {
+        Ok(account) => account,
+        Err(e) => return Ok(refuse(req, e)),
+    };
+    if account != sandbox.account_id {
+        let refused = problem::response(
+            StatusCode::BAD_REQUEST,
+            "demo-account-only",
+            "Demo-Fault and Demo-Mode act only on the demo account, the sandbox of the teaching page; this request is another account's. Send it without Demo-* headers.",
+            Vec::new(),
+        );
+        return Ok(req.into_response(refused));
+    }
+    let Ok(_place) = tokio::time::timeout(sandbox.wait, sandbox.in_flight.acquire()).await else {
+        let detail = format!(
+            "The demo account already has {} requests in flight on this server, the most it may (half the connection pool, so that the demo cannot take the database from other accounts). Retry after Retry-After.",
+            sandbox.in_flight_limit
+        );
+        return Ok(refuse(req, ApiError::Overloaded { detail }));
+    };
     let header = req
         .headers()
         .get(FAULT_HEADER)
         .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned());
     let faults = match header.as_deref().map(Faults::parse).transpose() {
         Ok(f) => f.unwrap_or_default(),
-        Err(detail) => {
-            return Ok(req
-                .error_response(ApiError::invalid(detail))
-                .map_into_boxed_body());
-        }
+        Err(detail) => return Ok(refuse(req, ApiError::invalid(detail))),
     };
+    if faults.crash_after_key && !sandbox.allow_crash {
+        return Ok(refuse(
+            req,
+            ApiError::invalid(
+                "Demo-Fault: crash-after-key kills the server process, so this server refuses it; it is for crash tests, on a server started with DEMO_ALLOW_CRASH=true.",
+            ),
+        ));
+    }
     match req.headers().get(MODE_HEADER).map(|v| v.as_bytes()) {
         None | Some(b"check-then-insert") => {}
         Some(b"atomic") => {
@@ -135,13 +305,15 @@ pub async fn faults(
                 "unknown Demo-Mode {:?} (known: atomic, key-first, {CHECK_THEN_INSERT})",
                 String::from_utf8_lossy(other)
             );
-            return Ok(req
-                .error_response(ApiError::invalid(detail))
-                .map_into_boxed_body());
+            return Ok(refuse(req, ApiError::invalid(detail)));
         }
     }
     let lose_response = faults.lose_response;
-    req.extensions_mut().insert(RequestHooks(Arc::new(faults)));
+    req.extensions_mut()
+        .insert(RequestHooks(Arc::new(DemoHooks {
+            faults,
+            delayed: sandbox.delayed.clone(),
+        })));
     let response = next.call(req).await?;
     if !lose_response {
         return Ok(response.map_into_boxed_body());
@@ -155,6 +327,14 @@ pub async fn faults(
         Vec::new(),
     );
     Ok(ServiceResponse::new(req, lost))
+}
+
+async fn authenticate(
+    accounts: &Authenticator,
+    req: &ServiceRequest,
+    pool: &DbPool,
+) -> Result<i64, ApiError> {
+    accounts.authenticate(req.request(), pool).await
 }
 
 /// The routes demo mode adds. `POST /charges` with `Demo-Mode:
@@ -233,13 +413,8 @@ async fn check_then_insert(
     Ok(charges::respond(&saved, replayed))
 }
 
-fn demo_account(conn: &mut Conn<'_>) -> Result<i64, ApiError> {
-    accounts::find_by_api_key(conn, DEMO_API_KEY)?.ok_or(ApiError::NotFound)
-}
-
 /// What the page shows as "the database": the demo account's rows.
-fn snapshot(conn: &mut Conn<'_>, settings: &crate::config::Settings) -> Result<Value, ApiError> {
-    let account_id = demo_account(conn)?;
+fn snapshot(conn: &mut Conn<'_>, account_id: i64, settings: &Settings) -> Result<Value, ApiError> {
     let charges = crate::db::list_charges(conn, account_id, views::LIMIT)?;
     let keys = views::keys(conn, account_id)?;
     let unguarded = views::unguarded(conn, account_id)?;
@@ -278,76 +453,93 @@ fn snapshot(conn: &mut Conn<'_>, settings: &crate::config::Settings) -> Result<V
     }))
 }
 
+/// Runs `work` on a pooled connection with the demo account's id, then
+/// answers the state after it.
+async fn on_demo_account<T: Send + 'static>(
+    app: web::Data<AppState>,
+    sandbox: web::Data<Sandbox>,
+    work: impl FnOnce(&mut Conn<'_>, i64, &Settings) -> Result<T, ApiError> + Send + 'static,
+) -> Result<(T, Value), ApiError> {
+    web::block(move || {
+        let mut pooled = crate::db::checkout(&app.pool)?;
+        let mut conn = pooled.conn();
+        let done = work(&mut conn, sandbox.account_id, &app.settings)?;
+        Ok((
+            done,
+            snapshot(&mut conn, sandbox.account_id, &app.settings)?,
+        ))
+    })
+    .await?
+}
+
 /// Demo mode only: the demo account's charges and key rows.
 #[utoipa::path(get, path = "/demo/state", tag = "demo", responses((status = 200, description = "The demo account's rows")))]
-pub async fn state(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let app = state.into_inner();
-    let snapshot = web::block(move || -> Result<Value, ApiError> {
-        let mut conn = crate::db::checkout(&app.pool)?;
-        snapshot(&mut conn.conn(), &app.settings)
-    })
-    .await??;
+pub async fn state(
+    app: web::Data<AppState>,
+    sandbox: web::Data<Sandbox>,
+) -> Result<HttpResponse, ApiError> {
+    let ((), snapshot) = on_demo_account(app, sandbox, |_, _, _| Ok(())).await?;
     Ok(HttpResponse::Ok().json(snapshot))
 }
 
 /// Deletes the demo account's rows (keys first: they point at charges).
 #[utoipa::path(post, path = "/demo/reset", tag = "demo", responses((status = 200, description = "The emptied state")))]
-pub async fn reset(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let app = state.into_inner();
-    let snapshot = web::block(move || -> Result<Value, ApiError> {
-        let mut pooled = crate::db::checkout(&app.pool)?;
-        let mut conn = pooled.conn();
-        let account_id = demo_account(&mut conn)?;
-        conn.transaction(|tx| {
+pub async fn reset(
+    app: web::Data<AppState>,
+    sandbox: web::Data<Sandbox>,
+) -> Result<HttpResponse, ApiError> {
+    let ((), snapshot) = on_demo_account(app, sandbox, |conn, account_id, _| {
+        Ok(conn.transaction(|tx| {
             for table in ["idempotency_keys", "demo_unguarded_keys", "charges"] {
                 views::delete_account_rows(tx, table, account_id)?;
             }
             Ok::<_, diesel::result::Error>(())
-        })?;
-        snapshot(&mut conn, &app.settings)
+        })?)
     })
-    .await??;
+    .await?;
     Ok(HttpResponse::Ok().json(snapshot))
 }
 
-/// Moves one key's `expires_at` into the past, as if its retention had run out.
+/// Moves one of the demo account's keys' `expires_at` into the past, as if
+/// its retention had run out.
 #[utoipa::path(post, path = "/demo/keys/{key}/expire", tag = "demo",
     params(("key" = String, Path, description = "The Idempotency-Key, URL-encoded")),
     responses(
         (status = 200, description = "The state after"),
+        (status = 400, description = "`invalid-idempotency-key`: not a value an Idempotency-Key can have", body = crate::problem::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such key", body = crate::problem::Problem, content_type = "application/problem+json"),
     ))]
 pub async fn expire(
     path: web::Path<String>,
-    state: web::Data<AppState>,
+    app: web::Data<AppState>,
+    sandbox: web::Data<Sandbox>,
 ) -> Result<HttpResponse, ApiError> {
-    let app = state.into_inner();
-    let key = path.into_inner();
-    let snapshot = web::block(move || -> Result<Value, ApiError> {
-        let mut pooled = crate::db::checkout(&app.pool)?;
-        let mut conn = pooled.conn();
-        let account_id = demo_account(&mut conn)?;
-        if views::expire_key(&mut conn, account_id, &key)? == 0 {
-            return Err(ApiError::NotFound);
-        }
-        snapshot(&mut conn, &app.settings)
-    })
-    .await??;
+    // Only what a key can be reaches the database (no NUL, no 256-byte key).
+    let key = IdempotencyKey::from_value(&path.into_inner())?;
+    let ((), snapshot) =
+        on_demo_account(
+            app,
+            sandbox,
+            move |conn, account_id, _| match views::expire_key(conn, account_id, key.as_str())? {
+                0 => Err(ApiError::NotFound),
+                _ => Ok(()),
+            },
+        )
+        .await?;
     Ok(HttpResponse::Ok().json(snapshot))
 }
 
-/// One pass of the purge (the same one the background purger runs), with
-/// how many rows it removed.
+/// Deletes the demo account's expired keys (the background purge does the
+/// same for every account), with how many rows it removed.
 #[utoipa::path(post, path = "/demo/purge", tag = "demo", responses((status = 200, description = "`{\"purged\": n, \"state\": ...}`")))]
-pub async fn purge(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let app = state.into_inner();
-    let (purged, snapshot) = web::block(move || -> Result<(usize, Value), ApiError> {
-        let mut pooled = crate::db::checkout(&app.pool)?;
-        let mut conn = pooled.conn();
-        let purged = idempotency::purge_expired(&mut conn, app.settings.purge_batch)?;
-        Ok((purged, snapshot(&mut conn, &app.settings)?))
+pub async fn purge(
+    app: web::Data<AppState>,
+    sandbox: web::Data<Sandbox>,
+) -> Result<HttpResponse, ApiError> {
+    let (purged, snapshot) = on_demo_account(app, sandbox, |conn, account_id, _| {
+        Ok(views::purge_expired(conn, account_id)?)
     })
-    .await??;
+    .await?;
     Ok(HttpResponse::Ok().json(json!({"purged": purged, "state": snapshot})))
 }
 
@@ -586,6 +778,24 @@ mod views {
                     .bind::<BigInt, _>(account_id)
                     .execute(*c)
             }
+        }
+    }
+
+    /// Deletes the account's expired key rows.
+    pub fn purge_expired(conn: &mut Conn<'_>, account_id: i64) -> QueryResult<usize> {
+        match conn {
+            Conn::Pg(c) => diesel::delete(
+                keys::table
+                    .filter(keys::account_id.eq(account_id))
+                    .filter(keys::expires_at.le(now)),
+            )
+            .execute(*c),
+            Conn::Sqlite(c) => diesel::sql_query(
+                "DELETE FROM idempotency_keys WHERE account_id = ? AND expires_at <= ?",
+            )
+            .bind::<BigInt, _>(account_id)
+            .bind::<Text, _>(time_text(Utc::now()))
+            .execute(*c),
         }
     }
 

@@ -5,9 +5,17 @@
 
 use std::sync::Arc;
 
+/// Why a hook stopped the transaction. Either way everything rolls back.
 #[derive(Debug, thiserror::Error)]
-#[error("injected failure: {0}")]
-pub struct HookFailure(pub String);
+pub enum HookFailure {
+    /// An injected failure: the request answers 500.
+    #[error("injected failure: {0}")]
+    Injected(String),
+    /// The hook had no capacity to do what it was asked: the request answers
+    /// 503 with this text as its detail.
+    #[error("{0}")]
+    Overloaded(String),
+}
 
 pub trait TxHooks: Send + Sync {
     /// Called inside the transaction after the operation's writes (the

@@ -52,7 +52,7 @@ impl utoipa::Modify for Security {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
-                        "`Authorization: Bearer <api key>`; the demo key is `sk_test_demo`",
+                        "`Authorization: Bearer <api key>`; `charges account create <name>` makes one",
                     ))
                     .build(),
             ),
@@ -73,6 +73,27 @@ pub fn build(state: &AppState) -> utoipa::openapi::OpenApi {
         .info
         .description
         .map(|d| d.replace("24 hours by default", &format!("{ttl} on this server")));
+    if state.demo {
+        if let Some(scheme) = doc
+            .components
+            .as_mut()
+            .and_then(|c| c.security_schemes.get_mut("api_key"))
+            && let SecurityScheme::Http(http) = scheme
+        {
+            http.description = Some(
+                "`Authorization: Bearer <api key>`; in demo mode the demo account's key is `sk_test_demo`"
+                    .to_owned(),
+            );
+        }
+    } else {
+        // Nothing of demo mode is routed: none of it is documented.
+        doc.paths
+            .paths
+            .retain(|path, _| !path.starts_with("/demo/"));
+        if let Some(tags) = doc.tags.as_mut() {
+            tags.retain(|t| t.name != "demo");
+        }
+    }
     doc
 }
 

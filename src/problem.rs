@@ -33,6 +33,11 @@ pub const TYPES: &[(&str, u16, &str)] = &[
         409,
         "A request with this Idempotency-Key is still being processed",
     ),
+    (
+        "request-timeout",
+        408,
+        "The request body arrived too slowly",
+    ),
     ("payload-too-large", 413, "The request body is too large"),
     (
         "unsupported-media-type",
@@ -49,6 +54,17 @@ pub const TYPES: &[(&str, u16, &str)] = &[
         "service-unavailable",
         503,
         "The service is temporarily unavailable",
+    ),
+    // Demo mode only (src/demo.rs).
+    (
+        "demo-account-only",
+        400,
+        "Demo-* headers act only on the demo account",
+    ),
+    (
+        "simulated-lost-response",
+        504,
+        "The response was lost on purpose (Demo-Fault: lose-response)",
     ),
 ];
 
@@ -79,6 +95,11 @@ pub enum ApiError {
     IdempotencyKeyReused,
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// Refused for lack of capacity that this server keeps for others.
+    #[error("overloaded: {detail}")]
+    Overloaded { detail: String },
+    #[error("the request body did not arrive within {secs} s")]
+    BodyTimeout { secs: u64 },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -108,7 +129,8 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => "payload-too-large",
             ApiError::UnsupportedMediaType => "unsupported-media-type",
             ApiError::IdempotencyKeyReused => "idempotency-key-reused",
-            ApiError::Unavailable(_) => "service-unavailable",
+            ApiError::Unavailable(_) | ApiError::Overloaded { .. } => "service-unavailable",
+            ApiError::BodyTimeout { .. } => "request-timeout",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -120,7 +142,7 @@ impl ApiError {
             ApiError::IdempotencyKeyRequired => {
                 "This endpoint requires an Idempotency-Key header; generate a UUID once per charge and reuse it for every retry.".into()
             }
-            ApiError::Unauthorized => "Send your API key as `Authorization: Bearer <key>` (the demo key is sk_test_demo).".into(),
+            ApiError::Unauthorized => "Send your API key as `Authorization: Bearer <key>`.".into(),
             ApiError::NotFound => "There is nothing at this address for your account.".into(),
             ApiError::MethodNotAllowed => "This address does not accept that method.".into(),
             ApiError::IdempotencyKeyInFlight { retry_after_secs } => format!(
@@ -132,6 +154,8 @@ impl ApiError {
                 "This Idempotency-Key was already used with a different request body or endpoint. Use a new key for a new charge.".into()
             }
             ApiError::Unavailable(_) => "The database cannot be reached right now. Retry the same request (with the same Idempotency-Key) shortly.".into(),
+            ApiError::Overloaded { detail } => detail.clone(),
+            ApiError::BodyTimeout { secs } => format!("The request body did not arrive within {secs} s. Nothing was done; send the request again."),
             ApiError::Internal(_) => "Something went wrong on our side. Retrying with the same Idempotency-Key is safe.".into(),
         }
     }
@@ -202,7 +226,10 @@ impl ResponseError for ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::Overloaded { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -229,8 +256,12 @@ impl ResponseError for ApiError {
             ApiError::IdempotencyKeyInFlight { retry_after_secs } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
             }
-            ApiError::Unavailable(_) => {
+            ApiError::Unavailable(_) | ApiError::Overloaded { .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            // The rest of the body may still be arriving: end the connection.
+            ApiError::BodyTimeout { .. } => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}
         }
@@ -270,7 +301,10 @@ impl From<actix_web::error::BlockingError> for ApiError {
 
 impl From<HookFailure> for ApiError {
     fn from(e: HookFailure) -> Self {
-        ApiError::internal(e)
+        match e {
+            HookFailure::Overloaded(detail) => ApiError::Overloaded { detail },
+            e @ HookFailure::Injected(_) => ApiError::internal(e),
+        }
     }
 }
 

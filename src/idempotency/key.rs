@@ -52,6 +52,18 @@ impl IdempotencyKey {
         Ok(IdempotencyKey(key))
     }
 
+    /// A key's value as stored (already unquoted, e.g. from a URL path):
+    /// 1 to 255 printable ASCII characters, as `parse` would produce.
+    pub fn from_value(value: &str) -> Result<IdempotencyKey, KeyError> {
+        if value.is_empty() || value.len() > MAX_LEN {
+            return Err(KeyError::Length);
+        }
+        if !value.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+            return Err(KeyError::Charset);
+        }
+        Ok(IdempotencyKey(value.to_owned()))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -163,6 +175,17 @@ mod tests {
         assert_eq!(parse(&"k".repeat(MAX_LEN + 1)), Err(KeyError::Length));
         assert_eq!(
             parse(&format!("\"{}\"", "k".repeat(MAX_LEN + 1))),
+            Err(KeyError::Length)
+        );
+    }
+
+    #[test]
+    fn a_stored_value_is_checked_like_a_parsed_one() {
+        assert_eq!(IdempotencyKey::from_value("k 1").unwrap().as_str(), "k 1");
+        assert_eq!(IdempotencyKey::from_value(""), Err(KeyError::Length));
+        assert_eq!(IdempotencyKey::from_value("a\0b"), Err(KeyError::Charset));
+        assert_eq!(
+            IdempotencyKey::from_value(&"k".repeat(MAX_LEN + 1)),
             Err(KeyError::Length)
         );
     }

@@ -6,6 +6,8 @@ use serde_json::Value;
 
 use crate::helpers::{Captured, charge_body, spawn_app, spawn_app_with};
 
+const SHOP_KEY: &str = "sk_live_shop_for_tests";
+
 crate::on_both_backends! {
     async fn lose_response_commits_the_charge_but_answers_504_and_the_retry_replays_the_real_201() {
         let app = spawn_app().await;
@@ -164,9 +166,11 @@ crate::on_both_backends! {
     }
 
     async fn with_demo_mode_off_the_demo_headers_are_ignored_and_its_routes_are_gone() {
-        let app = spawn_app_with(|s| s.demo = false).await;
+        let app = spawn_app_with(|s| s.demo = Some(false)).await;
+        app.create_account("Shop", SHOP_KEY);
         let r = app
-            .post_charge_with(
+            .post_charge_as(
+                SHOP_KEY,
                 Some("k-prod"),
                 &charge_body(),
                 &[("demo-fault", "lose-response, fail-before-commit")],
@@ -175,8 +179,8 @@ crate::on_both_backends! {
         assert_eq!(r.status(), 201, "faults are not honoured");
         let naive = [("demo-mode", "check-then-insert")];
         let (a, b) = tokio::join!(
-            app.post_charge_with(Some("k-prod-2"), &charge_body(), &naive),
-            app.post_charge_with(Some("k-prod-2"), &charge_body(), &naive),
+            app.post_charge_as(SHOP_KEY, Some("k-prod-2"), &charge_body(), &naive),
+            app.post_charge_as(SHOP_KEY, Some("k-prod-2"), &charge_body(), &naive),
         );
         assert_eq!((a.status().as_u16(), b.status().as_u16()), (201, 201));
         assert_eq!(
@@ -196,5 +200,234 @@ crate::on_both_backends! {
             .await
             .unwrap();
         assert_eq!(reset.status(), 404);
+    }
+}
+
+crate::on_both_backends! {
+    async fn demo_headers_from_another_account_are_refused_after_authentication() {
+        let app = spawn_app().await;
+        app.create_account("Shop", SHOP_KEY);
+        for headers in [
+            [("demo-mode", "check-then-insert")],
+            [("demo-fault", "lose-response")],
+            [("demo-fault", "bogus")],
+            [("demo-mode", "key-first")],
+        ] {
+            // An unknown caller hears 401 first, whatever the demo headers say.
+            let anonymous = Captured::from(
+                app.post_charge_as("sk_live_nobody", Some("k-x"), &charge_body(), &headers)
+                    .await,
+            )
+            .await;
+            anonymous.assert_problem(401, "unauthorized");
+            let refused = Captured::from(
+                app.post_charge_as(SHOP_KEY, Some("k-x"), &charge_body(), &headers)
+                    .await,
+            )
+            .await;
+            refused.assert_problem(400, "demo-account-only");
+        }
+        assert_eq!((app.charges(), app.keys()), (0, 0), "nothing ran");
+
+        // Two concurrent requests of the other account with one key: one charge.
+        let (a, b) = tokio::join!(
+            app.post_charge_as(SHOP_KEY, Some("k-race"), &charge_body(), &[]),
+            app.post_charge_as(SHOP_KEY, Some("k-race"), &charge_body(), &[]),
+        );
+        assert_eq!((a.status().as_u16(), b.status().as_u16()), (201, 201));
+        assert_eq!(app.charges(), 1, "idempotency cannot be switched off for it");
+    }
+
+    async fn crash_after_key_is_refused_unless_the_server_allows_it() {
+        let app = spawn_app_with(|s| s.idempotency_mode = charges::idempotency::Mode::KeyFirst).await;
+        let r = Captured::from(
+            app.post_charge_with(Some("k-crash"), &charge_body(), &[("demo-fault", "crash-after-key")])
+                .await,
+        )
+        .await;
+        r.assert_problem(400, "invalid-request");
+        assert!(r.json()["detail"].as_str().unwrap().contains("DEMO_ALLOW_CRASH"));
+        assert_eq!((app.charges(), app.keys()), (0, 0));
+        // Still alive.
+        assert_eq!(app.post_charge(Some("k-after"), &charge_body()).await.status(), 201);
+    }
+
+    async fn expire_with_a_value_no_key_can_have_is_400_not_500() {
+        let app = spawn_app().await;
+        for path in ["/demo/keys/%00/expire", "/demo/keys/a%0Ab/expire", "/demo/keys/caf%C3%A9/expire"] {
+            let r = Captured::from(app.client.post(app.url(path)).send().await.unwrap()).await;
+            r.assert_problem(400, "invalid-idempotency-key");
+        }
+        let long = format!("/demo/keys/{}/expire", "k".repeat(256));
+        let r = Captured::from(app.client.post(app.url(&long)).send().await.unwrap()).await;
+        r.assert_problem(400, "invalid-idempotency-key");
+        let r = Captured::from(app.client.post(app.url("/demo/keys/absent/expire")).send().await.unwrap()).await;
+        r.assert_problem(404, "not-found");
+    }
+
+    async fn the_demo_purge_deletes_only_the_demo_accounts_expired_keys() {
+        let app = spawn_app().await;
+        app.create_account("Shop", SHOP_KEY);
+        assert_eq!(app.post_charge(Some("k-demo"), &charge_body()).await.status(), 201);
+        assert_eq!(app.post_charge_as(SHOP_KEY, Some("k-shop"), &charge_body(), &[]).await.status(), 201);
+        app.execute(&format!("UPDATE idempotency_keys SET expires_at = {}", app.at(-5)));
+        let purged: Value = app.post_json("/demo/purge").await;
+        assert_eq!(purged["purged"], 1);
+        assert_eq!(app.count("idempotency_keys WHERE key = 'k-shop'"), 1, "another account's row is not the demo's to delete");
+    }
+
+    async fn with_demo_mode_off_the_demo_key_is_refused_and_nothing_mentions_it() {
+        let app = spawn_app_with(|s| s.demo = Some(false)).await;
+        let r = Captured::from(app.post_charge(Some("k"), &charge_body()).await).await;
+        r.assert_problem(401, "unauthorized");
+        assert!(!r.body.contains("sk_test_demo"), "{}", r.body);
+        let doc = app.client.get(app.url("/openapi.json")).send().await.unwrap().text().await.unwrap();
+        assert!(!doc.contains("sk_test_demo"), "the document mentions the demo key");
+        let doc: Value = serde_json::from_str(&doc).unwrap();
+        let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
+        assert!(paths.iter().all(|p| !p.starts_with("/demo/")), "{paths:?}");
+        assert!(paths.iter().any(|p| *p == "/charges"));
+        assert_eq!(app.count("accounts WHERE demo"), 0, "no demo account is seeded");
+    }
+
+    async fn with_demo_mode_on_the_document_lists_the_demo_routes() {
+        let app = spawn_app().await;
+        let doc = app.get_json("/openapi.json").await;
+        assert!(doc["paths"]["/demo/state"].is_object());
+    }
+}
+
+/// A server bound to a non-loopback address with default settings is not in
+/// demo mode; with `DEMO=true` it is, and logs a warning saying what that
+/// exposes.
+#[test]
+fn a_server_on_a_network_address_has_no_demo_unless_told_and_then_warns() {
+    let db = crate::helpers::TestDatabase::create_for(crate::helpers::TestBackend::Sqlite);
+    let server = crate::helpers::ServerProcess::start(&db.url, &[("BIND", "0.0.0.0:0")]);
+    let port = server.address.rsplit(':').next().unwrap().to_owned();
+    let local = format!("http://127.0.0.1:{port}");
+    let status_line = |path: &str| {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(local.trim_start_matches("http://")).unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer.lines().next().unwrap_or_default().to_owned()
+    };
+    assert!(
+        status_line("/demo/state").starts_with("HTTP/1.1 404"),
+        "no /demo/* on a network address by default"
+    );
+    assert!(status_line("/healthz").starts_with("HTTP/1.1 200"));
+    assert!(!server.logs().contains("DEMO=true on an address"));
+    drop(server);
+
+    let server =
+        crate::helpers::ServerProcess::start(&db.url, &[("BIND", "0.0.0.0:0"), ("DEMO", "true")]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !server.logs().contains("DEMO=true on an address") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        server.logs().contains("DEMO=true on an address"),
+        "{}",
+        server.logs()
+    );
+}
+
+/// PostgreSQL only: SQLite's global write lock admits one delayed
+/// transaction at a time anyway (the README says so).
+#[cfg(postgres_tests)]
+#[tokio::test]
+async fn delayed_transactions_beyond_the_cap_get_503_and_other_accounts_do_not_wait() {
+    crate::helpers::BACKEND
+        .scope(crate::helpers::TestBackend::Postgres, async {
+            let app = spawn_app_with(|s| s.demo_max_delayed = 2).await;
+            app.create_account("Shop", SHOP_KEY);
+            let held = [("demo-fault", "delay-commit=1500")];
+            let body = charge_body();
+            let started = Instant::now();
+            let (a, b, c, other) = tokio::join!(
+                app.post_charge_with(Some("k-d1"), &charge_body(), &held),
+                app.post_charge_with(Some("k-d2"), &charge_body(), &held),
+                async {
+                    until_held(&app, 2).await;
+                    Captured::from(
+                        app.post_charge_with(Some("k-d3"), &charge_body(), &held)
+                            .await,
+                    )
+                    .await
+                },
+                async {
+                    // While the cap is full, and ten of the demo's requests wait
+                    // on one held key, another account is served at once.
+                    until_held(&app, 2).await;
+                    let waiters: Vec<_> = (0..10)
+                        .map(|_| app.post_charge(Some("k-d1"), &body))
+                        .collect();
+                    let waiting = futures::future::join_all(waiters);
+                    let other = async {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let sent = Instant::now();
+                        let r = app
+                            .post_charge_as(SHOP_KEY, Some("k-shop"), &charge_body(), &[])
+                            .await;
+                        (r.status().as_u16(), sent.elapsed())
+                    };
+                    let (_, other) = tokio::join!(waiting, other);
+                    other
+                },
+            );
+            assert_eq!(other.0, 201);
+            assert!(
+                other.1 < Duration::from_millis(500),
+                "another account waited {:?}",
+                other.1
+            );
+            assert_eq!((a.status().as_u16(), b.status().as_u16()), (201, 201));
+            c.assert_problem(503, "service-unavailable");
+            assert_eq!(c.header("retry-after"), Some("1"));
+            assert!(
+                c.json()["detail"]
+                    .as_str()
+                    .unwrap()
+                    .contains("delay-commit"),
+                "{}",
+                c.body
+            );
+            assert!(started.elapsed() >= Duration::from_millis(1500));
+            assert_eq!(
+                app.charges(),
+                3,
+                "two demo charges and the shop's; the refused one rolled back"
+            );
+            assert_eq!(app.count("idempotency_keys WHERE key = 'k-d3'"), 0);
+            // Its retry, once a place is free, runs.
+            let retry = app
+                .post_charge_with(Some("k-d3"), &charge_body(), &held)
+                .await;
+            assert_eq!(retry.status(), 201);
+        })
+        .await
+}
+
+/// Waits (bounded) until `n` of the test database's sessions hold an open
+/// transaction: the delayed charges are inside their hold.
+#[cfg(postgres_tests)]
+async fn until_held(app: &crate::helpers::TestApp, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while app.count(
+        "pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'",
+    ) < n
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the delayed charges never held their transactions"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -311,9 +311,38 @@ impl TestApp {
         execute_on(&mut self.pool.get().unwrap().conn(), sql)
     }
 
+    /// An account other than the demo's, with a key the test chooses.
     pub fn create_account(&self, name: &str, api_key: &str) -> i64 {
-        charges::accounts::create_account(&mut self.pool.get().unwrap().conn(), name, api_key)
-            .unwrap()
+        charges::accounts::insert_account(
+            &mut self.pool.get().unwrap().conn(),
+            name,
+            api_key,
+            false,
+        )
+        .unwrap()
+    }
+
+    /// `POST /charges` as the account whose key is `api_key`.
+    pub fn post_charge_as(
+        &self,
+        api_key: &str,
+        key: Option<&str>,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> impl Future<Output = Response> + 'static {
+        let mut request = self
+            .client
+            .post(self.url("/charges"))
+            .bearer_auth(api_key)
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(key) = key {
+            request = request.header("idempotency-key", format!("\"{key}\""));
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        async move { request.send().await.expect("request sent") }
     }
 }
 

@@ -332,6 +332,7 @@ crate::on_both_backends! {
         let env = [
             ("IDEMPOTENCY_MODE", "key-first"),
             ("IDEMPOTENCY_LEASE", "2s"),
+            ("DEMO_ALLOW_CRASH", "true"),
         ];
         let mut server = ServerProcess::start(&db.url, &env);
         let client = reqwest::Client::new();

@@ -7,6 +7,7 @@ mod contract;
 mod demo;
 mod ecosystem;
 mod fuzz;
+mod hardening;
 mod helpers;
 mod idempotency;
 mod key_first;

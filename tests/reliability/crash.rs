@@ -20,6 +20,7 @@ fn config() -> Config {
         pool_size: 20,
         pool_timeout: "10s",
         workers: 2,
+        demo_max_delayed: 10,
     }
 }
 
@@ -81,11 +82,12 @@ async fn requests_in_flight_when_the_server_is_killed_roll_back_and_their_retrie
             })
         })
         .collect();
-    // ~500 ms, and at least until every pool connection holds an open charge
-    // transaction (the other requests wait for a connection).
+    // ~500 ms, and at least until the demo's share of the pool holds open
+    // charge transactions (DEMO_MAX_DELAYED of them; the other requests
+    // wait for a place among the demo account's requests in flight).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let pool = i64::from(config().pool_size);
-    let open = until_sessions(&db, "idle in transaction", pool, Duration::from_secs(5)).await;
+    let held = i64::from(config().demo_max_delayed);
+    let open = until_sessions(&db, "idle in transaction", held, Duration::from_secs(5)).await;
     first.kill();
     first.assert_healthy();
     eprintln!("crash: killed the server with {open} charge transactions open");
@@ -146,10 +148,16 @@ async fn killed_while_some_charges_committed_every_key_has_its_charge_or_none() 
     let db = TestDatabase::create();
     let mut first = Server::start("first server", &db.url, &config());
     let keys: Vec<String> = (0..KEYS).map(|_| client::new_key()).collect();
-    // 35 keys commit at once or after up to 340 ms; 15 hold their transaction
-    // 5 s, far past the kill.
-    let delay = |i: usize| {
-        if i % 10 < 3 { 5_000 } else { (i % 35) * 10 }
+    // 45 keys are sent at once or up to 340 ms later and commit at once, so
+    // the kill lands among them; 5 hold their transaction 5 s, far past the
+    // kill (no more: the demo may hold at most DEMO_MAX_DELAYED open).
+    let delay = |i: usize| if i.is_multiple_of(10) { 5_000 } else { 0 };
+    let send_after = |i: usize| {
+        Duration::from_millis(if i.is_multiple_of(10) {
+            0
+        } else {
+            (i % 35) as u64 * 10
+        })
     };
     let client = client::client();
     let (answered_tx, mut answered_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -160,7 +168,9 @@ async fn killed_while_some_charges_committed_every_key_has_its_charge_or_none() 
             let (client, url, key) = (client.clone(), first.url.clone(), key.clone());
             let fault = format!("delay-commit={}", delay(i));
             let answered = answered_tx.clone();
+            let wait = send_after(i);
             tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
                 let fault: &str = &fault;
                 let attempt =
                     client::post_charge(&client, &url, &key, &[("demo-fault", fault)]).await;

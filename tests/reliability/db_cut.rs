@@ -27,6 +27,7 @@ fn config() -> Config {
         pool_size: POOL_SIZE,
         pool_timeout: "2s",
         workers: 2,
+        demo_max_delayed: 3,
     }
 }
 

@@ -107,6 +107,7 @@ fn config() -> Config {
         pool_size: 5,
         pool_timeout: "5s",
         workers: 2,
+        demo_max_delayed: 2,
     }
 }
 

@@ -30,6 +30,7 @@ async fn lost_responses_retried_with_the_same_key_make_exactly_one_charge_each()
             pool_size: 8,
             pool_timeout: "5s",
             workers: 2,
+            demo_max_delayed: 4,
         },
     );
     let proxy = LossyProxy::start(server.addr, LOSE_PER_MILLE, 0x5eed_0001).await;

@@ -57,6 +57,7 @@ fn storm_server(db: &TestDatabase) -> Server {
             pool_size: 10,
             pool_timeout: "10s",
             workers: 2,
+            demo_max_delayed: 5,
         },
     )
 }

@@ -18,6 +18,8 @@ pub struct Config {
     pub pool_size: u32,
     pub pool_timeout: &'static str,
     pub workers: u32,
+    /// `DEMO_MAX_DELAYED`: transactions `delay-commit` may hold at once.
+    pub demo_max_delayed: u32,
 }
 
 impl Default for Config {
@@ -26,6 +28,7 @@ impl Default for Config {
             pool_size: 8,
             pool_timeout: "5s",
             workers: 2,
+            demo_max_delayed: 2,
         }
     }
 }
@@ -80,6 +83,7 @@ impl Server {
             .env("POOL_TIMEOUT", config.pool_timeout)
             .env("WORKERS", config.workers.to_string())
             .env("DEMO", "true")
+            .env("DEMO_MAX_DELAYED", config.demo_max_delayed.to_string())
             .env("RUST_LOG", "info,actix_server=warn")
             .env("RUST_BACKTRACE", "1")
             .env("NO_COLOR", "1")

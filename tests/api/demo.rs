@@ -21,6 +21,12 @@ crate::on_both_backends! {
         )
         .await;
         lost.assert_problem(504, "simulated-lost-response");
+        // Its type is documented at its URI, with the title the response had.
+        let uri = lost.json()["type"].as_str().unwrap().to_owned();
+        let documented = app.get_json(&uri).await;
+        assert_eq!(documented["status"], 504);
+        assert_eq!(documented["title"], lost.json()["title"]);
+        assert_ne!(documented["title"], "Error");
         assert_eq!(app.charges(), 1, "the work was done");
         assert_eq!(
             app.count("idempotency_keys WHERE response_status = 201"),
@@ -226,6 +232,8 @@ crate::on_both_backends! {
             )
             .await;
             refused.assert_problem(400, "demo-account-only");
+            let documented = app.get_json("/problems/demo-account-only").await;
+            assert_eq!(documented["title"], refused.json()["title"]);
         }
         assert_eq!((app.charges(), app.keys()), (0, 0), "nothing ran");
 

@@ -142,6 +142,8 @@ crate::on_both_backends! {
         assert!(answer.contains("application/problem+json") && answer.contains("/problems/request-timeout"), "{answer}");
         assert!(started.elapsed() < Duration::from_secs(3));
         assert_eq!(app.charges(), 0);
+        let documented = app.get_json("/problems/request-timeout").await;
+        assert_eq!(documented["status"], 408);
     }
 }
 

@@ -1,4 +1,5 @@
--- wrk script for bench/run: POST /charges with the demo account.
+-- wrk script for bench/run: POST /charges as the account whose key bench/run
+-- created and exported as CHARGES_API_KEY.
 --
 --   wrk ... -s bench/charges.lua URL -- MODE PHASE [REPLAY_KEYS]
 --
@@ -17,7 +18,7 @@
 
 local body = '{"amount":1000,"currency":"jpy","description":"bench"}'
 local headers = {
-  ["Authorization"] = "Bearer sk_test_demo",
+  ["Authorization"] = "Bearer " .. os.getenv("CHARGES_API_KEY"),
   ["Content-Type"] = "application/json",
 }
 

@@ -253,19 +253,7 @@ impl TestApp {
         body: &Value,
         headers: &[(&str, &str)],
     ) -> impl Future<Output = Response> + 'static {
-        let mut request = self
-            .client
-            .post(self.url("/charges"))
-            .bearer_auth(DEMO_KEY)
-            .header("content-type", "application/json")
-            .body(body.to_string());
-        if let Some(key) = key {
-            request = request.header("idempotency-key", format!("\"{key}\""));
-        }
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        async move { request.send().await.expect("request sent") }
+        self.post_charge_as(DEMO_KEY, key, body, headers)
     }
 
     pub fn count(&self, from_where: &str) -> i64 {
@@ -322,7 +310,8 @@ impl TestApp {
         .unwrap()
     }
 
-    /// `POST /charges` as the account whose key is `api_key`.
+    /// `POST /charges` as the account whose key is `api_key`; built now,
+    /// sent when awaited.
     pub fn post_charge_as(
         &self,
         api_key: &str,

@@ -38,7 +38,7 @@ use actix_web::{HttpMessage, HttpRequest, HttpResponse, guard, web};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::accounts::{self, Authenticator};
+use crate::accounts;
 use crate::api::{AppState, resource};
 use crate::charges::{self, ChargeRequest};
 use crate::config::Settings;
@@ -107,13 +107,12 @@ fn seed(conn: &mut Conn<'_>) -> Result<i64, accounts::AccountError> {
         return Ok(id);
     }
     match accounts::insert_account(conn, DEMO_ACCOUNT_NAME, DEMO_API_KEY, true) {
-        Ok(id) => Ok(id),
-        // Another instance seeded it in between.
-        Err(accounts::AccountError::NameTaken(_)) | Err(accounts::AccountError::Database(_)) => {
-            accounts::find_by_digest(conn, &digest, true)?
-                .ok_or_else(|| accounts::AccountError::NoSuchAccount(DEMO_ACCOUNT_NAME.into()))
+        // Another instance seeded it in between (or a live account already
+        // has the demo's name: then the lookup finds nothing and says so).
+        Err(taken @ accounts::AccountError::NameTaken(_)) => {
+            accounts::find_by_digest(conn, &digest, true)?.ok_or(taken)
         }
-        Err(e) => Err(e),
+        inserted => inserted,
     }
 }
 
@@ -256,7 +255,11 @@ pub async fn faults(
             .clone(),
     );
     // Authentication first: an unknown caller hears 401, not about demos.
-    let account = match authenticate(&state.accounts, &req, &state.pool).await {
+    let account = match state
+        .accounts
+        .authenticate(req.request(), &state.pool)
+        .await
+    {
         Ok(account) => account,
         Err(e) => return Ok(refuse(req, e)),
     };
@@ -327,14 +330,6 @@ pub async fn faults(
         Vec::new(),
     );
     Ok(ServiceResponse::new(req, lost))
-}
-
-async fn authenticate(
-    accounts: &Authenticator,
-    req: &ServiceRequest,
-    pool: &DbPool,
-) -> Result<i64, ApiError> {
-    accounts.authenticate(req.request(), pool).await
 }
 
 /// The routes demo mode adds. `POST /charges` with `Demo-Mode:

@@ -40,6 +40,37 @@ crate::on_both_backends! {
         assert_eq!(app.charges(), 1);
     }
 
+    async fn the_page_reads_this_servers_settings_and_every_problem_type_from_demo_config() {
+        let app = spawn_app_with(|s| {
+            s.idempotency_lease = Duration::from_secs(7);
+            s.idempotency_ttl = Duration::from_secs(600);
+            s.demo_max_delayed = 3;
+        })
+        .await;
+        let config = app.get_json("/demo/config").await;
+        let backend = match app.backend() {
+            crate::helpers::TestBackend::Postgres => ("postgresql", "PostgreSQL"),
+            crate::helpers::TestBackend::Sqlite => ("sqlite", "SQLite"),
+        };
+        assert_eq!((config["backend"].as_str(), config["backend_name"].as_str()), (Some(backend.0), Some(backend.1)));
+        assert_eq!(config["idempotency_mode"], "atomic");
+        assert_eq!(config["idempotency_lease_seconds"], 7);
+        assert_eq!(config["default_idempotency_lease_seconds"], 30);
+        assert_eq!(config["idempotency_ttl_seconds"], 600);
+        assert_eq!(config["default_idempotency_ttl_seconds"], 86_400);
+        assert_eq!(config["max_delay_commit_ms"], 15_000);
+        assert_eq!(config["max_delayed_transactions"], 3);
+        assert_eq!(config["in_flight_retry_after_seconds"], 1);
+        assert_eq!(config["account"]["api_key"], "sk_test_demo");
+        // Every type listed is served at its URI with the same status and title.
+        let types = config["problem_types"].as_array().unwrap();
+        assert!(types.len() >= 14, "{types:?}");
+        for listed in types {
+            let served = app.get_json(listed["type"].as_str().unwrap()).await;
+            assert_eq!(&served, listed);
+        }
+    }
+
     async fn lose_response_without_a_key_leads_to_a_double_charge_on_retry() {
         let app = spawn_app().await;
         let lost = app
@@ -359,21 +390,21 @@ async fn delayed_transactions_beyond_the_cap_get_503_and_other_accounts_do_not_w
             let held = [("demo-fault", "delay-commit=1500")];
             let body = charge_body();
             let started = Instant::now();
-            let (a, b, c, other) = tokio::join!(
+            let (a, b, (c, other)) = tokio::join!(
                 app.post_charge_with(Some("k-d1"), &charge_body(), &held),
                 app.post_charge_with(Some("k-d2"), &charge_body(), &held),
                 async {
                     until_held(&app, 2).await;
-                    Captured::from(
+                    // The third is sent before the waiters below, which would
+                    // otherwise take the demo account's in-flight places first
+                    // and make it wait until a place is free again.
+                    let c = Captured::from(
                         app.post_charge_with(Some("k-d3"), &charge_body(), &held)
                             .await,
                     )
-                    .await
-                },
-                async {
+                    .await;
                     // While the cap is full, and ten of the demo's requests wait
                     // on one held key, another account is served at once.
-                    until_held(&app, 2).await;
                     let waiters: Vec<_> = (0..10)
                         .map(|_| app.post_charge(Some("k-d1"), &body))
                         .collect();
@@ -387,7 +418,7 @@ async fn delayed_transactions_beyond_the_cap_get_503_and_other_accounts_do_not_w
                         (r.status().as_u16(), sent.elapsed())
                     };
                     let (_, other) = tokio::join!(waiting, other);
-                    other
+                    (c, other)
                 },
             );
             assert_eq!(other.0, 201);
@@ -423,13 +454,15 @@ async fn delayed_transactions_beyond_the_cap_get_503_and_other_accounts_do_not_w
         .await
 }
 
-/// Waits (bounded) until `n` of the test database's sessions hold an open
-/// transaction: the delayed charges are inside their hold.
+/// Waits (bounded) until `n` of the test database's sessions have held an
+/// open transaction for 200 ms: the delayed charges are inside their hold,
+/// not between two statements of their transaction.
 #[cfg(postgres_tests)]
 async fn until_held(app: &crate::helpers::TestApp, n: i64) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while app.count(
-        "pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'",
+        "pg_stat_activity WHERE datname = current_database() \
+         AND state = 'idle in transaction' AND state_change < now() - interval '200 ms'",
     ) < n
     {
         assert!(

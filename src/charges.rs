@@ -178,7 +178,7 @@ pub async fn create(
         Outcome::Replayed(response) => Ok(respond(&response, true)),
         Outcome::Mismatch => Err(ApiError::IdempotencyKeyReused),
         Outcome::InFlight => Err(ApiError::IdempotencyKeyInFlight {
-            retry_after_secs: 1,
+            retry_after_secs: crate::problem::IN_FLIGHT_RETRY_AFTER_SECS,
         }),
     }
 }

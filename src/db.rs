@@ -44,6 +44,14 @@ impl Backend {
             Backend::Sqlite => "sqlite",
         }
     }
+
+    /// As people write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Postgres => "PostgreSQL",
+            Backend::Sqlite => "SQLite",
+        }
+    }
 }
 
 /// What `DATABASE_URL` names.

@@ -341,6 +341,7 @@ pub fn check_then_insert_route() -> actix_web::Route {
 }
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(resource("/demo/config", "GET").route(web::get().to(config)));
     cfg.service(resource("/demo/state", "GET").route(web::get().to(state)));
     cfg.service(resource("/demo/reset", "POST").route(web::post().to(reset)));
     cfg.service(resource("/demo/keys/{key}/expire", "POST").route(web::post().to(expire)));
@@ -465,6 +466,35 @@ async fn on_demo_account<T: Send + 'static>(
         ))
     })
     .await?
+}
+
+/// Demo mode only: what the teaching page must know of this server instead
+/// of repeating it: the backend, the idempotency settings and their
+/// defaults, the demo's limits, and every problem type.
+#[utoipa::path(get, path = "/demo/config", tag = "demo", responses((status = 200, description = "This server's settings, as the teaching page uses them")))]
+pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> HttpResponse {
+    let s = &app.settings;
+    let backend = app.pool.backend();
+    HttpResponse::Ok().json(json!({
+        "backend": backend.as_str(),
+        "backend_name": backend.name(),
+        "idempotency_mode": s.idempotency_mode.as_str(),
+        "idempotency_ttl_seconds": s.idempotency_ttl.as_secs(),
+        "default_idempotency_ttl_seconds": crate::config::DEFAULT_IDEMPOTENCY_TTL.as_secs(),
+        "idempotency_lease_seconds": s.idempotency_lease.as_secs(),
+        "default_idempotency_lease_seconds": crate::config::DEFAULT_IDEMPOTENCY_LEASE.as_secs(),
+        "in_flight_retry_after_seconds": crate::problem::IN_FLIGHT_RETRY_AFTER_SECS,
+        "purge_batch": s.purge_batch,
+        "max_delay_commit_ms": MAX_DELAY.as_millis() as u64,
+        "max_delayed_transactions": sandbox.delayed.max,
+        "check_then_insert_pause_ms": CHECK_THEN_INSERT_PAUSE.as_millis() as u64,
+        "account": {"name": DEMO_ACCOUNT_NAME, "api_key": DEMO_API_KEY},
+        "problem_types": crate::problem::TYPES.iter().map(|(slug, status, title)| json!({
+            "type": format!("/problems/{slug}"),
+            "status": status,
+            "title": title,
+        })).collect::<Vec<_>>(),
+    }))
 }
 
 /// Demo mode only: the demo account's charges and key rows.

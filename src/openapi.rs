@@ -26,6 +26,7 @@ with another request gets 422, and a retry while the first is still running wait
         crate::metrics::render,
         document,
         reference_page,
+        crate::demo::config,
         crate::demo::state,
         crate::demo::reset,
         crate::demo::expire,

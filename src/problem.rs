@@ -17,6 +17,9 @@ use crate::idempotency::{self, KeyError};
 
 pub const CONTENT_TYPE: &str = "application/problem+json";
 
+/// `Retry-After` on a 409 `idempotency-key-in-flight`, in seconds.
+pub const IN_FLIGHT_RETRY_AFTER_SECS: u64 = 1;
+
 /// The stable problem types: (slug, status, title).
 pub const TYPES: &[(&str, u16, &str)] = &[
     ("invalid-request", 400, "The request is invalid"),

@@ -11,14 +11,10 @@ use std::time::{Duration, Instant};
 
 use actix_web::HttpRequest;
 use actix_web::http::header;
-use chrono::{DateTime, Utc};
-use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 use sha2::{Digest, Sha256};
 
-use crate::db::{Conn, DbPool, time_text};
 use crate::problem::ApiError;
-use crate::schema::accounts;
+use crate::store::{AccountRecord, DbPool, Store};
 
 /// What every generated key starts with, so that a key pasted into the
 /// wrong place (a log, a ticket, a repository) is recognisable.
@@ -50,27 +46,6 @@ pub enum AccountError {
     Database(#[from] diesel::result::Error),
 }
 
-/// One account as `charges account list` shows it.
-#[derive(Debug, QueryableByName)]
-pub struct AccountView {
-    #[diesel(sql_type = BigInt)]
-    pub id: i64,
-    #[diesel(sql_type = Text)]
-    pub name: String,
-    #[diesel(sql_type = Text)]
-    pub created_at: String,
-    #[diesel(sql_type = Nullable<Text>)]
-    pub revoked_at: Option<String>,
-    #[diesel(sql_type = Bool)]
-    pub demo: bool,
-}
-
-#[derive(QueryableByName)]
-struct Id {
-    #[diesel(sql_type = BigInt)]
-    id: i64,
-}
-
 fn valid_name(name: &str) -> bool {
     let n = name.chars().count();
     (1..=100).contains(&n) && !name.chars().any(char::is_control) && name.trim() == name
@@ -79,7 +54,7 @@ fn valid_name(name: &str) -> bool {
 /// Creates an account with `api_key` (already generated; only its digest
 /// is stored). `demo` marks the demo account.
 pub fn insert_account(
-    conn: &mut Conn<'_>,
+    store: &mut dyn Store,
     name: &str,
     api_key: &str,
     demo: bool,
@@ -87,126 +62,36 @@ pub fn insert_account(
     if !valid_name(name) {
         return Err(AccountError::BadName);
     }
-    let digest = hash_api_key(api_key);
-    let inserted = match conn {
-        Conn::Pg(c) => diesel::insert_into(accounts::table)
-            .values((
-                accounts::name.eq(name),
-                accounts::api_key_sha256.eq(digest),
-                accounts::demo.eq(demo),
-            ))
-            .returning(accounts::id)
-            .get_result(*c),
-        Conn::Sqlite(c) => diesel::sql_query(
-            "INSERT INTO accounts (name, api_key_sha256, demo, created_at) VALUES (?, ?, ?, ?) RETURNING id",
-        )
-        .bind::<Text, _>(name)
-        .bind::<Text, _>(digest)
-        .bind::<Bool, _>(demo)
-        .bind::<Text, _>(time_text(Utc::now()))
-        .get_result::<Id>(*c)
-        .map(|r| r.id),
-    };
-    inserted.map_err(|e| match e {
-        diesel::result::Error::DatabaseError(
-            diesel::result::DatabaseErrorKind::UniqueViolation,
-            _,
-        ) => AccountError::NameTaken(name.to_owned()),
-        e => e.into(),
-    })
+    store
+        .insert_account(name, &hash_api_key(api_key), demo)
+        .map_err(|e| match e {
+            diesel::result::Error::DatabaseError(
+                diesel::result::DatabaseErrorKind::UniqueViolation,
+                _,
+            ) => AccountError::NameTaken(name.to_owned()),
+            e => e.into(),
+        })
 }
 
 /// `charges account create <name>`: a new account and its key, which is
 /// returned once and never stored in clear.
-pub fn create_account(conn: &mut Conn<'_>, name: &str) -> Result<(i64, String), AccountError> {
+pub fn create_account(store: &mut dyn Store, name: &str) -> Result<(i64, String), AccountError> {
     let key = generate_api_key();
-    let id = insert_account(conn, name, &key, false)?;
+    let id = insert_account(store, name, &key, false)?;
     Ok((id, key))
 }
 
 /// `charges account revoke <name>`: the account's key stops working (on a
 /// running server within `ACCOUNT_CACHE_TTL`). Its charges stay.
-pub fn revoke_account(conn: &mut Conn<'_>, name: &str) -> Result<i64, AccountError> {
-    let revoked: Option<i64> = match conn {
-        Conn::Pg(c) => diesel::update(
-            accounts::table
-                .filter(accounts::name.eq(name))
-                .filter(accounts::revoked_at.is_null())
-                .filter(accounts::demo.eq(false)),
-        )
-        .set(accounts::revoked_at.eq(diesel::dsl::now.into_sql::<diesel::sql_types::Timestamptz>().nullable()))
-        .returning(accounts::id)
-        .get_result(*c)
-        .optional()?,
-        Conn::Sqlite(c) => diesel::sql_query(
-            "UPDATE accounts SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL AND demo = 0 RETURNING id",
-        )
-        .bind::<Text, _>(time_text(Utc::now()))
-        .bind::<Text, _>(name)
-        .get_result::<Id>(*c)
-        .optional()?
-        .map(|r| r.id),
-    };
-    revoked.ok_or_else(|| AccountError::NoSuchAccount(name.to_owned()))
+pub fn revoke_account(store: &mut dyn Store, name: &str) -> Result<i64, AccountError> {
+    store
+        .revoke_account(name)?
+        .ok_or_else(|| AccountError::NoSuchAccount(name.to_owned()))
 }
 
-type PgAccountRow = (i64, String, DateTime<Utc>, Option<DateTime<Utc>>, bool);
-
-pub fn list_accounts(conn: &mut Conn<'_>) -> QueryResult<Vec<AccountView>> {
-    match conn {
-        Conn::Pg(c) => {
-            let rows: Vec<PgAccountRow> = accounts::table
-                .order(accounts::id)
-                .select((
-                    accounts::id,
-                    accounts::name,
-                    accounts::created_at,
-                    accounts::revoked_at,
-                    accounts::demo,
-                ))
-                .load(*c)?;
-            Ok(rows
-                .into_iter()
-                .map(|(id, name, created, revoked, demo)| AccountView {
-                    id,
-                    name,
-                    created_at: time_text(created),
-                    revoked_at: revoked.map(time_text),
-                    demo,
-                })
-                .collect())
-        }
-        Conn::Sqlite(c) => diesel::sql_query(
-            "SELECT id, name, created_at, revoked_at, demo FROM accounts ORDER BY id",
-        )
-        .load(*c),
-    }
-}
-
-/// The live account whose key has this digest; a demo account only when
-/// `include_demo`.
-pub fn find_by_digest(
-    conn: &mut Conn<'_>,
-    digest: &str,
-    include_demo: bool,
-) -> QueryResult<Option<i64>> {
-    match conn {
-        Conn::Pg(c) => accounts::table
-            .filter(accounts::api_key_sha256.eq(digest))
-            .filter(accounts::revoked_at.is_null())
-            .filter(accounts::demo.eq(false).or(include_demo.into_sql::<Bool>()))
-            .select(accounts::id)
-            .first(*c)
-            .optional(),
-        Conn::Sqlite(c) => diesel::sql_query(
-            "SELECT id FROM accounts WHERE api_key_sha256 = ? AND revoked_at IS NULL AND (demo = 0 OR ?)",
-        )
-        .bind::<Text, _>(digest)
-        .bind::<Bool, _>(include_demo)
-        .get_result::<Id>(*c)
-        .optional()
-        .map(|r| r.map(|r| r.id)),
-    }
+/// `charges account list`.
+pub fn list_accounts(store: &mut dyn Store) -> Result<Vec<AccountRecord>, AccountError> {
+    Ok(store.list_accounts()?)
 }
 
 /// Who a request is, from `Authorization: Bearer <key>`. A key that resolved
@@ -246,8 +131,10 @@ impl Authenticator {
         let include_demo = self.include_demo;
         let lookup = digest.clone();
         let found = actix_web::web::block(move || -> Result<Option<i64>, ApiError> {
-            let mut conn = crate::db::checkout(&pool)?;
-            Ok(find_by_digest(&mut conn.conn(), &lookup, include_demo)?)
+            Ok(pool
+                .checkout()?
+                .store()
+                .find_account(&lookup, include_demo)?)
         })
         .await??;
         let mut cache = self.cache.write().expect("cache lock");

@@ -1,5 +1,7 @@
-//! The HTTP application: state, routes, and `Application::build`, which binds
-//! the listener first so tests can ask for port 0 and read the real port.
+//! The HTTP application, the top of the layers: `Application::build` binds
+//! the listener first (so tests can ask for port 0 and read the real port),
+//! opens the store, opens the demo sandbox in demo mode, and mounts every
+//! route of `http::ROUTES`.
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -7,24 +9,16 @@ use std::time::Duration;
 
 use actix_files::Files;
 use actix_web::dev::Server;
-use actix_web::http::header;
 use actix_web::middleware::{Condition, from_fn};
-use actix_web::{App, HttpResponse, HttpServer, web};
-use serde_json::json;
+use actix_web::{App, HttpServer, web};
 
 use crate::accounts::Authenticator;
 use crate::config::Settings;
-use crate::db::{self, DbPool, SetupError};
-use crate::problem::{self, ApiError};
-use crate::{charges, demo, idempotency, metrics, openapi, telemetry};
-
-pub struct AppState {
-    pub pool: DbPool,
-    pub accounts: Authenticator,
-    /// Whether demo mode is on (decided from the settings and the address).
-    pub demo: bool,
-    pub settings: Arc<Settings>,
-}
+use crate::http::{not_found, resource};
+use crate::problem::ApiError;
+use crate::state::AppState;
+use crate::store::{DbPool, SetupError};
+use crate::{charges, demo, idempotency, openapi, ops, telemetry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -68,7 +62,7 @@ impl Application {
         if demo && !local.ip().is_loopback() {
             tracing::warn!("{}", crate::config::DEMO_EXPOSED_WARNING);
         }
-        let pool = db::setup(&settings)?;
+        let pool = DbPool::open(&settings.pool())?;
         let sandbox = if demo {
             Some(web::Data::new(
                 demo::Sandbox::open(&pool, &settings).map_err(StartupError::Demo)?,
@@ -174,10 +168,7 @@ async fn purge_periodically(pool: DbPool, interval: Duration, batch: i64) {
         ticks.tick().await;
         let pool = pool.clone();
         let purged = web::block(move || -> Result<usize, ApiError> {
-            Ok(idempotency::purge_expired(
-                &mut db::checkout(&pool)?.conn(),
-                batch,
-            )?)
+            Ok(idempotency::purge_expired(pool.checkout()?.store(), batch)?)
         })
         .await;
         match purged {
@@ -189,11 +180,9 @@ async fn purge_periodically(pool: DbPool, interval: Duration, batch: i64) {
     }
 }
 
-/// Every API route is registered through [`resource`] with a literal path,
-/// so that a test can read them off the source and check each one is in the
-/// OpenAPI document.
+/// The API's routes (the demo's are mounted by `demo::routes`).
 pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
-    let mut charges_resource = resource("/charges", "GET, POST");
+    let mut charges_resource = resource("/charges");
     if demo {
         charges_resource = charges_resource.route(demo::check_then_insert_route());
     }
@@ -203,61 +192,11 @@ pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
             .route(web::post().to(charges::create))
             .route(web::get().to(charges::list)),
     );
-    cfg.service(resource("/charges/{id}", "GET").route(web::get().to(charges::get)));
-    cfg.service(resource("/healthz", "GET").route(web::get().to(healthz)));
-    cfg.service(resource("/readyz", "GET").route(web::get().to(readyz)));
-    cfg.service(resource("/metrics", "GET").route(web::get().to(metrics::render)));
-    cfg.service(resource("/problems/{slug}", "GET").route(web::get().to(problem_type)));
-    cfg.service(resource("/openapi.json", "GET").route(web::get().to(openapi::document)));
-    cfg.service(resource("/docs", "GET").route(web::get().to(openapi::reference_page)));
-}
-
-/// A resource that answers 405 problem+json, with `Allow` (RFC 9110), to
-/// the methods it has no route for.
-pub fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
-    web::resource(path).default_service(web::to(move || async move {
-        let mut response = actix_web::ResponseError::error_response(&ApiError::MethodNotAllowed);
-        response
-            .headers_mut()
-            .insert(header::ALLOW, header::HeaderValue::from_static(allow));
-        response
-    }))
-}
-
-async fn not_found() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::NotFound)
-}
-
-/// The process is up.
-#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "The process is up")))]
-pub async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(json!({"status": "ok"}))
-}
-
-/// The process can reach its database.
-#[utoipa::path(get, path = "/readyz", tag = "operations", responses(
-    (status = 200, description = "The database answers"),
-    (status = 503, description = "The database does not answer", body = problem::Problem, content_type = "application/problem+json"),
-))]
-pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let pool = state.pool.clone();
-    web::block(move || -> Result<(), ApiError> { Ok(db::ping(&mut db::checkout(&pool)?.conn())?) })
-        .await??;
-    Ok(HttpResponse::Ok().json(json!({"status": "ready"})))
-}
-
-/// The documentation behind each problem `type` URI.
-#[utoipa::path(get, path = "/problems/{slug}", tag = "operations",
-    params(("slug" = String, Path, description = "The last segment of a problem `type`")),
-    responses(
-        (status = 200, description = "The problem type's status and title"),
-        (status = 404, description = "No such problem type", body = problem::Problem, content_type = "application/problem+json"),
-    ))]
-pub async fn problem_type(slug: web::Path<String>) -> Result<HttpResponse, ApiError> {
-    let (slug, status, title) = problem::TYPES
-        .iter()
-        .find(|t| t.0 == slug.as_str())
-        .ok_or(ApiError::NotFound)?;
-    Ok(HttpResponse::Ok()
-        .json(json!({"type": format!("/problems/{slug}"), "status": status, "title": title})))
+    cfg.service(resource("/charges/{id}").route(web::get().to(charges::get)));
+    cfg.service(resource("/healthz").route(web::get().to(ops::healthz)));
+    cfg.service(resource("/readyz").route(web::get().to(ops::readyz)));
+    cfg.service(resource("/metrics").route(web::get().to(ops::metrics)));
+    cfg.service(resource("/problems/{slug}").route(web::get().to(ops::problem_type)));
+    cfg.service(resource("/openapi.json").route(web::get().to(openapi::document)));
+    cfg.service(resource("/docs").route(web::get().to(openapi::reference_page)));
 }

@@ -12,8 +12,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::api::AppState;
-use crate::db::{self, Charge};
 use crate::domain::NewCharge;
 use crate::hooks::RequestHooks;
 use crate::idempotency::{
@@ -21,6 +19,8 @@ use crate::idempotency::{
 };
 use crate::metrics::METRICS;
 use crate::problem::{ApiError, Problem};
+use crate::state::AppState;
+use crate::store::{Charge, Store, time_text};
 use crate::telemetry;
 
 pub const PATH: &str = "/charges";
@@ -133,8 +133,8 @@ pub async fn create(
     let (Some(key), Some(fingerprint)) = (key, fingerprint) else {
         // No key: nothing can tell a retry from a new charge.
         let created = web::block(move || -> Result<Created, ApiError> {
-            let mut conn = crate::db::checkout(&pool)?;
-            let created = conn.conn().transaction(|tx| {
+            let mut conn = pool.checkout()?;
+            let created = conn.store().transaction(|tx| {
                 let created = create_charge(tx, account_id, &new_charge)?;
                 hooks.0.after_operation()?;
                 Ok::<_, idempotency::Error>(created)
@@ -155,7 +155,7 @@ pub async fn create(
         .copied()
         .unwrap_or(state.settings.idempotency_mode);
     let outcome = web::block(move || -> Result<Outcome, ApiError> {
-        let mut conn = crate::db::checkout(&pool)?;
+        let mut conn = pool.checkout()?;
         let request = KeyedRequest {
             account_id,
             key: &key,
@@ -164,7 +164,7 @@ pub async fn create(
             lease,
         };
         Ok(idempotency::execute(
-            &mut conn.conn(),
+            conn.store(),
             mode,
             &request,
             hooks.0.as_ref(),
@@ -193,11 +193,11 @@ fn record_outcome(outcome: &'static str, mode: &str) {
 
 /// Inserts the charge and renders the 201 that is sent and stored.
 pub fn create_charge(
-    conn: &mut crate::db::Conn<'_>,
+    store: &mut dyn Store,
     account_id: i64,
     new: &NewCharge,
 ) -> Result<Created, diesel::result::Error> {
-    let charge = db::insert_charge(conn, account_id, new)?;
+    let charge = store.insert_charge(account_id, new)?;
     let headers = BTreeMap::from([
         ("content-type".to_owned(), "application/json".to_owned()),
         ("location".to_owned(), format!("{PATH}/{}", charge.id)),
@@ -261,7 +261,7 @@ impl From<&Charge> for ChargeView {
             amount: charge.amount,
             currency: charge.currency.clone(),
             description: charge.description.clone(),
-            created_at: crate::db::time_text(charge.created_at),
+            created_at: time_text(charge.created_at),
         }
     }
 }
@@ -357,8 +357,7 @@ pub async fn list(
     }
     let pool = state.pool.clone();
     let charges = web::block(move || -> Result<Vec<Charge>, ApiError> {
-        let mut conn = crate::db::checkout(&pool)?;
-        Ok(db::list_charges(&mut conn.conn(), account_id, limit)?)
+        Ok(pool.checkout()?.store().list_charges(account_id, limit)?)
     })
     .await??;
     Ok(HttpResponse::Ok().json(ChargeList {
@@ -388,8 +387,7 @@ pub async fn get(
     let id = Uuid::parse_str(&path).map_err(|_| ApiError::NotFound)?;
     let pool = state.pool.clone();
     let charge = web::block(move || -> Result<Option<Charge>, ApiError> {
-        let mut conn = crate::db::checkout(&pool)?;
-        Ok(db::find_charge(&mut conn.conn(), account_id, id)?)
+        Ok(pool.checkout()?.store().find_charge(account_id, id)?)
     })
     .await??
     .ok_or(ApiError::NotFound)?;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args};
 
 use crate::idempotency::Mode;
+use crate::store::PoolSettings;
 
 /// Without `DATABASE_URL`: an SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://charges.db";
@@ -141,6 +142,14 @@ impl Settings {
     /// Whether demo mode is on for a server listening on `ip`: as set, or,
     /// when unset, only on a loopback address, where no other machine can
     /// reach the demo's powers.
+    pub fn pool(&self) -> PoolSettings {
+        PoolSettings {
+            url: self.database_url.clone(),
+            size: self.pool_size,
+            timeout: self.pool_timeout,
+        }
+    }
+
     pub fn demo_enabled(&self, ip: IpAddr) -> bool {
         !self.no_demo && self.demo.unwrap_or(ip.is_loopback())
     }

@@ -6,9 +6,10 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+use charges::accounts;
 use charges::api::Application;
 use charges::config::{DEFAULT_DATABASE_URL, DEFAULT_PURGE_BATCH, Settings};
-use charges::{accounts, db};
+use charges::store::{Connection, pool::redact};
 
 #[derive(Parser)]
 #[command(version, about, args_conflicts_with_subcommands = true)]
@@ -91,7 +92,7 @@ fn main() -> ExitCode {
 
 fn serve(settings: Settings) -> Result<(), String> {
     actix_web::rt::System::new().block_on(async move {
-        let database = db::redact(&settings.database_url);
+        let database = redact(&settings.database_url);
         let app = Application::build(settings).map_err(|e| e.to_string())?;
         let demo = if app.demo() {
             "on: the teaching page, /demo/* and the Demo-* headers, for the demo account only"
@@ -110,13 +111,9 @@ fn serve(settings: Settings) -> Result<(), String> {
 }
 
 fn migrate(url: &str) -> Result<(), String> {
-    let mut conn = db::connect(url).map_err(|e| e.to_string())?;
-    let applied = db::migrate(&mut conn.conn())?;
-    println!(
-        "applied {} migration(s) to {}",
-        applied.len(),
-        db::redact(url)
-    );
+    let mut conn = Connection::open(url).map_err(|e| e.to_string())?;
+    let applied = conn.store().migrate()?;
+    println!("applied {} migration(s) to {}", applied.len(), redact(url));
     for name in applied {
         println!("  {name}");
     }
@@ -124,10 +121,10 @@ fn migrate(url: &str) -> Result<(), String> {
 }
 
 fn purge(url: &str, batch: i64) -> Result<(), String> {
-    let mut conn = db::connect(url).map_err(|e| e.to_string())?;
-    db::migrate(&mut conn.conn())?;
+    let mut conn = Connection::open(url).map_err(|e| e.to_string())?;
+    conn.store().migrate()?;
     let started = std::time::Instant::now();
-    let purged = charges::idempotency::purge_expired(&mut conn.conn(), batch.max(1))
+    let purged = charges::idempotency::purge_expired(conn.store(), batch.max(1))
         .map_err(|e| e.to_string())?;
     println!(
         "purged {purged} expired idempotency key(s) in {} ms",
@@ -142,24 +139,23 @@ fn account(command: AccountCommand) -> Result<(), String> {
         | AccountCommand::Revoke { database, .. }
         | AccountCommand::List { database } => database.database_url.clone(),
     };
-    let mut conn = db::connect(&url).map_err(|e| e.to_string())?;
-    db::migrate(&mut conn.conn())?;
+    let mut conn = Connection::open(&url).map_err(|e| e.to_string())?;
+    conn.store().migrate()?;
     match command {
         AccountCommand::Create { name, .. } => {
             let (id, key) =
-                accounts::create_account(&mut conn.conn(), &name).map_err(|e| e.to_string())?;
+                accounts::create_account(conn.store(), &name).map_err(|e| e.to_string())?;
             println!("created account {name:?} (id {id}). Its API key, shown this once only:");
             println!("{key}");
         }
         AccountCommand::Revoke { name, .. } => {
-            let id =
-                accounts::revoke_account(&mut conn.conn(), &name).map_err(|e| e.to_string())?;
+            let id = accounts::revoke_account(conn.store(), &name).map_err(|e| e.to_string())?;
             println!(
                 "revoked account {name:?} (id {id}): running servers refuse its key within ACCOUNT_CACHE_TTL"
             );
         }
         AccountCommand::List { .. } => {
-            let accounts = accounts::list_accounts(&mut conn.conn()).map_err(|e| e.to_string())?;
+            let accounts = accounts::list_accounts(conn.store()).map_err(|e| e.to_string())?;
             println!("{:>6}  {:<28}  {:<28}  name", "id", "created", "revoked");
             for a in accounts {
                 let mut name = a.name;

@@ -1,16 +1,13 @@
-//! Prometheus metrics, served at `/metrics` in the text format: HTTP traffic,
+//! Prometheus metrics (served at `/metrics` by `ops`) in the text format: HTTP traffic,
 //! the idempotency outcomes an operator watches, the purge and the pool.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use actix_web::{HttpResponse, web};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
-
-use crate::api::AppState;
 
 pub struct Metrics {
     registry: Registry,
@@ -118,10 +115,8 @@ pub fn observe_pool_wait(waited: Duration, timed_out: bool) {
     }
 }
 
-/// Prometheus metrics in the text format.
-#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain")))]
-pub async fn render(state: web::Data<AppState>) -> HttpResponse {
-    let pool = state.pool.state();
+/// Every metric in Prometheus' text format, with the pool's gauges read now.
+pub fn encode(pool: r2d2::State) -> Vec<u8> {
     let idle = i64::from(pool.idle_connections);
     METRICS
         .pool_connections
@@ -135,7 +130,5 @@ pub async fn render(state: web::Data<AppState>) -> HttpResponse {
     TextEncoder::new()
         .encode(&METRICS.registry.gather(), &mut out)
         .expect("text encoding");
-    HttpResponse::Ok()
-        .content_type(prometheus::TEXT_FORMAT)
-        .body(out)
+    out
 }

@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use crate::api::AppState;
+use crate::state::AppState;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -20,10 +20,10 @@ with another request gets 422, and a retry while the first is still running wait
         crate::charges::create,
         crate::charges::list,
         crate::charges::get,
-        crate::api::healthz,
-        crate::api::readyz,
-        crate::api::problem_type,
-        crate::metrics::render,
+        crate::ops::healthz,
+        crate::ops::readyz,
+        crate::ops::problem_type,
+        crate::ops::metrics,
         document,
         reference_page,
         crate::demo::config,

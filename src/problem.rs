@@ -289,6 +289,12 @@ impl From<diesel::result::Error> for ApiError {
     }
 }
 
+impl From<crate::store::PoolTimeout> for ApiError {
+    fn from(e: crate::store::PoolTimeout) -> Self {
+        e.0.into()
+    }
+}
+
 impl From<r2d2::Error> for ApiError {
     /// The pool gave no connection within its timeout.
     fn from(e: r2d2::Error) -> Self {

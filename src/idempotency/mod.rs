@@ -26,28 +26,26 @@
 //! `InFlight` (409) at once instead of waiting. The price is the window
 //! between the two transactions: if the process dies there, the row stays in
 //! progress until its lease runs out, and then the next request with the
-//! same key takes it over (see [`store::claim`]).
+//! same key takes it over (see [`KeyStore::claim_key`]).
 //!
 //! The module knows nothing about charges: the operation hands back a
 //! framework-neutral [`SavedResponse`].
 
 pub mod fingerprint;
 pub mod key;
-pub mod store;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
-use serde_json::Value;
 use uuid::Uuid;
 
+pub use crate::store::SavedResponse;
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 
-use crate::db::Conn;
 use crate::hooks::{HookFailure, TxHooks};
 use crate::metrics::METRICS;
+use crate::store::{Claim, KeyRecord, KeyState, NewClaim, Store};
 
 /// How often a transaction that failed with a serialization failure or a
 /// deadlock is tried in all before the error is returned.
@@ -71,15 +69,7 @@ impl Mode {
     }
 }
 
-/// A response as stored in the key row and replayed byte for byte.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SavedResponse {
-    pub status: u16,
-    /// Lowercase header names; `BTreeMap` so the order is the same every time.
-    pub headers: BTreeMap<String, String>,
-    pub body: Value,
-}
-
+// The stored response belongs to the store; how it is sent is the protocol's.
 impl SavedResponse {
     /// The body bytes: canonical JSON, identical for the first answer and
     /// every replay (jsonb does not keep the original bytes).
@@ -140,29 +130,71 @@ pub enum Error {
     LeaseLost,
 }
 
+/// Where a key row was read: before anything was tried (the fast path), or
+/// after our claim found a row it could not take (the claim was lost).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    FastPath,
+    AfterLostClaim,
+}
+
+/// What to do about a key, given its row.
+#[derive(Debug, PartialEq)]
+pub enum Decision {
+    /// Try to claim the key and run the operation.
+    Claim,
+    /// Answer without running anything.
+    Answer(Outcome),
+}
+
+/// The protocol's one rule, shared by the fast path and the read after a
+/// lost claim: what a request with `fingerprint` does about the key's live
+/// row. Pure, so it is tested table by table. The design (atomic or
+/// key-first) does not change it: it changes only when a concurrent
+/// request sees a row at all.
+pub fn decide(row: Option<KeyRecord>, fingerprint: &Fingerprint, read: Read) -> Decision {
+    let Some(row) = row else {
+        return match read {
+            Read::FastPath => Decision::Claim,
+            // Gone between our claim and this read (released by a failed
+            // key-first request): the client may retry and run as the first.
+            Read::AfterLostClaim => Decision::Answer(Outcome::InFlight),
+        };
+    };
+    if row.fingerprint != fingerprint.as_str() {
+        return Decision::Answer(Outcome::Mismatch);
+    }
+    match row.state {
+        // A completed key never changes until it expires.
+        KeyState::Completed(response) => Decision::Answer(Outcome::Replayed(response)),
+        // Its worker is on it: answered at once, not queued behind its row lock.
+        KeyState::InProgress { lease_live: true } => Decision::Answer(Outcome::InFlight),
+        // A stuck row of this same request: the claim may take it over.
+        KeyState::InProgress { lease_live: false } => match read {
+            Read::FastPath => Decision::Claim,
+            // Someone else took it over before us.
+            Read::AfterLostClaim => Decision::Answer(Outcome::InFlight),
+        },
+    }
+}
+
 pub fn execute(
-    conn: &mut Conn<'_>,
+    store: &mut dyn Store,
     mode: Mode,
     request: &KeyedRequest,
     hooks: &dyn TxHooks,
-    mut operation: impl FnMut(&mut Conn<'_>) -> Result<Created, DieselError>,
+    mut operation: impl FnMut(&mut dyn Store) -> Result<Created, DieselError>,
 ) -> Result<Outcome, Error> {
-    // A completed key never changes until it expires, so its replay needs
-    // one indexed read and no lock.
-    // An in-progress row under a live lease (a key-first request running)
-    // is answered the same way, without queueing behind its row lock.
-    if let Some(row) = store::find_live(conn, request.account_id, request.key.as_str())?
-        && (row.status == store::COMPLETED
-            || row.fingerprint != request.fingerprint.as_str()
-            || row.lease_live)
-    {
-        return decide(row, request.fingerprint);
+    // A completed key's replay needs one indexed read and no lock.
+    let row = store.find_live_key(request.account_id, request.key.as_str())?;
+    if let Decision::Answer(outcome) = decide(row, request.fingerprint, Read::FastPath) {
+        return Ok(outcome);
     }
     match mode {
         Mode::Atomic => with_transient_retries(|| {
             // On SQLite the wait is at BEGIN IMMEDIATE, so the clock starts here.
             let started = std::time::Instant::now();
-            conn.transaction(|tx| {
+            store.transaction(|tx| {
                 let Some(claim) = claim(tx, request)? else {
                     // The fast path saw no finished row, so a concurrent
                     // request held the key and we waited for its commit. The
@@ -171,28 +203,28 @@ pub fn execute(
                     METRICS
                         .concurrent_key_waits
                         .observe(started.elapsed().as_secs_f64());
-                    return read_and_decide(tx, request);
+                    return read_after_lost_claim(tx, request);
                 };
                 let response = run_and_complete(tx, claim, hooks, &mut operation)?;
                 Ok(Outcome::Executed(response))
             })
         }),
         Mode::KeyFirst => {
-            let claimed = with_transient_retries(|| Ok(claim(conn, request)?))?;
+            let claimed = with_transient_retries(|| Ok(claim(store, request)?))?;
             let Some(claim) = claimed else {
-                return read_and_decide(conn, request);
+                return read_after_lost_claim(store, request);
             };
             hooks.after_key_committed();
             let result = with_transient_retries(|| {
-                conn.transaction(|tx| run_and_complete(tx, claim, hooks, &mut operation))
+                store.transaction(|tx| run_and_complete(tx, claim, hooks, &mut operation))
             });
             match result {
                 Ok(response) => Ok(Outcome::Executed(response)),
                 // Someone else holds the row now: answer as they will.
-                Err(Error::LeaseLost) => read_and_decide(conn, request),
+                Err(Error::LeaseLost) => read_after_lost_claim(store, request),
                 Err(e) => {
                     // If this fails too, the lease running out frees the key.
-                    if let Err(release_error) = store::release(conn, claim) {
+                    if let Err(release_error) = store.release_key(claim) {
                         tracing::warn!(error = %release_error, "could not release the idempotency key");
                     }
                     Err(e)
@@ -202,69 +234,36 @@ pub fn execute(
     }
 }
 
-fn claim(conn: &mut Conn<'_>, request: &KeyedRequest) -> Result<Option<store::Claim>, DieselError> {
-    store::claim(
-        conn,
-        request.account_id,
-        request.key.as_str(),
-        request.fingerprint.as_str(),
-        request.ttl,
-        request.lease,
-    )
+fn claim(store: &mut dyn Store, request: &KeyedRequest) -> Result<Option<Claim>, DieselError> {
+    store.claim_key(&NewClaim {
+        account_id: request.account_id,
+        key: request.key.as_str(),
+        fingerprint: request.fingerprint.as_str(),
+        ttl: request.ttl,
+        lease: request.lease,
+    })
 }
 
 fn run_and_complete(
-    tx: &mut Conn<'_>,
-    claim: store::Claim,
+    tx: &mut dyn Store,
+    claim: Claim,
     hooks: &dyn TxHooks,
-    operation: &mut impl FnMut(&mut Conn<'_>) -> Result<Created, DieselError>,
+    operation: &mut impl FnMut(&mut dyn Store) -> Result<Created, DieselError>,
 ) -> Result<SavedResponse, Error> {
     let created = operation(tx)?;
     hooks.after_operation()?;
-    let response = created.response;
-    let headers = serde_json::to_value(&response.headers).expect("string map serializes");
-    if !store::complete(
-        tx,
-        claim,
-        created.resource_id,
-        response.status,
-        &headers,
-        &response.body,
-    )? {
+    if !tx.complete_key(claim, created.resource_id, &created.response)? {
         return Err(Error::LeaseLost);
     }
-    Ok(response)
+    Ok(created.response)
 }
 
-fn read_and_decide(conn: &mut Conn<'_>, request: &KeyedRequest) -> Result<Outcome, Error> {
-    match store::find_live(conn, request.account_id, request.key.as_str())? {
-        Some(row) => decide(row, request.fingerprint),
-        // Gone between our claim and this read (released by a failed
-        // key-first request): the client may retry and run as the first.
-        None => Ok(Outcome::InFlight),
+fn read_after_lost_claim(store: &mut dyn Store, request: &KeyedRequest) -> Result<Outcome, Error> {
+    let row = store.find_live_key(request.account_id, request.key.as_str())?;
+    match decide(row, request.fingerprint, Read::AfterLostClaim) {
+        Decision::Answer(outcome) => Ok(outcome),
+        Decision::Claim => unreachable!("after a lost claim every row is answered"),
     }
-}
-
-fn decide(row: store::KeyRow, fingerprint: &Fingerprint) -> Result<Outcome, Error> {
-    if row.fingerprint != fingerprint.as_str() {
-        return Ok(Outcome::Mismatch);
-    }
-    if row.status != store::COMPLETED {
-        return Ok(Outcome::InFlight);
-    }
-    let (Some(status), Some(headers), Some(body)) =
-        (row.response_status, row.response_headers, row.response_body)
-    else {
-        // The CHECK constraint rules this out; treat it as corruption, not as a replay.
-        return Err(DieselError::NotFound.into());
-    };
-    let headers: BTreeMap<String, String> = serde_json::from_value(headers)
-        .map_err(|e| DieselError::DeserializationError(Box::new(e)))?;
-    Ok(Outcome::Replayed(SavedResponse {
-        status: status as u16,
-        headers,
-        body,
-    }))
 }
 
 /// Runs `attempt` again after a serialization failure or a deadlock, which
@@ -294,10 +293,10 @@ pub fn is_transient(error: &DieselError) -> bool {
 }
 
 /// Deletes every expired key row, `batch` rows a statement; returns how many.
-pub fn purge_expired(conn: &mut Conn<'_>, batch: i64) -> Result<usize, DieselError> {
+pub fn purge_expired(store: &mut dyn Store, batch: i64) -> Result<usize, DieselError> {
     let mut total = 0;
     loop {
-        let n = store::purge_expired_batch(conn, batch)?;
+        let n = store.purge_expired_keys(batch)?;
         METRICS.purged_keys.inc_by(n as u64);
         total += n;
         if (n as i64) < batch {
@@ -339,6 +338,58 @@ mod tests {
 
     fn db_error(kind: DatabaseErrorKind, message: &'static str) -> Error {
         Error::Database(DieselError::DatabaseError(kind, Box::new(Info(message))))
+    }
+
+    /// Every (row state, fingerprint, where it was read) and what follows.
+    /// The design is no input: atomic and key-first differ only in whether a
+    /// concurrent request gets to see an in-progress row at all.
+    #[test]
+    fn every_key_state_fingerprint_and_read_decides_one_outcome() {
+        use Read::{AfterLostClaim as Lost, FastPath as Fast};
+        let mine = Fingerprint::of("POST", "/charges", &serde_json::json!({"amount": 1}));
+        let response = SavedResponse {
+            status: 201,
+            headers: [("location".to_owned(), "/charges/1".to_owned())].into(),
+            body: serde_json::json!({"id": 1}),
+        };
+        let row = |state: &KeyState, same: bool| KeyRecord {
+            fingerprint: if same {
+                mine.as_str().to_owned()
+            } else {
+                "sha256:other".to_owned()
+            },
+            state: state.clone(),
+        };
+        let live = KeyState::InProgress { lease_live: true };
+        let over = KeyState::InProgress { lease_live: false };
+        let done = KeyState::Completed(response.clone());
+        let claim = || Decision::Claim;
+        let answer = Decision::Answer;
+        #[rustfmt::skip]
+        let table: Vec<(Option<&KeyState>, bool, Read, Decision)> = vec![
+            // state         same request  read   decision
+            (None,           true,  Fast, claim()),
+            (None,           true,  Lost, answer(Outcome::InFlight)),
+            (Some(&live),    true,  Fast, answer(Outcome::InFlight)),
+            (Some(&live),    true,  Lost, answer(Outcome::InFlight)),
+            (Some(&live),    false, Fast, answer(Outcome::Mismatch)),
+            (Some(&live),    false, Lost, answer(Outcome::Mismatch)),
+            (Some(&over),    true,  Fast, claim()),
+            (Some(&over),    true,  Lost, answer(Outcome::InFlight)),
+            (Some(&over),    false, Fast, answer(Outcome::Mismatch)),
+            (Some(&over),    false, Lost, answer(Outcome::Mismatch)),
+            (Some(&done),    true,  Fast, answer(Outcome::Replayed(response.clone()))),
+            (Some(&done),    true,  Lost, answer(Outcome::Replayed(response.clone()))),
+            (Some(&done),    false, Fast, answer(Outcome::Mismatch)),
+            (Some(&done),    false, Lost, answer(Outcome::Mismatch)),
+        ];
+        for (state, same, read, expected) in table {
+            let got = decide(state.map(|s| row(s, same)), &mine, read);
+            assert_eq!(
+                got, expected,
+                "{state:?}, same request: {same}, read {read:?}"
+            );
+        }
     }
 
     #[test]

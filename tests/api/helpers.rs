@@ -4,7 +4,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use charges::api::Application;
 use charges::config::Settings;
-use charges::db::{Conn, DbPool};
+use charges::store::{Connection, DbPool};
+use diesel::Connection as _;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use reqwest::{Client, Response};
@@ -79,20 +80,20 @@ struct Count {
 }
 
 /// `SELECT count(*) FROM <from_where>` on a connection of either backend.
-pub fn count_on(conn: &mut Conn<'_>, from_where: &str) -> i64 {
+pub fn count_on(conn: &mut Connection, from_where: &str) -> i64 {
     let sql = format!("SELECT count(*) AS n FROM {from_where}");
     match conn {
-        Conn::Pg(c) => diesel::sql_query(sql).get_result::<Count>(*c),
-        Conn::Sqlite(c) => diesel::sql_query(sql).get_result::<Count>(*c),
+        Connection::Pg(c) => diesel::sql_query(sql).get_result::<Count>(c),
+        Connection::Sqlite(c) => diesel::sql_query(sql).get_result::<Count>(c),
     }
     .unwrap_or_else(|e| panic!("count {from_where}: {e}"))
     .n
 }
 
-pub fn execute_on(conn: &mut Conn<'_>, sql: &str) -> usize {
+pub fn execute_on(conn: &mut Connection, sql: &str) -> usize {
     match conn {
-        Conn::Pg(c) => diesel::sql_query(sql).execute(*c),
-        Conn::Sqlite(c) => diesel::sql_query(sql).execute(*c),
+        Connection::Pg(c) => diesel::sql_query(sql).execute(c),
+        Connection::Sqlite(c) => diesel::sql_query(sql).execute(c),
     }
     .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
@@ -104,7 +105,7 @@ pub fn at(backend: TestBackend, offset_secs: i64) -> String {
         TestBackend::Postgres => format!("(now() + interval '{offset_secs} seconds')"),
         TestBackend::Sqlite => format!(
             "'{}'",
-            charges::db::time_text(chrono::Utc::now() + chrono::Duration::seconds(offset_secs))
+            charges::store::time_text(chrono::Utc::now() + chrono::Duration::seconds(offset_secs))
         ),
     }
 }
@@ -160,16 +161,16 @@ impl TestDatabase {
     }
 
     /// A fresh connection (the schema must exist: start the app first).
-    pub fn connect(&self) -> charges::db::AnyConnection {
-        charges::db::connect(&self.url).unwrap()
+    pub fn connect(&self) -> Connection {
+        Connection::open(&self.url).unwrap()
     }
 
     pub fn count(&self, from_where: &str) -> i64 {
-        count_on(&mut self.connect().conn(), from_where)
+        count_on(&mut self.connect(), from_where)
     }
 
     pub fn execute(&self, sql: &str) -> usize {
-        execute_on(&mut self.connect().conn(), sql)
+        execute_on(&mut self.connect(), sql)
     }
 }
 
@@ -257,7 +258,7 @@ impl TestApp {
     }
 
     pub fn count(&self, from_where: &str) -> i64 {
-        count_on(&mut self.pool.get().unwrap().conn(), from_where)
+        self.db.count(from_where)
     }
 
     pub fn backend(&self) -> TestBackend {
@@ -296,13 +297,13 @@ impl TestApp {
     }
 
     pub fn execute(&self, sql: &str) -> usize {
-        execute_on(&mut self.pool.get().unwrap().conn(), sql)
+        self.db.execute(sql)
     }
 
     /// An account other than the demo's, with a key the test chooses.
     pub fn create_account(&self, name: &str, api_key: &str) -> i64 {
         charges::accounts::insert_account(
-            &mut self.pool.get().unwrap().conn(),
+            self.pool.checkout().unwrap().store(),
             name,
             api_key,
             false,

@@ -1,0 +1,147 @@
+//! Demo mode: the fault injection and the database views that the teaching
+//! page uses, all of it confined to the demo account (a sandbox with a public
+//! key, `sk_test_demo`). Mounted only when demo mode is on; with it off none
+//! of it is routed, the demo account does not authenticate, and the `Demo-*`
+//! headers mean nothing.
+//!
+//! - `Demo-Fault` (on `POST /charges`, comma-separated): `lose-response`
+//!   (commit, then answer 504 as a timed-out gateway would),
+//!   `delay-commit=<ms>` (hold the transaction open before COMMIT),
+//!   `fail-before-commit` (fail inside the transaction: everything rolls back),
+//!   `crash-after-key` (key-first: SIGKILL this process between its two
+//!   transactions, leaving an in-progress key behind; only with
+//!   `DEMO_ALLOW_CRASH=true`).
+//!   The transaction faults act through the `TxHooks` seam; `lose-response`
+//!   wraps the handler from outside.
+//! - `Demo-Mode: atomic | key-first`: run this request in that design.
+//! - `Demo-Mode: check-then-insert`: the naive algorithm (look the key up,
+//!   then insert it) against a table without a unique constraint, to show
+//!   the race the constraint prevents.
+//! - `GET /demo/state`, `POST /demo/reset`, `POST /demo/keys/{key}/expire`,
+//!   `POST /demo/purge`: the demo account's rows only.
+//!
+//! Files: this one holds the sandbox (the demo account, seeded here, and its
+//! limits); [`faults`] the `Demo-*` headers and the hooks they inject;
+//! [`routes`] the `/demo/*` handlers and the check-then-insert algorithm.
+//! The demo's queries are the store's `SandboxStore`.
+//!
+//! The sandbox's walls: a `Demo-*` header from any other account is a 400
+//! (after authentication, so 401 comes first); the demo account's requests
+//! on `/charges` hold at most half the connection pool, and at most
+//! `DEMO_MAX_DELAYED` of them hold a transaction open, so that on PostgreSQL
+//! no other account waits for the demo.
+
+mod faults;
+mod routes;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use crate::accounts;
+use crate::config::Settings;
+use crate::store::{DbPool, Store};
+
+pub use faults::{Faults, faults};
+pub use routes::{check_then_insert_route, routes};
+// For the OpenAPI document.
+pub use routes::{__path_config, __path_expire, __path_purge, __path_reset, __path_state};
+pub use routes::{config, expire, purge, reset, state};
+
+/// The demo account's documented, public key.
+pub const DEMO_API_KEY: &str = "sk_test_demo";
+pub const DEMO_ACCOUNT_NAME: &str = "Demo account";
+pub const FAULT_HEADER: &str = "demo-fault";
+pub const MODE_HEADER: &str = "demo-mode";
+/// Every header whose name starts with this is a demo header.
+pub const HEADER_PREFIX: &str = "demo-";
+pub const CHECK_THEN_INSERT: &str = "check-then-insert";
+/// The longest `delay-commit` accepted: below the pool's and clients' timeouts.
+pub const MAX_DELAY: Duration = Duration::from_secs(15);
+/// The pause between the check and the insert that makes the race reliable.
+pub const CHECK_THEN_INSERT_PAUSE: Duration = Duration::from_millis(300);
+
+/// The demo account and the walls around it, shared by every worker.
+pub struct Sandbox {
+    pub account_id: i64,
+    allow_crash: bool,
+    delayed: Arc<DelaySlots>,
+    /// The demo account's requests on `/charges` in flight: half the pool.
+    in_flight: Semaphore,
+    in_flight_limit: usize,
+    wait: Duration,
+}
+
+impl Sandbox {
+    /// Seeds the demo account (if it is not there yet) and sizes the walls
+    /// from the pool.
+    pub fn open(pool: &DbPool, settings: &Settings) -> Result<Sandbox, String> {
+        let account_id = seed(pool.checkout().map_err(|e| e.to_string())?.store())
+            .map_err(|e| format!("cannot seed the demo account: {e}"))?;
+        let half_pool = (settings.pool_size / 2).max(1);
+        let max_delayed = settings.demo_max_delayed.min(half_pool);
+        if max_delayed < settings.demo_max_delayed {
+            tracing::warn!(
+                requested = settings.demo_max_delayed,
+                allowed = max_delayed,
+                "DEMO_MAX_DELAYED is capped at half of POOL_SIZE"
+            );
+        }
+        Ok(Sandbox {
+            account_id,
+            allow_crash: settings.demo_allow_crash,
+            delayed: Arc::new(DelaySlots {
+                open: AtomicU32::new(0),
+                max: max_delayed,
+            }),
+            in_flight: Semaphore::new(half_pool as usize),
+            in_flight_limit: half_pool as usize,
+            wait: settings.pool_timeout,
+        })
+    }
+}
+
+/// The demo account, created on first start in demo mode.
+fn seed(store: &mut dyn Store) -> Result<i64, accounts::AccountError> {
+    let digest = accounts::hash_api_key(DEMO_API_KEY);
+    if let Some(id) = store.find_account(&digest, true)? {
+        return Ok(id);
+    }
+    match accounts::insert_account(store, DEMO_ACCOUNT_NAME, DEMO_API_KEY, true) {
+        // Another instance seeded it in between (or a live account already
+        // has the demo's name: then the lookup finds nothing and says so).
+        Err(taken @ accounts::AccountError::NameTaken(_)) => {
+            store.find_account(&digest, true)?.ok_or(taken)
+        }
+        inserted => inserted,
+    }
+}
+
+/// How many transactions `delay-commit` holds open right now, and the most
+/// it may. Taken inside the transaction, by the request that really runs
+/// it: a duplicate waiting on the key's index entry holds none.
+pub(crate) struct DelaySlots {
+    open: AtomicU32,
+    pub(crate) max: u32,
+}
+
+pub(crate) struct DelaySlot<'a>(&'a DelaySlots);
+
+impl DelaySlots {
+    pub(crate) fn take(&self) -> Option<DelaySlot<'_>> {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| DelaySlot(self))
+    }
+}
+
+impl Drop for DelaySlot<'_> {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}

@@ -1,0 +1,248 @@
+//! The routes demo mode adds, all on the demo account only: the database
+//! views of the teaching page and the naive "check, then insert" algorithm.
+
+use actix_web::{HttpRequest, HttpResponse, guard, web};
+use serde_json::{Value, json};
+
+use super::{
+    CHECK_THEN_INSERT, CHECK_THEN_INSERT_PAUSE, DEMO_ACCOUNT_NAME, DEMO_API_KEY, MAX_DELAY,
+    MODE_HEADER, Sandbox,
+};
+use crate::charges::{self, ChargeRequest};
+use crate::config::Settings;
+use crate::http::resource;
+use crate::idempotency::{IdempotencyKey, SavedResponse};
+use crate::problem::ApiError;
+use crate::state::AppState;
+use crate::store::{KeyStatus, Store, Unguarded, time_text};
+
+/// Rows of each table the page is shown at most.
+const LIMIT: i64 = 200;
+
+/// The routes demo mode adds. `POST /charges` with `Demo-Mode:
+/// check-then-insert` is matched here before the real handler.
+pub fn check_then_insert_route() -> actix_web::Route {
+    web::post()
+        .guard(guard::Header(MODE_HEADER, CHECK_THEN_INSERT))
+        .to(check_then_insert)
+}
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(resource("/demo/config").route(web::get().to(config)));
+    cfg.service(resource("/demo/state").route(web::get().to(state)));
+    cfg.service(resource("/demo/reset").route(web::post().to(reset)));
+    cfg.service(resource("/demo/keys/{key}/expire").route(web::post().to(expire)));
+    cfg.service(resource("/demo/purge").route(web::post().to(purge)));
+}
+
+/// The naive algorithm, kept only to be watched failing: SELECT the key; if
+/// absent, pause, then INSERT key and charge. Nothing stops two requests
+/// from both passing the SELECT.
+async fn check_then_insert(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let request = charges::parse_request(&req, payload, &state).await?;
+    let fingerprint = request.fingerprint();
+    let ChargeRequest {
+        account_id,
+        key,
+        new_charge,
+        hooks,
+        ..
+    } = request;
+    let key = key.ok_or_else(|| {
+        ApiError::invalid("Demo-Mode: check-then-insert needs an Idempotency-Key")
+    })?;
+    let pool = state.pool.clone();
+    let (saved, replayed) = web::block(move || -> Result<(SavedResponse, bool), ApiError> {
+        let mut pooled = pool.checkout()?;
+        let store = pooled.store();
+        if let Some(found) = store.find_unguarded(account_id, key.as_str())? {
+            if found.fingerprint != fingerprint.as_str() {
+                return Err(ApiError::IdempotencyKeyReused);
+            }
+            let headers = [("content-type".to_owned(), "application/json".to_owned())].into();
+            return Ok((
+                SavedResponse {
+                    status: 201,
+                    headers,
+                    body: found.response_body,
+                },
+                true,
+            ));
+        }
+        std::thread::sleep(CHECK_THEN_INSERT_PAUSE);
+        // One transaction for the charge and the unguarded key row, after
+        // the look-up rather than around it, and no unique constraint: a
+        // concurrent request that also found nothing inserts too.
+        let created = store.transaction(|tx| {
+            let created = charges::create_charge(tx, account_id, &new_charge)?;
+            let charge_id = created.resource_id.expect("a charge has an id");
+            let row = Unguarded {
+                key: key.as_str().to_owned(),
+                fingerprint: fingerprint.as_str().to_owned(),
+                response_body: created.response.body.clone(),
+            };
+            tx.insert_unguarded(account_id, &row, charge_id)?;
+            hooks.0.after_operation()?;
+            Ok::<_, crate::idempotency::Error>(created)
+        })?;
+        Ok((created.response, false))
+    })
+    .await??;
+    Ok(charges::respond(&saved, replayed))
+}
+
+/// What the page shows as "the database": the demo account's rows.
+fn snapshot(
+    store: &mut dyn Store,
+    account_id: i64,
+    settings: &Settings,
+) -> Result<Value, ApiError> {
+    let charges = store.list_charges(account_id, LIMIT)?;
+    let keys = store.key_views(account_id, LIMIT)?;
+    let unguarded = store.unguarded_views(account_id, LIMIT)?;
+    Ok(json!({
+        "backend": store.backend().as_str(),
+        "idempotency_mode": settings.idempotency_mode.as_str(),
+        "idempotency_ttl_seconds": settings.idempotency_ttl.as_secs(),
+        "idempotency_lease_seconds": settings.idempotency_lease.as_secs(),
+        "account": {"name": DEMO_ACCOUNT_NAME, "api_key": DEMO_API_KEY},
+        "charges": charges.iter().map(|c| json!({
+            "id": c.id,
+            "amount": c.amount,
+            "currency": c.currency,
+            "description": c.description,
+            "created_at": time_text(c.created_at),
+        })).collect::<Vec<_>>(),
+        "idempotency_keys": keys.into_iter().map(|k| json!({
+            "key": k.key,
+            // Enough of the digest to tell two requests apart on screen.
+            "fingerprint": k.fingerprint.chars().take("sha256:".len() + 12).collect::<String>(),
+            "response_status": k.response_status,
+            "charge_id": k.charge_id,
+            "created_at": k.created_at,
+            "expires_at": k.expires_at,
+            "expired": k.expired,
+            // Key-first: an in-progress row is protected until then.
+            "locked_until": k.locked_until,
+            "lease_live": k.status == KeyStatus::InProgress.as_str() && k.lease_live,
+            "status": k.status,
+        })).collect::<Vec<_>>(),
+        "unguarded_keys": unguarded.into_iter().map(|u| json!({
+            "key": u.key,
+            "charge_id": u.charge_id,
+            "created_at": u.created_at,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+/// Runs `work` on a pooled connection with the demo account's id, then
+/// answers the state after it.
+async fn on_demo_account<T: Send + 'static>(
+    app: web::Data<AppState>,
+    sandbox: web::Data<Sandbox>,
+    work: impl FnOnce(&mut dyn Store, i64, &Settings) -> Result<T, ApiError> + Send + 'static,
+) -> Result<(T, Value), ApiError> {
+    web::block(move || {
+        let mut pooled = app.pool.checkout()?;
+        let store = pooled.store();
+        let done = work(store, sandbox.account_id, &app.settings)?;
+        Ok((done, snapshot(store, sandbox.account_id, &app.settings)?))
+    })
+    .await?
+}
+
+/// Demo mode only: what the teaching page must know of this server instead
+/// of repeating it: the backend, the idempotency settings and their
+/// defaults, the demo's limits, and every problem type.
+#[utoipa::path(get, path = "/demo/config", tag = "demo", responses((status = 200, description = "This server's settings, as the teaching page uses them")))]
+pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> HttpResponse {
+    let s = &app.settings;
+    let backend = app.pool.backend();
+    HttpResponse::Ok().json(json!({
+        "backend": backend.as_str(),
+        "backend_name": backend.name(),
+        "idempotency_mode": s.idempotency_mode.as_str(),
+        "idempotency_ttl_seconds": s.idempotency_ttl.as_secs(),
+        "default_idempotency_ttl_seconds": crate::config::DEFAULT_IDEMPOTENCY_TTL.as_secs(),
+        "idempotency_lease_seconds": s.idempotency_lease.as_secs(),
+        "default_idempotency_lease_seconds": crate::config::DEFAULT_IDEMPOTENCY_LEASE.as_secs(),
+        "in_flight_retry_after_seconds": crate::problem::IN_FLIGHT_RETRY_AFTER_SECS,
+        "purge_batch": s.purge_batch,
+        "max_delay_commit_ms": MAX_DELAY.as_millis() as u64,
+        "max_delayed_transactions": sandbox.delayed.max,
+        "check_then_insert_pause_ms": CHECK_THEN_INSERT_PAUSE.as_millis() as u64,
+        "account": {"name": DEMO_ACCOUNT_NAME, "api_key": DEMO_API_KEY},
+        "problem_types": crate::problem::TYPES.iter().map(|(slug, status, title)| json!({
+            "type": format!("/problems/{slug}"),
+            "status": status,
+            "title": title,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+/// Demo mode only: the demo account's charges and key rows.
+#[utoipa::path(get, path = "/demo/state", tag = "demo", responses((status = 200, description = "The demo account's rows")))]
+pub async fn state(
+    app: web::Data<AppState>,
+    sandbox: web::Data<Sandbox>,
+) -> Result<HttpResponse, ApiError> {
+    let ((), snapshot) = on_demo_account(app, sandbox, |_, _, _| Ok(())).await?;
+    Ok(HttpResponse::Ok().json(snapshot))
+}
+
+/// Deletes the demo account's rows (keys first: they point at charges).
+#[utoipa::path(post, path = "/demo/reset", tag = "demo", responses((status = 200, description = "The emptied state")))]
+pub async fn reset(
+    app: web::Data<AppState>,
+    sandbox: web::Data<Sandbox>,
+) -> Result<HttpResponse, ApiError> {
+    let ((), snapshot) = on_demo_account(app, sandbox, |store, account_id, _| {
+        Ok(store.transaction(|tx| tx.delete_account_rows(account_id))?)
+    })
+    .await?;
+    Ok(HttpResponse::Ok().json(snapshot))
+}
+
+/// Moves one of the demo account's keys' `expires_at` into the past, as if
+/// its retention had run out.
+#[utoipa::path(post, path = "/demo/keys/{key}/expire", tag = "demo",
+    params(("key" = String, Path, description = "The Idempotency-Key, URL-encoded")),
+    responses(
+        (status = 200, description = "The state after"),
+        (status = 400, description = "`invalid-idempotency-key`: not a value an Idempotency-Key can have", body = crate::problem::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such key", body = crate::problem::Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn expire(
+    path: web::Path<String>,
+    app: web::Data<AppState>,
+    sandbox: web::Data<Sandbox>,
+) -> Result<HttpResponse, ApiError> {
+    // Only what a key can be reaches the database (no NUL, no 256-byte key).
+    let key = IdempotencyKey::from_value(&path.into_inner())?;
+    let ((), snapshot) = on_demo_account(app, sandbox, move |store, account_id, _| {
+        match store.expire_key(account_id, key.as_str())? {
+            0 => Err(ApiError::NotFound),
+            _ => Ok(()),
+        }
+    })
+    .await?;
+    Ok(HttpResponse::Ok().json(snapshot))
+}
+
+/// Deletes the demo account's expired keys (the background purge does the
+/// same for every account), with how many rows it removed.
+#[utoipa::path(post, path = "/demo/purge", tag = "demo", responses((status = 200, description = "`{\"purged\": n, \"state\": ...}`")))]
+pub async fn purge(
+    app: web::Data<AppState>,
+    sandbox: web::Data<Sandbox>,
+) -> Result<HttpResponse, ApiError> {
+    let (purged, snapshot) = on_demo_account(app, sandbox, |store, account_id, _| {
+        Ok(store.purge_account_keys(account_id)?)
+    })
+    .await?;
+    Ok(HttpResponse::Ok().json(json!({"purged": purged, "state": snapshot})))
+}

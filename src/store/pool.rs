@@ -1,0 +1,452 @@
+//! The pool's edge: the one place that knows which backend a `DATABASE_URL`
+//! names. It parses the URL, creates a missing PostgreSQL database, builds
+//! the connection pool, and hands out connections as `&mut dyn Store`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use diesel::Connection as _;
+use diesel::RunQueryDsl;
+use diesel::pg::PgConnection;
+use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, PooledConnection};
+use diesel::sqlite::SqliteConnection;
+
+use super::Store;
+
+/// SQLite writers wait this long for the database's write lock: longer than
+/// the longest demo delay, so a concurrent retry waits like PostgreSQL's.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Postgres => "postgresql",
+            Backend::Sqlite => "sqlite",
+        }
+    }
+
+    /// As people write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Postgres => "PostgreSQL",
+            Backend::Sqlite => "SQLite",
+        }
+    }
+}
+
+/// What `DATABASE_URL` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Postgres(String),
+    Sqlite(PathBuf),
+}
+
+impl Target {
+    pub fn parse(url: &str) -> Result<Target, SetupError> {
+        if let Some(path) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        {
+            if path.is_empty() {
+                return Err(SetupError::BadUrl(url.to_owned()));
+            }
+            return Ok(Target::Sqlite(PathBuf::from(path)));
+        }
+        match url::Url::parse(url) {
+            Ok(u) if matches!(u.scheme(), "postgres" | "postgresql") => {
+                Ok(Target::Postgres(url.to_owned()))
+            }
+            _ => Err(SetupError::BadUrl(redact(url))),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(
+        "DATABASE_URL {0:?} is neither a PostgreSQL URL (postgres://user@host:port/database) nor an SQLite one (sqlite://path/to/file.db)"
+    )]
+    BadUrl(String),
+    #[error("cannot connect to the database at {url}: {reason}")]
+    Connect { url: String, reason: String },
+    #[error("cannot create database {name:?} at {url}: {reason}")]
+    Create {
+        url: String,
+        name: String,
+        reason: String,
+    },
+    #[error("migrations failed on {url}: {reason}")]
+    Migrate { url: String, reason: String },
+}
+
+/// What the pool is built from.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    pub url: String,
+    pub size: u32,
+    /// How long a checkout waits for a free connection.
+    pub timeout: Duration,
+}
+
+/// A pool of either backend's connections.
+#[derive(Clone)]
+pub enum DbPool {
+    Pg(Pool<PgManager>),
+    Sqlite(Pool<ConnectionManager<SqliteConnection>>),
+}
+
+/// A connection checked out of the pool, returned to it on drop.
+pub enum PooledStore {
+    Pg(PooledConnection<PgManager>),
+    Sqlite(PooledConnection<ConnectionManager<SqliteConnection>>),
+}
+
+/// No connection became free within the pool's timeout (or none could be
+/// opened): the database is unreachable or busy.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct PoolTimeout(#[from] pub r2d2::Error);
+
+impl DbPool {
+    /// Connects (creating the database if it does not exist), migrates, and
+    /// returns a pool.
+    pub fn open(settings: &PoolSettings) -> Result<DbPool, SetupError> {
+        let shown = redact(&settings.url);
+        let migrate_error = |reason: String| SetupError::Migrate {
+            url: shown.clone(),
+            reason,
+        };
+        let connect_error = |e: r2d2::Error| SetupError::Connect {
+            url: shown.clone(),
+            reason: e.to_string(),
+        };
+        fn builder<M: r2d2::ManageConnection>(settings: &PoolSettings) -> r2d2::Builder<M> {
+            Pool::builder()
+                .max_size(settings.size)
+                .connection_timeout(settings.timeout)
+                .test_on_check_out(true)
+        }
+        match Target::parse(&settings.url)? {
+            Target::Postgres(url) => {
+                connect_or_create(&url)?.migrate().map_err(migrate_error)?;
+                let manager = PgManager(ConnectionManager::new(url));
+                Ok(DbPool::Pg(
+                    builder(settings).build(manager).map_err(connect_error)?,
+                ))
+            }
+            Target::Sqlite(path) => {
+                let pool = builder(settings)
+                    .connection_customizer(Box::new(SqlitePragmas))
+                    .build(ConnectionManager::new(path.to_string_lossy()))
+                    .map_err(connect_error)?;
+                pool.get()
+                    .map_err(connect_error)?
+                    .migrate()
+                    .map_err(migrate_error)?;
+                Ok(DbPool::Sqlite(pool))
+            }
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            DbPool::Pg(_) => Backend::Postgres,
+            DbPool::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    pub fn state(&self) -> r2d2::State {
+        match self {
+            DbPool::Pg(p) => p.state(),
+            DbPool::Sqlite(p) => p.state(),
+        }
+    }
+
+    /// A connection, waiting at most the pool's timeout. It blocks: call it
+    /// inside `web::block`.
+    pub fn checkout(&self) -> Result<PooledStore, PoolTimeout> {
+        let started = Instant::now();
+        let conn = match self {
+            DbPool::Pg(p) => p.get().map(PooledStore::Pg),
+            DbPool::Sqlite(p) => p.get().map(PooledStore::Sqlite),
+        };
+        crate::metrics::observe_pool_wait(started.elapsed(), conn.is_err());
+        Ok(conn?)
+    }
+}
+
+impl PooledStore {
+    pub fn store(&mut self) -> &mut dyn Store {
+        match self {
+            PooledStore::Pg(c) => &mut c.conn,
+            PooledStore::Sqlite(c) => &mut **c,
+        }
+    }
+}
+
+/// One connection of either backend, outside any pool: the command line's.
+pub enum Connection {
+    Pg(PgConnection),
+    Sqlite(SqliteConnection),
+}
+
+impl Connection {
+    /// Connects to `url` (creating a missing PostgreSQL database).
+    pub fn open(url: &str) -> Result<Connection, SetupError> {
+        match Target::parse(url)? {
+            Target::Postgres(url) => Ok(Connection::Pg(connect_or_create(&url)?)),
+            Target::Sqlite(path) => {
+                let connect_error = |reason: String| SetupError::Connect {
+                    url: url.to_owned(),
+                    reason,
+                };
+                let mut conn = SqliteConnection::establish(&path.to_string_lossy())
+                    .map_err(|e| connect_error(one_line(&e.to_string())))?;
+                SqlitePragmas
+                    .on_acquire(&mut conn)
+                    .map_err(|e| connect_error(e.to_string()))?;
+                Ok(Connection::Sqlite(conn))
+            }
+        }
+    }
+
+    pub fn store(&mut self) -> &mut dyn Store {
+        match self {
+            Connection::Pg(c) => c,
+            Connection::Sqlite(c) => c,
+        }
+    }
+}
+
+/// A connection that sat in the pool longer than this is checked with a
+/// `SELECT 1` before it is handed out.
+pub const PG_IDLE_BEFORE_CHECK: Duration = Duration::from_millis(500);
+
+/// Diesel's PostgreSQL connection manager, with a cheaper checkout check.
+///
+/// Diesel marks a connection broken only when its transaction state is bad,
+/// so a connection the database closed (a restart, `pg_terminate_backend`)
+/// would be handed out again and again. Checking every checkout with a
+/// `SELECT 1` finds those but costs a round trip per request. A connection
+/// in steady use was just proven alive by its last request, and one that
+/// fails mid-use is marked broken by Diesel's prepared-statement handling;
+/// so only connections idle for a while are checked.
+#[derive(Debug)]
+pub struct PgManager(ConnectionManager<PgConnection>);
+
+pub struct PgPooled {
+    conn: PgConnection,
+    returned: std::time::Instant,
+}
+
+impl r2d2::ManageConnection for PgManager {
+    type Connection = PgPooled;
+    type Error = diesel::r2d2::Error;
+
+    fn connect(&self) -> Result<PgPooled, Self::Error> {
+        Ok(PgPooled {
+            conn: self.0.connect()?,
+            returned: std::time::Instant::now(),
+        })
+    }
+
+    fn is_valid(&self, pooled: &mut PgPooled) -> Result<(), Self::Error> {
+        if pooled.returned.elapsed() < PG_IDLE_BEFORE_CHECK {
+            Ok(())
+        } else {
+            self.0.is_valid(&mut pooled.conn)
+        }
+    }
+
+    fn has_broken(&self, pooled: &mut PgPooled) -> bool {
+        pooled.returned = std::time::Instant::now();
+        self.0.has_broken(&mut pooled.conn)
+    }
+}
+
+/// Every SQLite connection: wait for the write lock instead of failing,
+/// enforce foreign keys, and use the write-ahead log so readers never block
+/// on the writer (a replay's read does not wait for an open transaction).
+#[derive(Debug)]
+struct SqlitePragmas;
+
+impl CustomizeConnection<SqliteConnection, diesel::r2d2::Error> for SqlitePragmas {
+    fn on_acquire(&self, conn: &mut SqliteConnection) -> Result<(), diesel::r2d2::Error> {
+        use diesel::connection::SimpleConnection;
+        conn.batch_execute(&format!(
+            "PRAGMA busy_timeout = {}; PRAGMA foreign_keys = ON; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;",
+            SQLITE_BUSY_TIMEOUT.as_millis()
+        ))
+        .map_err(diesel::r2d2::Error::QueryError)
+    }
+}
+
+/// Connects to `url`; if its database does not exist, creates it through the
+/// server's `postgres` database first.
+pub fn connect_or_create(url: &str) -> Result<PgConnection, SetupError> {
+    let shown = redact(url);
+    let parsed = url::Url::parse(url).map_err(|_| SetupError::BadUrl(shown.clone()))?;
+    if !matches!(parsed.scheme(), "postgres" | "postgresql") {
+        return Err(SetupError::BadUrl(shown));
+    }
+    let name = parsed.path().trim_start_matches('/').to_owned();
+    match PgConnection::establish(url) {
+        Ok(conn) => Ok(conn),
+        Err(e) if !name.is_empty() && e.to_string().contains("does not exist") => {
+            let mut admin_url = parsed.clone();
+            admin_url.set_path("/postgres");
+            let mut admin =
+                PgConnection::establish(admin_url.as_str()).map_err(|e| SetupError::Connect {
+                    url: shown.clone(),
+                    reason: one_line(&e.to_string()),
+                })?;
+            let create = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
+            if let Err(e) = diesel::sql_query(create).execute(&mut admin) {
+                // Another process may have created it in between: PostgreSQL
+                // says "already exists", or, when both CREATEs ran at once,
+                // reports the catalog's unique index.
+                let message = e.to_string();
+                if !message.contains("already exists")
+                    && !message.contains("pg_database_datname_index")
+                {
+                    return Err(SetupError::Create {
+                        url: shown,
+                        name,
+                        reason: one_line(&e.to_string()),
+                    });
+                }
+            }
+            tracing::info!(database = %name, "created database");
+            PgConnection::establish(url).map_err(|e| SetupError::Connect {
+                url: shown,
+                reason: one_line(&e.to_string()),
+            })
+        }
+        Err(e) => Err(SetupError::Connect {
+            url: shown,
+            reason: one_line(&e.to_string()),
+        }),
+    }
+}
+
+/// The URL with every password replaced by `***`, for messages and logs:
+/// the one in `user:password@` and `password=` (or `sslpassword=`) in the
+/// query string. Written by hand rather than with a URL parser, so that a
+/// libpq multi-host URL (`host1:5432,host2:5432`), which is no valid URL,
+/// is redacted too.
+pub fn redact(url: &str) -> String {
+    let (before_fragment, fragment) = match url.find('#') {
+        Some(i) => url.split_at(i),
+        None => (url, ""),
+    };
+    let (base, query) = match before_fragment.find('?') {
+        Some(i) => (&before_fragment[..i], Some(&before_fragment[i + 1..])),
+        None => (before_fragment, None),
+    };
+    let mut out = String::with_capacity(url.len());
+    match base.find("://") {
+        Some(scheme_end) => {
+            let authority_start = scheme_end + 3;
+            let authority_end = base[authority_start..]
+                .find('/')
+                .map_or(base.len(), |i| authority_start + i);
+            let authority = &base[authority_start..authority_end];
+            out.push_str(&base[..authority_start]);
+            match authority.rfind('@') {
+                Some(at) => {
+                    let userinfo = &authority[..at];
+                    match userinfo.find(':') {
+                        Some(colon) => {
+                            out.push_str(&userinfo[..colon]);
+                            out.push_str(":***");
+                        }
+                        None => out.push_str(userinfo),
+                    }
+                    out.push_str(&authority[at..]);
+                }
+                None => out.push_str(authority),
+            }
+            out.push_str(&base[authority_end..]);
+        }
+        None => out.push_str(base),
+    }
+    if let Some(query) = query {
+        out.push('?');
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _))
+                    if name.eq_ignore_ascii_case("password")
+                        || name.eq_ignore_ascii_case("sslpassword") =>
+                {
+                    format!("{name}=***")
+                }
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push_str(&pairs.join("&"));
+    }
+    out.push_str(fragment);
+    out
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_redacted_in_the_userinfo_and_the_query() {
+        assert_eq!(
+            redact("postgres://app:s3cret@db:5432/charges"),
+            "postgres://app:***@db:5432/charges"
+        );
+        assert_eq!(
+            redact("postgres://app@db/charges?password=s3cret&sslmode=require"),
+            "postgres://app@db/charges?password=***&sslmode=require"
+        );
+        assert_eq!(
+            redact("postgresql://db/charges?sslmode=verify-full&sslpassword=pw"),
+            "postgresql://db/charges?sslmode=verify-full&sslpassword=***"
+        );
+    }
+
+    #[test]
+    fn a_multi_host_url_is_redacted_too() {
+        assert_eq!(
+            redact(
+                "postgres://app:pw@127.0.0.1:5432,127.0.0.1:5433/db?target_session_attrs=read-write"
+            ),
+            "postgres://app:***@127.0.0.1:5432,127.0.0.1:5433/db?target_session_attrs=read-write"
+        );
+    }
+
+    #[test]
+    fn urls_without_passwords_are_unchanged() {
+        for url in [
+            "postgres://postgres@127.0.0.1:5432/postgres",
+            "sqlite://charges.db",
+            "postgres://db/x?sslmode=disable",
+            "postgres://user%40x@db/x",
+        ] {
+            assert_eq!(redact(url), url);
+        }
+    }
+
+    #[test]
+    fn a_password_containing_at_signs_is_hidden_whole() {
+        assert_eq!(
+            redact("postgres://app:p@ss@db/x"),
+            "postgres://app:***@db/x"
+        );
+    }
+}

@@ -10,6 +10,7 @@ import { t, tHtml, escapeHtml as esc, fmtAmount, fmtMs, fmtTime } from './i18n.j
 import { startRequest, getState, REASONS } from './api.js';
 import { SequenceDiagram, L, tagColor } from './diagram.js';
 import { renderState, stateIds, summarize, hue } from './tables.js';
+import { loadServer } from './server.js';
 
 const experiments = [];
 const busyListeners = new Set();
@@ -208,6 +209,8 @@ export class Experiment {
     this.el.status.textContent = t('exp.running');
     this.el.status.focus({ preventScroll: true });
     try {
+      // The steps build their requests from the server's settings.
+      await loadServer();
       if (this.ctx.baseline === null) {
         const before = await getState();
         this.ctx.baseline = stateIds(before);

@@ -10,10 +10,16 @@ import { chargeRequest, expireRequest, purgeRequest, newKey } from './api.js';
 import { L } from './diagram.js';
 import { Experiment, amountOf, shortKeyOf, onBusyChange } from './experiment.js';
 import { t, tHtml, fmtAmount, fmtMs, fmtDuration, onLangChange } from './i18n.js';
+import { server, serverOrNull } from './server.js';
 
 const LOST = '/problems/simulated-lost-response';
 const REUSED = '/problems/idempotency-key-reused';
 const IN_FLIGHT = '/problems/idempotency-key-in-flight';
+
+/** A POST /charges as the demo account. */
+function charge(fields) {
+  return chargeRequest({ apiKey: server().account.api_key, ...fields });
+}
 
 // ---- narration ----------------------------------------------------------------
 
@@ -102,7 +108,7 @@ const lesson1 = {
     {
       label: 'l1.step1',
       run: (ctx) =>
-        ctx.send(chargeRequest({ ...ctx.vars.body, faults: ['lose-response'] }), {
+        ctx.send(charge({ ...ctx.vars.body, faults: ['lose-response'] }), {
           tag: 'A',
           title: T('title.first'),
           narrate: narrateCharge,
@@ -110,7 +116,7 @@ const lesson1 = {
     },
     {
       label: 'l1.step2',
-      run: (ctx) => ctx.send(chargeRequest(ctx.vars.body), { tag: 'B', title: T('title.retryNoKey'), narrate: narrateCharge }),
+      run: (ctx) => ctx.send(charge(ctx.vars.body), { tag: 'B', title: T('title.retryNoKey'), narrate: narrateCharge }),
     },
   ],
   verdict(ctx) {
@@ -131,7 +137,7 @@ const lesson3Retry = {
     {
       label: 'l3.retry.step1',
       run: (ctx) =>
-        ctx.send(chargeRequest({ ...ctx.vars.body, key: ctx.vars.key, faults: ['lose-response'] }), {
+        ctx.send(charge({ ...ctx.vars.body, key: ctx.vars.key, faults: ['lose-response'] }), {
           tag: 'A',
           title: T('title.first'),
           narrate: narrateCharge,
@@ -140,7 +146,7 @@ const lesson3Retry = {
     {
       label: 'l3.retry.step2',
       run: (ctx) =>
-        ctx.send(chargeRequest({ ...ctx.vars.body, key: ctx.vars.key }), {
+        ctx.send(charge({ ...ctx.vars.body, key: ctx.vars.key }), {
           tag: 'B',
           title: T('title.retrySameKey'),
           narrate: narrateCharge,
@@ -163,7 +169,7 @@ const lesson3Retry = {
 /** Two requests with one key, sent at the same moment; narrated once both are back. */
 async function sendPair(ctx, { mode }) {
   const key = ctx.vars.key;
-  const spec = () => chargeRequest({ ...ctx.vars.body, key, mode });
+  const spec = () => charge({ ...ctx.vars.body, key, mode });
   const a = ctx.start(spec(), { tag: 'A', title: T('title.concurrent') });
   const b = ctx.start(spec(), { tag: 'B', title: T('title.concurrent') });
   await Promise.all([a.answered, b.answered]);
@@ -241,11 +247,11 @@ async function runLesson4Atomic(ctx) {
   const short = shortKeyOf(key);
   const body = ctx.vars.body;
   const mode = 'atomic';
-  const a = ctx.start(chargeRequest({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeld') });
+  const a = ctx.start(charge({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeld') });
   d.message('api', 'db', L('d.uncommitted', { key: short }), { tag: 'A' });
   d.note(['db'], L('d.holdOpen', { s: HOLD_MS / 1000 }), { tag: 'A' });
   await Promise.race([ctx.sleep(RETRY_AFTER_MS), a.answered]);
-  const b = ctx.start(chargeRequest({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning') });
+  const b = ctx.start(charge({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning') });
   d.message('api', 'db', L('d.mustWait', { key: short, other: 'A' }), { tag: 'B' });
   const wait = d.openBar('B', 'db', { kind: 'wait', record: b.record });
 
@@ -295,13 +301,13 @@ async function runLesson4KeyFirst(ctx) {
   const short = shortKeyOf(key);
   const body = ctx.vars.body;
   const mode = 'key-first';
-  const lease = ctx.latest?.idempotency_lease_seconds ?? 30;
-  const a = ctx.start(chargeRequest({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeldKeyFirst') });
+  const lease = server().idempotency_lease_seconds;
+  const a = ctx.start(charge({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeldKeyFirst') });
   d.message('api', 'db', L('d.kfRegister', { key: short, s: lease }), { tag: 'A' });
   d.message('api', 'db', L('d.kfCharge'), { tag: 'A' });
   d.note(['db'], L('d.kfHold', { s: HOLD_MS / 1000 }), { tag: 'A' });
   await Promise.race([ctx.sleep(RETRY_AFTER_MS), a.answered]);
-  const b = ctx.start(chargeRequest({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning') });
+  const b = ctx.start(charge({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning') });
 
   const aDone = a.answered.then((rec) => {
     if (rec.status === 201 && !rec.replayed) d.message('api', 'db', L('d.kfCommit'), { tag: 'A' });
@@ -322,7 +328,7 @@ async function runLesson4KeyFirst(ctx) {
   ctx.vars.rowAfterB = ctx.latest?.idempotency_keys.find((k) => k.key === key) ?? null;
   ctx.vars.aRunningAfterB = a.record.elapsedMs === null;
   await Promise.all([aDone, a.done]);
-  await ctx.send(chargeRequest({ ...body, key, mode }), { tag: 'C', title: T('title.retryLater'), narrate: narrateCharge });
+  await ctx.send(charge({ ...body, key, mode }), { tag: 'C', title: T('title.retryLater'), narrate: narrateCharge });
 }
 
 function verdictLesson4KeyFirst(ctx) {
@@ -361,7 +367,7 @@ function verdictLesson4KeyFirst(ctx) {
 // carries that mode as Demo-Mode, whatever the server's default
 // (/demo/state's idempotency_mode) is.
 // The SQLite backend needs no mode of its own here: only the lock's scope differs
-// (the whole database is locked, not one key), and state.backend names it.
+// (the whole database is locked, not one key), and /demo/config's backend_name names it.
 const LESSON4_MODES = {
   atomic: { run: runLesson4Atomic, verdict: verdictLesson4Atomic, label: 'l4.step1.atomic', text: 'l4.p2.atomic.html' },
   'key-first': { run: runLesson4KeyFirst, verdict: verdictLesson4KeyFirst, label: 'l4.step1.keyFirst', text: 'l4.p2.keyFirst.html' },
@@ -420,7 +426,7 @@ const lesson5Expire = {
     {
       label: 'l5.expire.step1',
       run: (ctx) =>
-        ctx.send(chargeRequest({ ...ctx.vars.body, key: ctx.vars.key }), { tag: 'A', title: T('title.first'), narrate: narrateCharge }),
+        ctx.send(charge({ ...ctx.vars.body, key: ctx.vars.key }), { tag: 'A', title: T('title.first'), narrate: narrateCharge }),
     },
     {
       label: 'l5.expire.step2',
@@ -442,7 +448,7 @@ const lesson5Expire = {
     {
       label: 'l5.expire.step4',
       run: (ctx) =>
-        ctx.send(chargeRequest({ ...ctx.vars.body, key: ctx.vars.key }), {
+        ctx.send(charge({ ...ctx.vars.body, key: ctx.vars.key }), {
           tag: 'D',
           title: T('title.retryAfterPurge'),
           narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { expired: !ctx.vars.purge?.keyLeft ? 'purged' : true }),
@@ -471,7 +477,7 @@ const lesson5Reuse = {
     {
       label: 'l5.reuse.step1',
       run: (ctx) =>
-        ctx.send(chargeRequest({ amount: 1000, currency: 'jpy', description: 'Lesson 5: reuse', key: ctx.vars.key }), {
+        ctx.send(charge({ amount: 1000, currency: 'jpy', description: 'Lesson 5: reuse', key: ctx.vars.key }), {
           tag: 'A',
           title: T('title.charge', { amount: () => fmtAmount(1000, 'jpy') }),
           narrate: narrateCharge,
@@ -480,7 +486,7 @@ const lesson5Reuse = {
     {
       label: 'l5.reuse.step2',
       run: (ctx) =>
-        ctx.send(chargeRequest({ amount: 2500, currency: 'jpy', description: 'Lesson 5: reuse', key: ctx.vars.key }), {
+        ctx.send(charge({ amount: 2500, currency: 'jpy', description: 'Lesson 5: reuse', key: ctx.vars.key }), {
           tag: 'B',
           title: T('title.otherAmount'),
           narrate: narrateCharge,
@@ -504,7 +510,7 @@ const lesson5NewKey = {
     {
       label: 'l5.newkey.step1',
       run: (ctx) =>
-        ctx.send(chargeRequest({ ...ctx.vars.body, key: newKey(), faults: ['lose-response'] }), {
+        ctx.send(charge({ ...ctx.vars.body, key: newKey(), faults: ['lose-response'] }), {
           tag: 'A',
           title: T('title.key1'),
           narrate: narrateCharge,
@@ -513,7 +519,7 @@ const lesson5NewKey = {
     {
       label: 'l5.newkey.step2',
       run: (ctx) =>
-        ctx.send(chargeRequest({ ...ctx.vars.body, key: newKey() }), { tag: 'B', title: T('title.key2'), narrate: narrateCharge }),
+        ctx.send(charge({ ...ctx.vars.body, key: newKey() }), { tag: 'B', title: T('title.key2'), narrate: narrateCharge }),
     },
   ],
   verdict(ctx) {
@@ -613,8 +619,6 @@ export function mountLesson2(root) {
   });
 }
 
-let factsState = null;
-
 /** Sets text only when it changed, so a live region does not repeat itself. */
 function setText(el, text) {
   if (el && el.textContent !== text) el.textContent = text;
@@ -629,20 +633,26 @@ function setHtml(el, html) {
 
 /** Lesson 4's mode-dependent text, and the sentences that quote the server's settings. */
 function renderLesson4(root) {
-  const state = factsState;
-  const backend = { postgresql: 'PostgreSQL', sqlite: 'SQLite' }[state?.backend] ?? state?.backend ?? '…';
-  setText(root.querySelector('[data-role="l4-backend"]'), t('l4.backend', { backend, serverMode: state?.idempotency_mode ?? '…', mode: lesson4.mode }));
+  const config = serverOrNull();
+  setText(
+    root.querySelector('[data-role="l4-backend"]'),
+    t('l4.backend', { backend: config?.backend_name ?? '…', serverMode: config?.idempotency_mode ?? '…', mode: lesson4.mode }),
+  );
   setHtml(root.querySelector('[data-role="l4-explain"]'), t(LESSON4_MODES[lesson4.mode].text));
-  const lease = state ? fmtDuration(state.idempotency_lease_seconds) : '…';
-  const isDefault = state?.idempotency_lease_seconds === 30;
-  setHtml(root.querySelector('[data-role="l4-lease"]'), tHtml('l4.tradeoff.p2.html', { lease, isDefault }));
+  const lease = config ? fmtDuration(config.idempotency_lease_seconds) : '…';
+  const isDefault = config ? config.idempotency_lease_seconds === config.default_idempotency_lease_seconds : false;
+  const defaultLease = config?.default_idempotency_lease_seconds ?? '…';
+  setHtml(root.querySelector('[data-role="l4-lease"]'), tHtml('l4.tradeoff.p2.html', { lease, isDefault, defaultLease }));
 }
 
-/** Lesson 4's and 5's sentences that quote the server's own settings. */
-export function renderServerFacts(root, state) {
-  if (state) factsState = state;
+/**
+ * Lesson 4's and 5's sentences that quote the server's own settings (GET
+ * /demo/config); '…' until they have been read.
+ */
+export function renderServerFacts(root) {
   renderLesson4(root);
-  const ttl = factsState ? fmtDuration(factsState.idempotency_ttl_seconds) : '…';
+  const config = serverOrNull();
+  const ttl = config ? fmtDuration(config.idempotency_ttl_seconds) : '…';
   setText(root.querySelector('[data-role="l5-ttl"]'), t('l5.p1', { ttl }));
   setText(root.querySelector('[data-role="l5-retention"]'), t('l5.purge.p2', { ttl }));
 }

@@ -11,6 +11,7 @@ import { startRequest, getState, REASONS } from './api.js';
 import { SequenceDiagram, L, tagColor } from './diagram.js';
 import { renderState, stateIds, summarize, hue } from './tables.js';
 import { loadServer } from './server.js';
+import { outcomeOf, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST } from './outcome.js';
 
 const experiments = [];
 const busyListeners = new Set();
@@ -341,7 +342,7 @@ class RequestCard {
     const pending = r.elapsedMs === null;
     if (!pending) clearInterval(this.ticker);
     const statusText = r.error ? 'error' : pending ? '…' : `${r.status} ${r.statusText || REASONS[r.status] || ''}`.trim();
-    const statusClass = r.error ? 'bad' : pending ? 'pending' : r.status < 300 ? 'good' : r.status === 504 ? 'lost' : 'bad';
+    const statusClass = pending ? 'pending' : STATUS_CLASS[outcomeOf(r)] ?? 'bad';
     const after = this.after;
     this.el.dataset.status = pending ? '' : String(r.status ?? 'error');
     this.el.dataset.replayed = String(r.replayed);
@@ -381,16 +382,28 @@ class RequestCard {
   }
 }
 
+/** The colour of a card's status, by what came of the request. */
+const STATUS_CLASS = { [EXECUTED]: 'good', [REPLAYED]: 'good', [LOST]: 'lost' };
+
+/** The card's one line on what came of the request. */
 function explain(r) {
-  if (r.error) return t('card.explain.failed', { message: r.error });
-  if (r.spec.kind === 'expire' && r.status === 200) return t('card.explain.expired');
-  if (r.spec.kind === 'purge' && r.status === 200) return t('card.explain.purged', { n: Number(r.json?.purged ?? 0) });
-  if (r.problemType === '/problems/idempotency-key-in-flight') return t('card.explain.inFlight');
-  if (r.problemType === '/problems/simulated-lost-response') return t('card.explain.lost');
-  if (r.status === 201 && r.replayed) return t('card.explain.replayed');
-  if (r.status === 201) return t('card.explain.created');
-  if (r.problemType === '/problems/idempotency-key-reused') return t('card.explain.reused');
-  return t('card.explain.other', { status: `${r.status} ${r.statusText}` });
+  switch (outcomeOf(r)) {
+    case EXECUTED:
+      if (r.spec.kind === 'expire') return t('card.explain.expired');
+      if (r.spec.kind === 'purge') return t('card.explain.purged', { n: Number(r.json?.purged ?? 0) });
+      return t('card.explain.created');
+    case REPLAYED:
+      return t('card.explain.replayed');
+    case MISMATCH:
+      return t('card.explain.reused');
+    case IN_FLIGHT:
+      return t('card.explain.inFlight');
+    case LOST:
+      return t('card.explain.lost');
+    default:
+      if (r.error) return t('card.explain.failed', { message: r.error });
+      return t('card.explain.other', { status: `${r.status} ${r.statusText}` });
+  }
 }
 
 function rawRequest(r) {

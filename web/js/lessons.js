@@ -3,18 +3,16 @@
 //
 // The server's inner steps (which rows it inserted, what it waited for) are
 // not visible from the page. The diagram draws them from what the server is
-// known to do for the request that was sent, and from the answer that came
-// back (status, Idempotent-Replayed), never from guesses about timing.
+// known to do for the request that was sent, and from what came of it
+// (outcomeOf: status, problem type, Idempotent-Replayed), never from guesses
+// about timing.
 
 import { chargeRequest, expireRequest, purgeRequest, newKey } from './api.js';
 import { L } from './diagram.js';
 import { Experiment, amountOf, shortKeyOf, onBusyChange } from './experiment.js';
 import { t, tHtml, fmtAmount, fmtMs, fmtDuration, onLangChange } from './i18n.js';
+import { outcomeOf, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST } from './outcome.js';
 import { server, serverOrNull } from './server.js';
-
-const LOST = '/problems/simulated-lost-response';
-const REUSED = '/problems/idempotency-key-reused';
-const IN_FLIGHT = '/problems/idempotency-key-in-flight';
 
 /** A POST /charges as the demo account. */
 function charge(fields) {
@@ -27,11 +25,12 @@ function charge(fields) {
 function reply(d, rec, bar) {
   const tag = bar.tag;
   const ms = () => fmtMs(rec.elapsedMs);
+  const outcome = outcomeOf(rec);
   if (rec.error) {
     d.note(['client', 'api'], L('d.failed', { message: rec.error }), { tag });
-  } else if (rec.problemType === LOST) {
+  } else if (outcome === LOST) {
     d.message('api', 'client', L('d.lost'), { tag, kind: 'lost', detail: [() => `${rec.status} ${rec.statusText} · ${ms()} ms`] });
-  } else if (rec.status === 201 && rec.replayed) {
+  } else if (outcome === REPLAYED) {
     d.message('api', 'client', L('d.replyReplayed', { ms }), { tag, kind: 'reply' });
   } else {
     const detail = rec.problemType ? [() => rec.problemType] : [];
@@ -45,48 +44,52 @@ function reply(d, rec, bar) {
 
 /**
  * What the server did with one POST /charges, drawn once its answer is in.
- * `expired`: the key had been expired on purpose before this request (true),
- * or expired and then purged ('purged').
+ *  - keyWas: 'expired' if the key had been expired on purpose before this
+ *    request, 'purged' if it was expired and then purged.
+ *  - holder: the tag of the request that still holds the key, for a 409.
  */
-function narrateCharge(d, rec, bar, { expired = false } = {}) {
+function narrateCharge(d, rec, bar, { keyWas = null, holder = '…' } = {}) {
   const intent = rec.spec.intent;
   const tag = bar.tag;
   const key = intent.key ? shortKeyOf(intent.key) : null;
   const amount = amountOf(rec.spec);
-  const charged = rec.status === 201 && !rec.replayed;
-  const lost = rec.problemType === LOST;
-  if (!rec.error) {
-    if (intent.mode === 'check-then-insert') {
-      if (charged || lost) {
-        d.message('api', 'db', L('d.select', { key }), { tag });
-        d.message('api', 'db', L('d.insertUnguarded', { amount }), { tag });
-      }
-    } else if (rec.status === 201 && rec.replayed) {
-      d.message('api', 'db', L('d.insertKeyTaken', { key }), { tag });
-      d.message('db', 'api', L('d.readStored'), { tag, kind: 'reply' });
-    } else if (charged || lost) {
-      if (key) {
-        const registered = expired === 'purged' ? 'd.purgedIsNew' : expired ? 'd.expiredIsNew' : 'd.insertKeyNew';
-        d.message('api', 'db', L(registered, { key }), { tag });
-        d.message('api', 'db', L('d.chargeAndSave', { amount }), { tag });
-      } else {
-        d.message('api', 'db', L('d.insertCharge', { amount }), { tag });
-      }
-    } else if (rec.problemType === REUSED) {
-      d.message('api', 'db', L('d.insertKeyTaken', { key }), { tag });
-      d.message('db', 'api', L('d.fingerprintDiffers'), { tag, kind: 'reply' });
+  const outcome = outcomeOf(rec);
+  // A lost answer was charged all the same: the demo throws the answer away after the commit.
+  const charged = outcome === EXECUTED || outcome === LOST;
+  const toDb = (text) => d.message('api', 'db', text, { tag });
+  const fromDb = (text) => d.message('db', 'api', text, { tag, kind: 'reply' });
+  if (intent.mode === 'check-then-insert') {
+    if (charged) {
+      toDb(L('d.select', { key }));
+      toDb(L('d.insertUnguarded', { amount }));
     }
+  } else if (outcome === REPLAYED) {
+    toDb(L('d.insertKeyTaken', { key }));
+    fromDb(L('d.readStored'));
+  } else if (charged) {
+    if (key) {
+      toDb(L({ expired: 'd.expiredIsNew', purged: 'd.purgedIsNew' }[keyWas] ?? 'd.insertKeyNew', { key }));
+      toDb(L('d.chargeAndSave', { amount }));
+    } else {
+      toDb(L('d.insertCharge', { amount }));
+    }
+  } else if (outcome === MISMATCH) {
+    toDb(L('d.insertKeyTaken', { key }));
+    fromDb(L('d.fingerprintDiffers'));
+  } else if (outcome === IN_FLIGHT) {
+    toDb(L('d.kfRegisterB', { key }));
+    fromDb(L('d.kfInProgress', { other: holder }));
   }
   reply(d, rec, bar);
 }
 
 function narrateExpire(d, rec, bar) {
-  if (rec.status === 200) d.message('api', 'db', L('d.markExpired', { key: shortKeyOf(rec.spec.intent.key) }), { tag: bar.tag });
+  if (outcomeOf(rec) === EXECUTED) d.message('api', 'db', L('d.markExpired', { key: shortKeyOf(rec.spec.intent.key) }), { tag: bar.tag });
   reply(d, rec, bar);
 }
 
 function narratePurge(d, rec, bar) {
-  if (rec.status === 200) {
+  if (outcomeOf(rec) === EXECUTED) {
     const n = Number(rec.json?.purged ?? 0);
     d.message('api', 'db', L('d.purgeDelete'), { tag: bar.tag });
     d.message('db', 'api', L('d.purgedRows', { n }), { tag: bar.tag, kind: 'reply' });
@@ -159,7 +162,7 @@ const lesson3Retry = {
     const id = b.json?.id ?? '';
     const same = fresh.length === 1 && fresh[0].id === id;
     return {
-      ok: fresh.length === 1 && b.status === 201 && b.replayed && same,
+      ok: fresh.length === 1 && outcomeOf(b) === REPLAYED && same,
       key: 'l3.retry.verdict',
       params: { n: fresh.length, id: id.slice(0, 8), replayed: b.replayed, same },
     };
@@ -175,8 +178,8 @@ async function sendPair(ctx, { mode }) {
   await Promise.all([a.answered, b.answered]);
   const d = ctx.diagram;
   const [ra, rb] = [a.record, b.record];
-  const fresh = (r) => r.status === 201 && !r.replayed;
-  if (mode === 'check-then-insert' && fresh(ra) && fresh(rb)) {
+  const [oa, ob] = [outcomeOf(ra), outcomeOf(rb)];
+  if (mode === 'check-then-insert' && oa === EXECUTED && ob === EXECUTED) {
     const amount = amountOf(ra.spec);
     d.message('api', 'db', L('d.select', { key: shortKeyOf(key) }), { tag: 'A' });
     d.message('api', 'db', L('d.select', { key: shortKeyOf(key) }), { tag: 'B' });
@@ -185,8 +188,8 @@ async function sendPair(ctx, { mode }) {
     d.message('api', 'db', L('d.insertUnguarded', { amount }), { tag: 'B' });
     reply(d, ra, a.bar);
     reply(d, rb, b.bar);
-  } else if (!mode && fresh(ra) !== fresh(rb) && ra.status === 201 && rb.status === 201) {
-    const [win, lose] = fresh(ra) ? [a, b] : [b, a];
+  } else if (!mode && [oa, ob].includes(EXECUTED) && [oa, ob].includes(REPLAYED)) {
+    const [win, lose] = oa === EXECUTED ? [a, b] : [b, a];
     d.message('api', 'db', L('d.insertKeyNew', { key: shortKeyOf(key) }), { tag: win.bar.tag });
     d.message('api', 'db', L('d.raceLoser', { key: shortKeyOf(key), other: win.bar.tag }), { tag: lose.bar.tag });
     d.message('api', 'db', L('d.chargeAndSave', { amount: amountOf(ra.spec) }), { tag: win.bar.tag });
@@ -195,8 +198,8 @@ async function sendPair(ctx, { mode }) {
     reply(d, lose.record, lose.bar);
   } else {
     // Not what the lesson expects: tell each one's story on its own.
-    narrateCharge(d, ra, a.bar);
-    narrateCharge(d, rb, b.bar);
+    narrateCharge(d, ra, a.bar, { holder: 'B' });
+    narrateCharge(d, rb, b.bar, { holder: 'A' });
   }
   await Promise.all([a.done, b.done]);
 }
@@ -225,7 +228,7 @@ const lesson3Guarded = {
   verdict(ctx) {
     const n = ctx.newCharges().length;
     const { A, B } = ctx.records;
-    const replays = [A, B].filter((r) => r.status === 201 && r.replayed).length;
+    const replays = [A, B].filter((r) => outcomeOf(r) === REPLAYED).length;
     const sameId = A.json?.id && A.json.id === B.json?.id;
     return { ok: n === 1 && replays === 1 && Boolean(sameId), key: 'l3.guarded.verdict', params: { n, replays } };
   },
@@ -262,11 +265,11 @@ async function runLesson4Atomic(ctx) {
     d.message('api', 'db', L('d.commitNow'), { tag: 'A' });
   };
   const aDone = a.answered.then((rec) => {
-    if (rec.status === 201 && !rec.replayed) drawCommit();
+    if (outcomeOf(rec) === EXECUTED) drawCommit();
     reply(d, rec, a.bar);
   });
   const bDone = b.answered.then((rec) => {
-    if (rec.status === 201 && rec.replayed) {
+    if (outcomeOf(rec) === REPLAYED) {
       drawCommit();
       d.closeBar(wait);
       d.message('db', 'api', L('d.unblocked', { other: 'A' }), { tag: 'B', kind: 'reply' });
@@ -281,7 +284,7 @@ async function runLesson4Atomic(ctx) {
 function verdictLesson4Atomic(ctx) {
   const { A, B } = ctx.records;
   const n = ctx.newCharges().length;
-  const ok = B.status === 201 && B.replayed && n === 1 && B.elapsedMs >= 3000 && A.json?.id === B.json?.id;
+  const ok = outcomeOf(B) === REPLAYED && n === 1 && B.elapsedMs >= 3000 && A.json?.id === B.json?.id;
   return {
     ok,
     key: 'l4.verdict',
@@ -307,24 +310,19 @@ async function runLesson4KeyFirst(ctx) {
   d.message('api', 'db', L('d.kfCharge'), { tag: 'A' });
   d.note(['db'], L('d.kfHold', { s: HOLD_MS / 1000 }), { tag: 'A' });
   await Promise.race([ctx.sleep(RETRY_AFTER_MS), a.answered]);
-  const b = ctx.start(charge({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning') });
+  const b = ctx.start(charge({ ...body, key, mode }), {
+    tag: 'B',
+    title: T('title.retryWhileRunning'),
+    narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { holder: 'A' }),
+  });
 
   const aDone = a.answered.then((rec) => {
-    if (rec.status === 201 && !rec.replayed) d.message('api', 'db', L('d.kfCommit'), { tag: 'A' });
+    if (outcomeOf(rec) === EXECUTED) d.message('api', 'db', L('d.kfCommit'), { tag: 'A' });
     reply(d, rec, a.bar);
-  });
-  const bDone = b.answered.then((rec) => {
-    if (rec.status === 409 && rec.problemType === IN_FLIGHT) {
-      d.message('api', 'db', L('d.kfRegisterB', { key: short }), { tag: 'B' });
-      d.message('db', 'api', L('d.kfInProgress', { other: 'A' }), { tag: 'B', kind: 'reply' });
-      reply(d, rec, b.bar);
-    } else {
-      narrateCharge(d, rec, b.bar);
-    }
   });
   // b.done resolves once the state read right after B's answer is shown:
   // the committed in_progress row, while A is still running.
-  await Promise.all([bDone, b.done]);
+  await b.done;
   ctx.vars.rowAfterB = ctx.latest?.idempotency_keys.find((k) => k.key === key) ?? null;
   ctx.vars.aRunningAfterB = a.record.elapsedMs === null;
   await Promise.all([aDone, a.done]);
@@ -337,12 +335,11 @@ function verdictLesson4KeyFirst(ctx) {
   const row = ctx.vars.rowAfterB;
   const same = Boolean(A.json?.id) && A.json.id === C?.json?.id;
   const ok =
-    B.status === 409 &&
-    B.problemType === IN_FLIGHT &&
+    outcomeOf(B) === IN_FLIGHT &&
     B.elapsedMs < 1000 &&
     row?.status === 'in_progress' &&
-    C?.status === 201 &&
-    C.replayed &&
+    Boolean(C) &&
+    outcomeOf(C) === REPLAYED &&
     same &&
     n === 1;
   return {
@@ -438,7 +435,7 @@ const lesson5Expire = {
         const rec = await ctx.send(purgeRequest(), { tag: 'C', title: T('title.purge'), narrate: narratePurge });
         // ctx.latest is now the state read right after the purge.
         ctx.vars.purge = {
-          ok: rec.status === 200,
+          ok: outcomeOf(rec) === EXECUTED,
           purged: typeof rec.json?.purged === 'number' ? rec.json.purged : null,
           keyLeft: Boolean(ctx.latest?.idempotency_keys.some((k) => k.key === ctx.vars.key)),
           kept: ctx.newCharges().length,
@@ -451,7 +448,7 @@ const lesson5Expire = {
         ctx.send(charge({ ...ctx.vars.body, key: ctx.vars.key }), {
           tag: 'D',
           title: T('title.retryAfterPurge'),
-          narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { expired: !ctx.vars.purge?.keyLeft ? 'purged' : true }),
+          narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { keyWas: ctx.vars.purge?.keyLeft ? 'expired' : 'purged' }),
         }),
     },
   ],
@@ -459,7 +456,7 @@ const lesson5Expire = {
     const n = ctx.newCharges().length;
     const retry = ctx.records.D;
     const purge = ctx.vars.purge ?? {};
-    const ok = purge.ok && purge.keyLeft === false && purge.kept === 1 && n === 2 && retry.status === 201 && !retry.replayed;
+    const ok = purge.ok && purge.keyLeft === false && purge.kept === 1 && n === 2 && outcomeOf(retry) === EXECUTED;
     return {
       ok,
       key: 'l5.expire.verdict',
@@ -497,7 +494,7 @@ const lesson5Reuse = {
     const n = ctx.newCharges().length;
     const b = ctx.records.B;
     const type = b.problemType ?? '';
-    return { ok: b.status === 422 && type === REUSED && n === 1, key: 'l5.reuse.verdict', params: { n, status: b.status, type } };
+    return { ok: outcomeOf(b) === MISMATCH && n === 1, key: 'l5.reuse.verdict', params: { n, status: b.status, type } };
   },
 };
 

@@ -2,7 +2,8 @@
 // sequence diagram, one card per request (raw request, raw response, time,
 // the database right after it), the database panel and the result.
 //
-// A lesson only says what its steps do (see lessons.js). Steps run in order;
+// A lesson only says what its steps do (see lessons.js, where most steps are
+// rows of data). Steps run in order;
 // while one experiment runs, the others wait, so the tables always belong to
 // the experiment you are looking at.
 
@@ -57,7 +58,7 @@ export class Experiment {
   /**
    * def = {
    *   id,                        // used in data-testid="exp-<id>"
-   *   steps: [{ label, run }],   // label: i18n key; run: async (ctx) => void
+   *   steps: [{ label, run }],   // label: i18n key or text thunk; run: async (ctx) => void
    *   setup(ctx),                // optional, at the start of each run
    *   verdict(ctx),              // → { ok, key, params } after the last step
    * }
@@ -246,7 +247,8 @@ export class Experiment {
     this.el['log-title'].textContent = t('exp.requests');
     this.el.again.textContent = t('exp.runAgain');
     this.def.steps.forEach((step, i) => {
-      this.stepButtons[i].innerHTML = `<span class="num" aria-hidden="true">${i + 1}</span><span class="label">${esc(t(step.label))}</span><span class="tick" aria-hidden="true">✓</span>`;
+      const label = typeof step.label === 'function' ? step.label() : t(step.label);
+      this.stepButtons[i].innerHTML = `<span class="num" aria-hidden="true">${i + 1}</span><span class="label">${esc(label)}</span><span class="tick" aria-hidden="true">✓</span>`;
     });
     this.renderControls();
     this.renderVerdict();

@@ -100,61 +100,77 @@ function narratePurge(d, rec, bar) {
 // Card titles, as thunks so they follow a language switch.
 const T = L;
 
+// ---- lessons as data --------------------------------------------------------------------
+//
+// An experiment is { id, body, steps, verdict }. `body` is the charge its
+// requests ask for (amount, currency, description), and each run of it makes
+// one Idempotency-Key, ctx.vars.key. Most steps send one POST /charges and
+// show what came of it; such a step is a row of data, run by sendCharge():
+//
+//   label          the step's button (i18n key; may quote the {amount})
+//   tag, title     the request's letter in the diagram, its card's title (i18n key; may quote the {amount})
+//   key            'same': the run's key; 'fresh': a key made for this request alone; absent: no key
+//   body           fields that differ from the experiment's body
+//   faults, mode   Demo-Fault items, Demo-Mode
+//   keyWas(ctx)    'expired' or 'purged': what was done to the key before (lesson 5)
+//
+// A step of another shape (two requests at once, lesson 4's timed pair, the
+// demo's expire and purge) has a run(ctx) of its own.
+
+const LOSE_RESPONSE = 'lose-response';
+
+/** Runs one charge step as its row describes it. */
+function sendCharge(ctx, step) {
+  const key = step.key === 'same' ? ctx.vars.key : step.key === 'fresh' ? newKey() : undefined;
+  const spec = charge({ ...ctx.vars.body, ...step.body, key, faults: step.faults, mode: step.mode });
+  const keyWas = step.keyWas?.(ctx) ?? null;
+  return ctx.send(spec, {
+    tag: step.tag,
+    title: T(step.title, { amount: amountOf(spec) }),
+    narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { keyWas }),
+  });
+}
+
+/** An experiment for experiment.js, its charge steps made runnable. */
+function experiment({ body, steps, setup, ...rest }) {
+  return {
+    ...rest,
+    setup(ctx) {
+      ctx.vars.body = body;
+      ctx.vars.key = newKey();
+      setup?.(ctx);
+    },
+    steps: steps.map((step) => {
+      if (step.run) return step;
+      const { amount, currency } = { ...body, ...step.body };
+      return { label: L(step.label, { amount: () => fmtAmount(amount, currency) }), run: (ctx) => sendCharge(ctx, step) };
+    }),
+  };
+}
+
 // ---- lesson 1: retrying without a key -----------------------------------------------
 
-const lesson1 = {
+const lesson1 = experiment({
   id: 'l1',
-  setup(ctx) {
-    ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 1: a book' };
-  },
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 1: a book' },
   steps: [
-    {
-      label: 'l1.step1',
-      run: (ctx) =>
-        ctx.send(charge({ ...ctx.vars.body, faults: ['lose-response'] }), {
-          tag: 'A',
-          title: T('title.first'),
-          narrate: narrateCharge,
-        }),
-    },
-    {
-      label: 'l1.step2',
-      run: (ctx) => ctx.send(charge(ctx.vars.body), { tag: 'B', title: T('title.retryNoKey'), narrate: narrateCharge }),
-    },
+    { label: 'l1.step1', tag: 'A', title: 'title.first', faults: [LOSE_RESPONSE] },
+    { label: 'l1.step2', tag: 'B', title: 'title.retryNoKey' },
   ],
   verdict(ctx) {
     const n = ctx.newCharges().length;
     return { ok: n === 2, key: 'l1.verdict', params: { n } };
   },
-};
+});
 
 // ---- lesson 3: the idempotency key ------------------------------------------------------
 
-const lesson3Retry = {
+const lesson3Retry = experiment({
   id: 'l3-retry',
-  setup(ctx) {
-    ctx.vars.key = newKey();
-    ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 3: a book' };
-  },
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 3: a book' },
   steps: [
-    {
-      label: 'l3.retry.step1',
-      run: (ctx) =>
-        ctx.send(charge({ ...ctx.vars.body, key: ctx.vars.key, faults: ['lose-response'] }), {
-          tag: 'A',
-          title: T('title.first'),
-          narrate: narrateCharge,
-        }),
-    },
-    {
-      label: 'l3.retry.step2',
-      run: (ctx) =>
-        ctx.send(charge({ ...ctx.vars.body, key: ctx.vars.key }), {
-          tag: 'B',
-          title: T('title.retrySameKey'),
-          narrate: narrateCharge,
-        }),
-    },
+    { label: 'l3.retry.step1', tag: 'A', title: 'title.first', key: 'same', faults: [LOSE_RESPONSE] },
+    { label: 'l3.retry.step2', tag: 'B', title: 'title.retrySameKey', key: 'same' },
   ],
   verdict(ctx) {
     const fresh = ctx.newCharges();
@@ -167,9 +183,9 @@ const lesson3Retry = {
       params: { n: fresh.length, id: id.slice(0, 8), replayed: b.replayed, same },
     };
   },
-};
+});
 
-/** Two requests with one key, sent at the same moment; narrated once both are back. */
+/** Two requests with the run's key, sent at the same moment; narrated once both are back. */
 async function sendPair(ctx, { mode }) {
   const key = ctx.vars.key;
   const spec = () => charge({ ...ctx.vars.body, key, mode });
@@ -204,26 +220,20 @@ async function sendPair(ctx, { mode }) {
   await Promise.all([a.done, b.done]);
 }
 
-const lesson3Naive = {
+const lesson3Naive = experiment({
   id: 'l3-naive',
-  setup(ctx) {
-    ctx.vars.key = newKey();
-    ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 3: check, then insert' };
-  },
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 3: check, then insert' },
   steps: [{ label: 'l3.naive.step1', run: (ctx) => sendPair(ctx, { mode: 'check-then-insert' }) }],
   verdict(ctx) {
     const n = ctx.newCharges().length;
     const rows = (ctx.latest?.unguarded_keys ?? []).filter((u) => u.key === ctx.vars.key).length;
     return { ok: n === 2 && rows === 2, key: 'l3.naive.verdict', params: { n, rows } };
   },
-};
+});
 
-const lesson3Guarded = {
+const lesson3Guarded = experiment({
   id: 'l3-guarded',
-  setup(ctx) {
-    ctx.vars.key = newKey();
-    ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 3: unique constraint' };
-  },
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 3: unique constraint' },
   steps: [{ label: 'l3.guarded.step1', run: (ctx) => sendPair(ctx, { mode: null }) }],
   verdict(ctx) {
     const n = ctx.newCharges().length;
@@ -232,7 +242,7 @@ const lesson3Guarded = {
     const sameId = A.json?.id && A.json.id === B.json?.id;
     return { ok: n === 1 && replays === 1 && Boolean(sameId), key: 'l3.guarded.verdict', params: { n, replays } };
   },
-};
+});
 
 // ---- lesson 4: a retry while the first is still running -----------------------------------
 
@@ -371,13 +381,12 @@ const LESSON4_MODES = {
 };
 // ===============================================================================================
 
-const lesson4 = {
+const lesson4 = experiment({
   id: 'l4',
   mode: 'atomic',
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 4: a book' },
   setup(ctx) {
     ctx.vars.mode = lesson4.mode;
-    ctx.vars.key = newKey();
-    ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 4: a book' };
   },
   steps: [
     {
@@ -388,7 +397,7 @@ const lesson4 = {
     },
   ],
   verdict: (ctx) => LESSON4_MODES[ctx.vars.mode].verdict(ctx),
-};
+});
 
 /** The radios above lesson 4's experiment: a new mode starts the experiment afresh. */
 function mountLesson4Modes(root, experiment) {
@@ -413,18 +422,11 @@ function mountLesson4Modes(root, experiment) {
 
 // ---- lesson 5: key lifetime and reuse ---------------------------------------------------------
 
-const lesson5Expire = {
+const lesson5Expire = experiment({
   id: 'l5-expire',
-  setup(ctx) {
-    ctx.vars.key = newKey();
-    ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 5: expiry' };
-  },
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 5: expiry' },
   steps: [
-    {
-      label: 'l5.expire.step1',
-      run: (ctx) =>
-        ctx.send(charge({ ...ctx.vars.body, key: ctx.vars.key }), { tag: 'A', title: T('title.first'), narrate: narrateCharge }),
-    },
+    { label: 'l5.expire.step1', tag: 'A', title: 'title.first', key: 'same' },
     {
       label: 'l5.expire.step2',
       run: (ctx) => ctx.send(expireRequest(ctx.vars.key), { tag: 'B', title: T('title.expire'), narrate: narrateExpire }),
@@ -444,12 +446,10 @@ const lesson5Expire = {
     },
     {
       label: 'l5.expire.step4',
-      run: (ctx) =>
-        ctx.send(charge({ ...ctx.vars.body, key: ctx.vars.key }), {
-          tag: 'D',
-          title: T('title.retryAfterPurge'),
-          narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { keyWas: ctx.vars.purge?.keyLeft ? 'expired' : 'purged' }),
-        }),
+      tag: 'D',
+      title: 'title.retryAfterPurge',
+      key: 'same',
+      keyWas: (ctx) => (ctx.vars.purge?.keyLeft ? 'expired' : 'purged'),
     },
   ],
   verdict(ctx) {
@@ -463,32 +463,14 @@ const lesson5Expire = {
       params: { n, status: retry.status, purged: purge.purged ?? '—', keyLeft: purge.keyLeft, kept: purge.kept },
     };
   },
-};
+});
 
-const lesson5Reuse = {
+const lesson5Reuse = experiment({
   id: 'l5-reuse',
-  setup(ctx) {
-    ctx.vars.key = newKey();
-  },
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 5: reuse' },
   steps: [
-    {
-      label: 'l5.reuse.step1',
-      run: (ctx) =>
-        ctx.send(charge({ amount: 1000, currency: 'jpy', description: 'Lesson 5: reuse', key: ctx.vars.key }), {
-          tag: 'A',
-          title: T('title.charge', { amount: () => fmtAmount(1000, 'jpy') }),
-          narrate: narrateCharge,
-        }),
-    },
-    {
-      label: 'l5.reuse.step2',
-      run: (ctx) =>
-        ctx.send(charge({ amount: 2500, currency: 'jpy', description: 'Lesson 5: reuse', key: ctx.vars.key }), {
-          tag: 'B',
-          title: T('title.otherAmount'),
-          narrate: narrateCharge,
-        }),
-    },
+    { label: 'l5.reuse.step1', tag: 'A', title: 'title.charge', key: 'same' },
+    { label: 'l5.reuse.step2', tag: 'B', title: 'title.otherAmount', key: 'same', body: { amount: 2500 } },
   ],
   verdict(ctx) {
     const n = ctx.newCharges().length;
@@ -496,34 +478,20 @@ const lesson5Reuse = {
     const type = b.problemType ?? '';
     return { ok: outcomeOf(b) === MISMATCH && n === 1, key: 'l5.reuse.verdict', params: { n, status: b.status, type } };
   },
-};
+});
 
-const lesson5NewKey = {
+const lesson5NewKey = experiment({
   id: 'l5-newkey',
-  setup(ctx) {
-    ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 5: a new key per attempt' };
-  },
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 5: a new key per attempt' },
   steps: [
-    {
-      label: 'l5.newkey.step1',
-      run: (ctx) =>
-        ctx.send(charge({ ...ctx.vars.body, key: newKey(), faults: ['lose-response'] }), {
-          tag: 'A',
-          title: T('title.key1'),
-          narrate: narrateCharge,
-        }),
-    },
-    {
-      label: 'l5.newkey.step2',
-      run: (ctx) =>
-        ctx.send(charge({ ...ctx.vars.body, key: newKey() }), { tag: 'B', title: T('title.key2'), narrate: narrateCharge }),
-    },
+    { label: 'l5.newkey.step1', tag: 'A', title: 'title.key1', key: 'fresh', faults: [LOSE_RESPONSE] },
+    { label: 'l5.newkey.step2', tag: 'B', title: 'title.key2', key: 'fresh' },
   ],
   verdict(ctx) {
     const n = ctx.newCharges().length;
     return { ok: n === 2, key: 'l5.newkey.verdict', params: { n } };
   },
-};
+});
 
 /** Every experiment, by the id of its placeholder in index.html (data-experiment). */
 export const EXPERIMENTS = {

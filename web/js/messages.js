@@ -179,8 +179,8 @@ const en = {
   'l5.reuse.title': 'The same key with a different request',
   'l5.reuse.p.html':
     'A key names one request. Sending the same key with a different amount is not a retry, so the server neither replays the old answer nor charges again: it refuses with <code>422</code>. To notice the difference it keeps a fingerprint of each request, a hash of its body, in the <code>fingerprint</code> column.',
-  'l5.reuse.step1': 'Charge ¥1,000 with a key',
-  'l5.reuse.step2': 'Send ¥2,500 with the same key',
+  'l5.reuse.step1': 'Charge {amount} with a key',
+  'l5.reuse.step2': 'Send {amount} with the same key',
   'l5.reuse.verdict.ok.html': p =>
     `The second request was refused with <code>${p.status}</code> (<code>${p.type}</code>). The table gained only <strong>${p.n}</strong> charge.`,
   'l5.reuse.verdict.bad.html': p => `Expected 422 /problems/idempotency-key-reused and 1 new charge; got ${p.status} ${p.type}, ${p.n} new charge(s).`,
@@ -281,7 +281,7 @@ const en = {
   'title.expire': 'Expire the key (demo shortcut)',
   'title.retryAfterPurge': 'Retry after the purge, same key',
   'title.charge': 'Charge {amount} with a key',
-  'title.otherAmount': 'Same key, now ¥2,500',
+  'title.otherAmount': 'Same key, now {amount}',
   'title.key1': 'First attempt, key #1',
   'title.key2': 'Retry with a new key #2',
 
@@ -499,8 +499,8 @@ const ja = {
   'l5.reuse.title': '同じキーで別のリクエスト',
   'l5.reuse.p.html':
     'キーは 1 つのリクエストに付ける名前です。同じキーで金額を変えて送るのは再送ではないので、サーバーは前の応答を返すことも、新たに課金することもせず、<code>422</code> で断ります。違いに気付けるよう、サーバーはリクエスト本文のハッシュ（指紋）を <code>fingerprint</code> 列に残しています。',
-  'l5.reuse.step1': 'キー付きで 1,000 円を課金する',
-  'l5.reuse.step2': '同じキーで 2,500 円を送る',
+  'l5.reuse.step1': 'キー付きで {amount}を課金する',
+  'l5.reuse.step2': '同じキーで {amount}を送る',
   'l5.reuse.verdict.ok.html': p =>
     `2 通目は <code>${p.status}</code>（<code>${p.type}</code>）で断られました。課金は <strong>${p.n} 件</strong>しか増えていません。`,
   'l5.reuse.verdict.bad.html': p => `422 /problems/idempotency-key-reused と課金 1 件を期待していましたが、${p.status} ${p.type}、課金 ${p.n} 件でした。`,
@@ -585,7 +585,7 @@ const ja = {
   'title.expire': 'キーを期限切れにする（デモ専用）',
   'title.retryAfterPurge': 'パージ後の再送（同じキー）',
   'title.charge': 'キー付きで {amount} を課金',
-  'title.otherAmount': '同じキーで 2,500 円',
+  'title.otherAmount': '同じキーで {amount}',
   'title.key1': '1 通目（キー #1）',
   'title.key2': '新しいキー #2 で再送',
 

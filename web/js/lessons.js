@@ -10,8 +10,8 @@
 import { chargeRequest, expireRequest, purgeRequest, newKey } from './api.js';
 import { L } from './diagram.js';
 import { Experiment, amountOf, shortKeyOf, onBusyChange } from './experiment.js';
-import { t, tHtml, fmtAmount, fmtMs, fmtDuration, onLangChange } from './i18n.js';
-import { outcomeOf, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST } from './outcome.js';
+import { t, tHtml, fmtAmount, fmtInt, fmtMs, fmtDuration, onLangChange } from './i18n.js';
+import { outcomeOf, problemFor, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST } from './outcome.js';
 import { server, serverOrNull } from './server.js';
 
 /** A POST /charges as the demo account. */
@@ -91,7 +91,7 @@ function narrateExpire(d, rec, bar) {
 function narratePurge(d, rec, bar) {
   if (outcomeOf(rec) === EXECUTED) {
     const n = Number(rec.json?.purged ?? 0);
-    d.message('api', 'db', L('d.purgeDelete'), { tag: bar.tag });
+    d.message('api', 'db', L('d.purgeDelete', { batch: server().purge_batch }), { tag: bar.tag });
     d.message('db', 'api', L('d.purgedRows', { n }), { tag: bar.tag, kind: 'reply' });
   }
   reply(d, rec, bar);
@@ -199,7 +199,7 @@ async function sendPair(ctx, { mode }) {
     const amount = amountOf(ra.spec);
     d.message('api', 'db', L('d.select', { key: shortKeyOf(key) }), { tag: 'A' });
     d.message('api', 'db', L('d.select', { key: shortKeyOf(key) }), { tag: 'B' });
-    d.note(['api'], L('d.pause'));
+    d.note(['api'], L('d.pause', { ms: server().check_then_insert_pause_ms }));
     d.message('api', 'db', L('d.insertUnguarded', { amount }), { tag: 'A' });
     d.message('api', 'db', L('d.insertUnguarded', { amount }), { tag: 'B' });
     reply(d, ra, a.bar);
@@ -476,7 +476,12 @@ const lesson5Reuse = experiment({
     const n = ctx.newCharges().length;
     const b = ctx.records.B;
     const type = b.problemType ?? '';
-    return { ok: outcomeOf(b) === MISMATCH && n === 1, key: 'l5.reuse.verdict', params: { n, status: b.status, type } };
+    const expected = problemFor(MISMATCH);
+    return {
+      ok: outcomeOf(b) === MISMATCH && n === 1,
+      key: 'l5.reuse.verdict',
+      params: { n, status: b.status, type, expectStatus: expected.status, expectType: expected.type },
+    };
   },
 });
 
@@ -603,7 +608,13 @@ function renderLesson4(root) {
     root.querySelector('[data-role="l4-backend"]'),
     t('l4.backend', { backend: config?.backend_name ?? '…', serverMode: config?.idempotency_mode ?? '…', mode: lesson4.mode }),
   );
-  setHtml(root.querySelector('[data-role="l4-explain"]'), t(LESSON4_MODES[lesson4.mode].text));
+  setHtml(
+    root.querySelector('[data-role="l4-explain"]'),
+    tHtml(LESSON4_MODES[lesson4.mode].text, {
+      type: config ? problemFor(IN_FLIGHT).type : '…',
+      retryAfter: config?.in_flight_retry_after_seconds ?? '…',
+    }),
+  );
   const lease = config ? fmtDuration(config.idempotency_lease_seconds) : '…';
   const isDefault = config ? config.idempotency_lease_seconds === config.default_idempotency_lease_seconds : false;
   const defaultLease = config?.default_idempotency_lease_seconds ?? '…';
@@ -611,13 +622,15 @@ function renderLesson4(root) {
 }
 
 /**
- * Lesson 4's and 5's sentences that quote the server's own settings (GET
+ * The sentences of lessons 3 to 5 that quote the server's own settings (GET
  * /demo/config); '…' until they have been read.
  */
 export function renderServerFacts(root) {
-  renderLesson4(root);
   const config = serverOrNull();
+  setHtml(root.querySelector('[data-role="l3-race"]'), tHtml('l3.race.p1.html', { pause: config?.check_then_insert_pause_ms ?? '…' }));
+  renderLesson4(root);
   const ttl = config ? fmtDuration(config.idempotency_ttl_seconds) : '…';
   setText(root.querySelector('[data-role="l5-ttl"]'), t('l5.p1', { ttl }));
+  setHtml(root.querySelector('[data-role="l5-purge"]'), tHtml('l5.purge.p1.html', { batch: config ? fmtInt(config.purge_batch) : '…' }));
   setText(root.querySelector('[data-role="l5-retention"]'), t('l5.purge.p2', { ttl }));
 }

@@ -110,7 +110,7 @@ const en = {
     'Storing the response is not what makes the request idempotent; the key alone prevents the second charge. It is a kindness to the client: it cannot tell a first attempt from a retry, so getting the same answer both times keeps its code simple.',
   'l3.race.title': 'Why a unique constraint?',
   'l3.race.p1.html':
-    'The obvious way to build this is: look the key up, and if it is not there, charge and write the key down. The trouble is the moment between looking and writing. Two requests with the same key that arrive together can both look, both find nothing, and both charge. The demo’s <code>Demo-Mode: check-then-insert</code> does exactly this. It waits 300 ms between the look-up and the insert so the gap is easy to hit, and its key table, <code>unguarded_keys</code>, has no unique constraint.',
+    'The obvious way to build this is: look the key up, and if it is not there, charge and write the key down. The trouble is the moment between looking and writing. Two requests with the same key that arrive together can both look, both find nothing, and both charge. The demo’s <code>Demo-Mode: check-then-insert</code> does exactly this. It waits {pause} ms between the look-up and the insert so the gap is easy to hit, and its key table, <code>unguarded_keys</code>, has no unique constraint.',
   'l3.naive.title': 'Two at once: look first, then insert',
   'l3.naive.step1': 'Send two requests with one key at the same moment (check-then-insert)',
   'l3.naive.verdict.ok.html': p =>
@@ -134,7 +134,7 @@ const en = {
   'l4.p2.atomic.html':
     'In the <strong>atomic</strong> design the key and the charge are written in one transaction, so A’s key row is invisible to others until A commits. Yet the unique constraint also checks rows that are not committed yet, so B’s insert of the same key has to <strong>wait</strong> until A commits or rolls back. Once A commits, B finds the key and returns the stored <code>201</code>. Expect B to take about 4 seconds: a measurement of the same two inserts on PostgreSQL 17 took 4009 ms.',
   'l4.p2.keyFirst.html':
-    'In the <strong>key-first</strong> design A uses two transactions. The first registers the key as <code>in_progress</code> with a lease and commits right away. The second records the charge, and this time it is the second one that stays open for 5 seconds. So B finds a committed row saying “in progress”. The server does not wait: within a few milliseconds it answers <code>409 Conflict</code> (<code>/problems/idempotency-key-in-flight</code>) with <code>Retry-After: 1</code>, and B charges nothing. The page reads the tables right after B’s answer, so you can see that row while A is still running. Once A has finished, the page sends the same request once more (C), and C gets the stored <code>201</code>.',
+    'In the <strong>key-first</strong> design A uses two transactions. The first registers the key as <code>in_progress</code> with a lease and commits right away. The second records the charge, and this time it is the second one that stays open for 5 seconds. So B finds a committed row saying “in progress”. The server does not wait: within a few milliseconds it answers <code>409 Conflict</code> (<code>{type}</code>) with <code>Retry-After: {retryAfter}</code>, and B charges nothing. The page reads the tables right after B’s answer, so you can see that row while A is still running. Once A has finished, the page sends the same request once more (C), and C gets the stored <code>201</code>.',
   'l4.backend': p =>
     `This server runs on ${p.backend}, and its default mode is “${p.serverMode}”. This experiment runs in “${p.mode}” mode: every request it sends carries Demo-Mode: ${p.mode}.`,
   'l4.step1.atomic': 'Send A (holds 5 s), then B with the same key 1 s later',
@@ -173,7 +173,7 @@ const en = {
   'l5.expire.verdict.bad.html': p =>
     `Expected the purge to remove the expired key row and keep the charge, and the retry to make a second charge. Purged: ${p.purged}; key row still there: ${p.keyLeft}; charges after the purge: ${p.kept}; new charges: ${p.n} (last status ${p.status}).`,
   'l5.purge.p1.html':
-    'Expiring a key does not delete its row. The row stays in <code>idempotency_keys</code>, marked expired, until the purge removes it. Even before that the server treats an expired row as if it were not there, so without step 3 the retry would have been a new charge just the same. The server runs the purge by itself, every 60 seconds by default (<code>PURGE_INTERVAL</code>), and deletes expired key rows in batches of 1,000 (<code>PURGE_BATCH</code>): short statements that never hold locks for long. It deletes key rows only; the charges stay.',
+    'Expiring a key does not delete its row. The row stays in <code>idempotency_keys</code>, marked expired, until the purge removes it. Even before that the server treats an expired row as if it were not there, so without step 3 the retry would have been a new charge just the same. The server runs the purge by itself, every 60 seconds by default (<code>PURGE_INTERVAL</code>), and deletes expired key rows in batches of {batch} (<code>PURGE_BATCH</code>): short statements that never hold locks for long. It deletes key rows only; the charges stay.',
   'l5.purge.p2': p =>
     `The purge only tidies up. What decides is the retention, ${p.ttl} here: a client that keeps retrying for longer than that gets its late retries through as new charges. So the retention has to outlast every client’s retry window; making it longer costs nothing but more rows.`,
   'l5.reuse.title': 'The same key with a different request',
@@ -183,7 +183,7 @@ const en = {
   'l5.reuse.step2': 'Send {amount} with the same key',
   'l5.reuse.verdict.ok.html': p =>
     `The second request was refused with <code>${p.status}</code> (<code>${p.type}</code>). The table gained only <strong>${p.n}</strong> charge.`,
-  'l5.reuse.verdict.bad.html': p => `Expected 422 /problems/idempotency-key-reused and 1 new charge; got ${p.status} ${p.type}, ${p.n} new charge(s).`,
+  'l5.reuse.verdict.bad.html': p => `Expected ${p.expectStatus} ${p.expectType} and 1 new charge; got ${p.status} ${p.type}, ${p.n} new charge(s).`,
   'l5.newkey.title': 'A new key for every attempt',
   'l5.newkey.p':
     'A key is made once per charge the client means to make, not once per attempt. This client makes a fresh key every time it sends, so the server has nothing linking the retry to the first attempt.',
@@ -303,7 +303,7 @@ const en = {
   'd.replyReplayed': p => `201 (Idempotent-Replayed) · ${p.ms} ms`,
   'd.fingerprintDiffers': 'key found, but this request’s fingerprint differs',
   'd.select': p => `SELECT key ${p.key} → none`,
-  'd.pause': 'both pause 300 ms',
+  'd.pause': 'both pause {ms} ms',
   'd.insertUnguarded': p => `INSERT key (no constraint) and a ${p.amount} charge, COMMIT`,
   'd.raceLoser': p => `register key ${p.key} → taken by ${p.other} (waits if ${p.other} has not committed yet)`,
   'd.uncommitted': p => `register key ${p.key}, record the charge, store the 201 (not committed yet)`,
@@ -320,7 +320,7 @@ const en = {
   'd.kfInProgress': p => `${p.other}’s row is committed: in_progress, lease live → no waiting`,
   'd.kfCommit': 'transaction 2: store the 201 in the key row (completed), COMMIT (the 5 s are over)',
   'd.callPurge': 'POST /demo/purge',
-  'd.purgeDelete': 'DELETE expired key rows, in batches (PURGE_BATCH, 1000)',
+  'd.purgeDelete': 'DELETE expired key rows, in batches (PURGE_BATCH, {batch})',
   'd.purgedRows': p => `${p.n === 1 ? '1 key row' : `${p.n} key rows`} deleted; charges untouched`,
   'd.expiredIsNew': p => `register key ${p.key} → the old record expired, so it counts as new`,
   'd.purgedIsNew': p => `register key ${p.key} → no row any more (purged), so it is new`,
@@ -432,7 +432,7 @@ const ja = {
     '二重課金を防いでいるのはキーそのもので、応答の保存は冪等性の条件ではありません。これはクライアントへの心配りです。クライアントには自分の送信が初回か再送かを見分けられないので、どちらでも同じ応答が返れば、処理を分けずに済みます。',
   'l3.race.title': 'なぜ一意制約なのか',
   'l3.race.p1.html':
-    '素直に作るなら「キーを探し、無ければ課金してからキーを書き込む」でしょう。問題は、探してから書き込むまでの隙間です。同じキーの 2 通が同時に届くと、両方が探し、両方とも何も見つけられず、両方が課金します。デモの <code>Demo-Mode: check-then-insert</code> はまさにこの動きをします。隙間に入りやすいよう検索と書き込みの間で 300 ms 待ち、キーを入れるテーブル <code>unguarded_keys</code> には一意制約がありません。',
+    '素直に作るなら「キーを探し、無ければ課金してからキーを書き込む」でしょう。問題は、探してから書き込むまでの隙間です。同じキーの 2 通が同時に届くと、両方が探し、両方とも何も見つけられず、両方が課金します。デモの <code>Demo-Mode: check-then-insert</code> はまさにこの動きをします。隙間に入りやすいよう検索と書き込みの間で {pause} ms 待ち、キーを入れるテーブル <code>unguarded_keys</code> には一意制約がありません。',
   'l3.naive.title': '同時に 2 通: 探してから書き込む',
   'l3.naive.step1': '同じキーの 2 通を同時に送る（check-then-insert）',
   'l3.naive.verdict.ok.html': p =>
@@ -455,7 +455,7 @@ const ja = {
   'l4.p2.atomic.html':
     '<strong>atomic</strong> では、キーと課金を 1 つのトランザクションで書き込むので、A のキーの行は A がコミットするまで他からは見えません。それでも一意制約の検査はまだコミットされていない行も対象にするため、同じキーを登録しようとする B は、A がコミットかロールバックするまで<strong>待たされます</strong>。A がコミットすると B はキーを見つけ、保存済みの <code>201</code> を返します。B にはおよそ 4 秒かかるはずです。PostgreSQL 17 で同じ 2 つの INSERT を計ったときは 4009 ms でした。',
   'l4.p2.keyFirst.html':
-    '<strong>key-first</strong> では、A は 2 つのトランザクションを使います。1 つ目はキーをリース付きの <code>in_progress</code> として登録し、すぐにコミットします。2 つ目が課金を記録し、今回 5 秒間開いたままになるのはこちらです。そのため B は「処理中」と書かれた確定済みの行を見つけます。サーバーは待たずに、数ミリ秒で <code>409 Conflict</code>（<code>/problems/idempotency-key-in-flight</code>）を <code>Retry-After: 1</code> 付きで返し、B では何も課金されません。ページは B の返事の直後にテーブルを読むので、A がまだ処理中のうちにその行を確かめられます。A が終わると、ページは同じリクエストをもう一度（C）送ります。C は保存済みの <code>201</code> を受け取ります。',
+    '<strong>key-first</strong> では、A は 2 つのトランザクションを使います。1 つ目はキーをリース付きの <code>in_progress</code> として登録し、すぐにコミットします。2 つ目が課金を記録し、今回 5 秒間開いたままになるのはこちらです。そのため B は「処理中」と書かれた確定済みの行を見つけます。サーバーは待たずに、数ミリ秒で <code>409 Conflict</code>（<code>{type}</code>）を <code>Retry-After: {retryAfter}</code> 付きで返し、B では何も課金されません。ページは B の返事の直後にテーブルを読むので、A がまだ処理中のうちにその行を確かめられます。A が終わると、ページは同じリクエストをもう一度（C）送ります。C は保存済みの <code>201</code> を受け取ります。',
   'l4.backend': p =>
     `このサーバーは ${p.backend} で動いていて、既定のモードは「${p.serverMode}」です。この実験は「${p.mode}」モードで動かすので、送るリクエストにはすべて Demo-Mode: ${p.mode} が付きます。`,
   'l4.step1.atomic': 'A を送り（5 秒保持）、1 秒後に同じキーで B を送る',
@@ -493,7 +493,7 @@ const ja = {
   'l5.expire.verdict.bad.html': p =>
     `パージが期限切れのキーの行を消して課金は残し、その後の再送で課金が 2 件目になることを期待していました。実際は削除 ${p.purged} 行、キーの行が残っている: ${p.keyLeft}、パージ後の課金 ${p.kept} 件、増えた課金 ${p.n} 件（最後のステータス ${p.status}）でした。`,
   'l5.purge.p1.html':
-    '期限切れにしても、キーの行はすぐには消えません。パージが削除するまでは、期限切れの印が付いたまま <code>idempotency_keys</code> に残ります。それでもサーバーは期限切れの行を無いものとして扱うので、手順 3 を飛ばして再送しても、やはり新しい課金になっていました。パージはサーバーが自分で定期的に（既定では 60 秒ごと、<code>PURGE_INTERVAL</code>）実行し、期限切れのキーの行を 1,000 行ずつ（<code>PURGE_BATCH</code>）削除します。1 回の文が短いので、ロックを長く握ることはありません。消すのはキーの行だけで、課金は残ります。',
+    '期限切れにしても、キーの行はすぐには消えません。パージが削除するまでは、期限切れの印が付いたまま <code>idempotency_keys</code> に残ります。それでもサーバーは期限切れの行を無いものとして扱うので、手順 3 を飛ばして再送しても、やはり新しい課金になっていました。パージはサーバーが自分で定期的に（既定では 60 秒ごと、<code>PURGE_INTERVAL</code>）実行し、期限切れのキーの行を {batch} 行ずつ（<code>PURGE_BATCH</code>）削除します。1 回の文が短いので、ロックを長く握ることはありません。消すのはキーの行だけで、課金は残ります。',
   'l5.purge.p2': p =>
     `パージは後片付けにすぎません。重複を防げる範囲を決めるのは保持期間（このサーバーでは ${p.ttl}）で、クライアントがそれより長く送り直しを続けると、遅れて届いた再送は新しい課金として通ってしまいます。保持期間はどのクライアントの再試行期間よりも長くとる必要があり、長くしても増えるのは行の数だけです。`,
   'l5.reuse.title': '同じキーで別のリクエスト',
@@ -503,7 +503,7 @@ const ja = {
   'l5.reuse.step2': '同じキーで {amount}を送る',
   'l5.reuse.verdict.ok.html': p =>
     `2 通目は <code>${p.status}</code>（<code>${p.type}</code>）で断られました。課金は <strong>${p.n} 件</strong>しか増えていません。`,
-  'l5.reuse.verdict.bad.html': p => `422 /problems/idempotency-key-reused と課金 1 件を期待していましたが、${p.status} ${p.type}、課金 ${p.n} 件でした。`,
+  'l5.reuse.verdict.bad.html': p => `${p.expectStatus} ${p.expectType} と課金 1 件を期待していましたが、${p.status} ${p.type}、課金 ${p.n} 件でした。`,
   'l5.newkey.title': '送るたびに新しいキー',
   'l5.newkey.p':
     'キーは、行いたい課金 1 件につき 1 回作るもので、送信 1 回ごとに作るものではありません。このクライアントは送るたびに新しいキーを作るので、サーバーには再送と 1 通目を結び付ける手がかりがありません。',
@@ -606,7 +606,7 @@ const ja = {
   'd.replyReplayed': p => `201（Idempotent-Replayed）・ ${p.ms} ms`,
   'd.fingerprintDiffers': 'キーはあるが、リクエストの指紋が違う',
   'd.select': p => `キー ${p.key} を SELECT → 無し`,
-  'd.pause': '2 通とも 300 ms 待つ',
+  'd.pause': '2 通とも {ms} ms 待つ',
   'd.insertUnguarded': p => `キーを INSERT（制約なし）、${p.amount} の課金を記録して COMMIT`,
   'd.raceLoser': p => `キー ${p.key} を登録 → ${p.other} が登録済み（${p.other} が未確定ならコミットまで待つ）`,
   'd.uncommitted': p => `キー ${p.key} を登録、課金を記録、201 を保存（まだ未確定）`,
@@ -623,7 +623,7 @@ const ja = {
   'd.kfInProgress': p => `${p.other} の行は確定済み: in_progress、リース有効 → 待たない`,
   'd.kfCommit': 'トランザクション 2: 201 をキーの行に保存（completed）して COMMIT（5 秒が経過）',
   'd.callPurge': 'POST /demo/purge',
-  'd.purgeDelete': '期限切れのキーの行を DELETE（PURGE_BATCH の 1000 行ずつ）',
+  'd.purgeDelete': '期限切れのキーの行を DELETE（PURGE_BATCH の {batch} 行ずつ）',
   'd.purgedRows': p => `キーの行を ${p.n} 行削除。課金はそのまま`,
   'd.expiredIsNew': p => `キー ${p.key} を登録 → 古い記録は期限切れなので初回扱い`,
   'd.purgedIsNew': p => `キー ${p.key} を登録 → 行はパージ済みで無いので初回扱い`,

@@ -246,8 +246,29 @@ const lesson3Guarded = experiment({
 
 // ---- lesson 4: a retry while the first is still running -----------------------------------
 
+// Lesson 4's timing is one constant: A holds its transaction open for HOLD_MS
+// before it commits. Everything else is a stated fraction of it. With 5 s
+// and B sent 1 s in, it is the setting of the design article's measurement
+// (B waited 4009 ms), which the lesson quotes.
 const HOLD_MS = 5000;
-const RETRY_AFTER_MS = 1000;
+/** B, the retry, is sent a fifth of the way into A's hold. */
+const SEND_B_AFTER_MS = HOLD_MS / 5;
+/** atomic: B then waits on A's uncommitted key for the rest of the hold… */
+const ATOMIC_EXPECTED_WAIT_MS = HOLD_MS - SEND_B_AFTER_MS;
+/** …and it must have waited at least three fifths of the hold to count as waiting for A. */
+const ATOMIC_MIN_WAIT_MS = (HOLD_MS * 3) / 5;
+/** key-first: B's 409 must come within a fifth of the hold, well before A commits. */
+const KEY_FIRST_MAX_MS = HOLD_MS / 5;
+
+/** The hold in the units the texts use: seconds, B's delay, the Demo-Fault's milliseconds. */
+const HOLD = { s: HOLD_MS / 1000, after: SEND_B_AFTER_MS / 1000, ms: HOLD_MS };
+
+/** Throws unless the server lets a request hold its transaction open for HOLD_MS. */
+function checkHold() {
+  const { max_delay_commit_ms: max, max_delayed_transactions: places } = server();
+  if (HOLD_MS >= max) throw new Error(`lesson 4 holds a transaction for ${HOLD_MS} ms; that must stay below this server’s limit, ${max} ms (max_delay_commit_ms)`);
+  if (places < 1) throw new Error('this server lets no demo request hold its transaction open (DEMO_MAX_DELAYED)');
+}
 
 /**
  * Lesson 4 in the "atomic" mode: the key and the charge share one
@@ -260,11 +281,12 @@ async function runLesson4Atomic(ctx) {
   const short = shortKeyOf(key);
   const body = ctx.vars.body;
   const mode = 'atomic';
-  const a = ctx.start(charge({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeld') });
+  checkHold();
+  const a = ctx.start(charge({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeld', HOLD) });
   d.message('api', 'db', L('d.uncommitted', { key: short }), { tag: 'A' });
-  d.note(['db'], L('d.holdOpen', { s: HOLD_MS / 1000 }), { tag: 'A' });
-  await Promise.race([ctx.sleep(RETRY_AFTER_MS), a.answered]);
-  const b = ctx.start(charge({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning') });
+  d.note(['db'], L('d.holdOpen', HOLD), { tag: 'A' });
+  await Promise.race([ctx.sleep(SEND_B_AFTER_MS), a.answered]);
+  const b = ctx.start(charge({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning', HOLD) });
   d.message('api', 'db', L('d.mustWait', { key: short, other: 'A' }), { tag: 'B' });
   const wait = d.openBar('B', 'db', { kind: 'wait', record: b.record });
 
@@ -272,7 +294,7 @@ async function runLesson4Atomic(ctx) {
   const drawCommit = () => {
     if (committedDrawn) return;
     committedDrawn = true;
-    d.message('api', 'db', L('d.commitNow'), { tag: 'A' });
+    d.message('api', 'db', L('d.commitNow', HOLD), { tag: 'A' });
   };
   const aDone = a.answered.then((rec) => {
     if (outcomeOf(rec) === EXECUTED) drawCommit();
@@ -294,11 +316,11 @@ async function runLesson4Atomic(ctx) {
 function verdictLesson4Atomic(ctx) {
   const { A, B } = ctx.records;
   const n = ctx.newCharges().length;
-  const ok = outcomeOf(B) === REPLAYED && n === 1 && B.elapsedMs >= 3000 && A.json?.id === B.json?.id;
+  const ok = outcomeOf(B) === REPLAYED && B.elapsedMs >= ATOMIC_MIN_WAIT_MS && n === 1 && A.json?.id === B.json?.id;
   return {
     ok,
     key: 'l4.verdict',
-    params: { ms: fmtMs(B.elapsedMs), n, status: B.status, replayed: B.replayed },
+    params: { ms: fmtMs(B.elapsedMs), n, status: B.status, replayed: B.replayed, expectMs: ATOMIC_EXPECTED_WAIT_MS },
   };
 }
 
@@ -315,19 +337,20 @@ async function runLesson4KeyFirst(ctx) {
   const body = ctx.vars.body;
   const mode = 'key-first';
   const lease = server().idempotency_lease_seconds;
-  const a = ctx.start(charge({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeldKeyFirst') });
+  checkHold();
+  const a = ctx.start(charge({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeldKeyFirst', HOLD) });
   d.message('api', 'db', L('d.kfRegister', { key: short, s: lease }), { tag: 'A' });
   d.message('api', 'db', L('d.kfCharge'), { tag: 'A' });
-  d.note(['db'], L('d.kfHold', { s: HOLD_MS / 1000 }), { tag: 'A' });
-  await Promise.race([ctx.sleep(RETRY_AFTER_MS), a.answered]);
+  d.note(['db'], L('d.kfHold', HOLD), { tag: 'A' });
+  await Promise.race([ctx.sleep(SEND_B_AFTER_MS), a.answered]);
   const b = ctx.start(charge({ ...body, key, mode }), {
     tag: 'B',
-    title: T('title.retryWhileRunning'),
+    title: T('title.retryWhileRunning', HOLD),
     narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { holder: 'A' }),
   });
 
   const aDone = a.answered.then((rec) => {
-    if (outcomeOf(rec) === EXECUTED) d.message('api', 'db', L('d.kfCommit'), { tag: 'A' });
+    if (outcomeOf(rec) === EXECUTED) d.message('api', 'db', L('d.kfCommit', HOLD), { tag: 'A' });
     reply(d, rec, a.bar);
   });
   // b.done resolves once the state read right after B's answer is shown:
@@ -346,7 +369,7 @@ function verdictLesson4KeyFirst(ctx) {
   const same = Boolean(A.json?.id) && A.json.id === C?.json?.id;
   const ok =
     outcomeOf(B) === IN_FLIGHT &&
-    B.elapsedMs < 1000 &&
+    B.elapsedMs < KEY_FIRST_MAX_MS &&
     row?.status === 'in_progress' &&
     Boolean(C) &&
     outcomeOf(C) === REPLAYED &&
@@ -364,6 +387,7 @@ function verdictLesson4KeyFirst(ctx) {
       cStatus: C?.status ?? '—',
       replayed: C?.replayed ?? false,
       same,
+      maxMs: KEY_FIRST_MAX_MS,
     },
   };
 }
@@ -376,8 +400,8 @@ function verdictLesson4KeyFirst(ctx) {
 // The SQLite backend needs no mode of its own here: only the lock's scope differs
 // (the whole database is locked, not one key), and /demo/config's backend_name names it.
 const LESSON4_MODES = {
-  atomic: { run: runLesson4Atomic, verdict: verdictLesson4Atomic, label: 'l4.step1.atomic', text: 'l4.p2.atomic.html' },
-  'key-first': { run: runLesson4KeyFirst, verdict: verdictLesson4KeyFirst, label: 'l4.step1.keyFirst', text: 'l4.p2.keyFirst.html' },
+  atomic: { run: runLesson4Atomic, verdict: verdictLesson4Atomic, label: L('l4.step1.atomic', HOLD), text: 'l4.p2.atomic.html' },
+  'key-first': { run: runLesson4KeyFirst, verdict: verdictLesson4KeyFirst, label: L('l4.step1.keyFirst', HOLD), text: 'l4.p2.keyFirst.html' },
 };
 // ===============================================================================================
 
@@ -604,6 +628,7 @@ function setHtml(el, html) {
 /** Lesson 4's mode-dependent text, and the sentences that quote the server's settings. */
 function renderLesson4(root) {
   const config = serverOrNull();
+  setHtml(root.querySelector('[data-role="l4-intro"]'), tHtml('l4.p1.html', HOLD));
   setText(
     root.querySelector('[data-role="l4-backend"]'),
     t('l4.backend', { backend: config?.backend_name ?? '…', serverMode: config?.idempotency_mode ?? '…', mode: lesson4.mode }),
@@ -611,6 +636,8 @@ function renderLesson4(root) {
   setHtml(
     root.querySelector('[data-role="l4-explain"]'),
     tHtml(LESSON4_MODES[lesson4.mode].text, {
+      ...HOLD,
+      wait: ATOMIC_EXPECTED_WAIT_MS / 1000,
       type: config ? problemFor(IN_FLIGHT).type : '…',
       retryAfter: config?.in_flight_retry_after_seconds ?? '…',
     }),
@@ -623,7 +650,7 @@ function renderLesson4(root) {
 
 /**
  * The sentences of lessons 3 to 5 that quote the server's own settings (GET
- * /demo/config); '…' until they have been read.
+ * /demo/config), or lesson 4's timing; '…' until the settings have been read.
  */
 export function renderServerFacts(root) {
   const config = serverOrNull();

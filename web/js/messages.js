@@ -126,27 +126,27 @@ const en = {
 
   // ---- lesson 4 ---------------------------------------------------------
   'l4.title': '4. A retry while the first is still running',
-  'l4.p1.html':
-    'So far the retry arrived after the first attempt had finished. What if it arrives while the first one is still working? Here the first request (A) is held inside the server for 5 seconds before its charge is committed (<code>Demo-Fault: delay-commit=5000</code>). One second after sending it, the client sends the retry (B) with the same key and the same body. What B gets depends on where the server records the key. Pick a design and try both.',
+  'l4.p1.html': p =>
+    `So far the retry arrived after the first attempt had finished. What if it arrives while the first one is still working? Here the first request (A) is held inside the server for ${p.s} seconds before its charge is committed (<code>Demo-Fault: delay-commit=${p.ms}</code>). ${Number(p.after) === 1 ? 'One second' : `${p.after} seconds`} after sending it, the client sends the retry (B) with the same key and the same body. What B gets depends on where the server records the key. Pick a design and try both.`,
   'l4.mode.legend': 'Design to try',
   'l4.mode.atomicHint': 'key, charge and stored response in one transaction',
   'l4.mode.keyFirstHint': 'the key is committed on its own first, the charge after',
   'l4.p2.atomic.html':
-    'In the <strong>atomic</strong> design the key and the charge are written in one transaction, so A’s key row is invisible to others until A commits. Yet the unique constraint also checks rows that are not committed yet, so B’s insert of the same key has to <strong>wait</strong> until A commits or rolls back. Once A commits, B finds the key and returns the stored <code>201</code>. Expect B to take about 4 seconds: a measurement of the same two inserts on PostgreSQL 17 took 4009 ms.',
+    'In the <strong>atomic</strong> design the key and the charge are written in one transaction, so A’s key row is invisible to others until A commits. Yet the unique constraint also checks rows that are not committed yet, so B’s insert of the same key has to <strong>wait</strong> until A commits or rolls back. Once A commits, B finds the key and returns the stored <code>201</code>. Expect B to take about {wait} seconds: a measurement of the same two inserts on PostgreSQL 17 took 4009 ms.',
   'l4.p2.keyFirst.html':
-    'In the <strong>key-first</strong> design A uses two transactions. The first registers the key as <code>in_progress</code> with a lease and commits right away. The second records the charge, and this time it is the second one that stays open for 5 seconds. So B finds a committed row saying “in progress”. The server does not wait: within a few milliseconds it answers <code>409 Conflict</code> (<code>{type}</code>) with <code>Retry-After: {retryAfter}</code>, and B charges nothing. The page reads the tables right after B’s answer, so you can see that row while A is still running. Once A has finished, the page sends the same request once more (C), and C gets the stored <code>201</code>.',
+    'In the <strong>key-first</strong> design A uses two transactions. The first registers the key as <code>in_progress</code> with a lease and commits right away. The second records the charge, and this time it is the second one that stays open for {s} seconds. So B finds a committed row saying “in progress”. The server does not wait: within a few milliseconds it answers <code>409 Conflict</code> (<code>{type}</code>) with <code>Retry-After: {retryAfter}</code>, and B charges nothing. The page reads the tables right after B’s answer, so you can see that row while A is still running. Once A has finished, the page sends the same request once more (C), and C gets the stored <code>201</code>.',
   'l4.backend': p =>
     `This server runs on ${p.backend}, and its default mode is “${p.serverMode}”. This experiment runs in “${p.mode}” mode: every request it sends carries Demo-Mode: ${p.mode}.`,
-  'l4.step1.atomic': 'Send A (holds 5 s), then B with the same key 1 s later',
-  'l4.step1.keyFirst': 'Send A (holds 5 s), B with the same key 1 s later, then C once A has finished',
+  'l4.step1.atomic': 'Send A (holds {s} s), then B with the same key {after} s later',
+  'l4.step1.keyFirst': 'Send A (holds {s} s), B with the same key {after} s later, then C once A has finished',
   'l4.verdict.ok.html': p =>
     `B waited <strong>${p.ms} ms</strong>, then got the stored <code>201</code> with <code>Idempotent-Replayed: true</code> and A’s charge id. The table gained <strong>${p.n}</strong> charge.`,
   'l4.verdict.bad.html': p =>
-    `Expected B to wait about 4000 ms and get a replayed 201, with one new charge; B took ${p.ms} ms, status ${p.status}, replayed: ${p.replayed}, new charges: ${p.n}.`,
+    `Expected B to wait about ${p.expectMs} ms and get a replayed 201, with one new charge; B took ${p.ms} ms, status ${p.status}, replayed: ${p.replayed}, new charges: ${p.n}.`,
   'l4.kf.verdict.ok.html': p =>
     `B got <code>409 Conflict</code> after <strong>${p.ms} ms</strong> (<code>Retry-After: ${p.retryAfter}</code>): the key row was already committed as <code>in_progress</code>, so the server did not wait for A. Once A had finished, C with the same key got the stored <code>201</code> with <code>Idempotent-Replayed: true</code> and A’s charge id. The table gained <strong>${p.n}</strong> charge.`,
   'l4.kf.verdict.bad.html': p =>
-    `Expected B to get 409 idempotency-key-in-flight within 1000 ms, the key row to be in_progress right after it, and C to get a replayed 201 with A’s id, with one new charge. B: ${p.bStatus} after ${p.ms} ms; key row after B: ${p.rowStatus}; C: ${p.cStatus}, replayed: ${p.replayed}, same id: ${p.same}; new charges: ${p.n}.`,
+    `Expected B to get 409 idempotency-key-in-flight within ${p.maxMs} ms, the key row to be in_progress right after it, and C to get a replayed 201 with A’s id, with one new charge. B: ${p.bStatus} after ${p.ms} ms; key row after B: ${p.rowStatus}; C: ${p.cStatus}, replayed: ${p.replayed}, same id: ${p.same}; new charges: ${p.n}.`,
   'l4.p3':
     'Whether B gives up while waiting or stops at the 409, the client still does not know whether it was charged. A key promises at most one charge, not an answer. Sending the same key again later fetches the stored answer.',
   'l4.tradeoff.title': 'Waiting or 409: what each design costs',
@@ -273,9 +273,9 @@ const en = {
   'title.retryNoKey': 'Retry, without a key',
   'title.retrySameKey': 'Retry with the same key',
   'title.concurrent': 'Sent at the same moment, same key',
-  'title.firstHeld': 'First attempt, keeps its transaction open 5 s',
-  'title.retryWhileRunning': 'Retry 1 s later, same key',
-  'title.firstHeldKeyFirst': 'First attempt, keeps transaction 2 open 5 s',
+  'title.firstHeld': 'First attempt, keeps its transaction open {s} s',
+  'title.retryWhileRunning': 'Retry {after} s later, same key',
+  'title.firstHeldKeyFirst': 'First attempt, keeps transaction 2 open {s} s',
   'title.retryLater': 'Retry after A has finished, same key',
   'title.purge': 'Run the purge (one pass)',
   'title.expire': 'Expire the key (demo shortcut)',
@@ -309,7 +309,7 @@ const en = {
   'd.uncommitted': p => `register key ${p.key}, record the charge, store the 201 (not committed yet)`,
   'd.holdOpen': p => `keeps its transaction open for ${p.s} s`,
   'd.mustWait': p => `register key ${p.key} → must wait for ${p.other}`,
-  'd.commitNow': 'COMMIT (the 5 s are over)',
+  'd.commitNow': 'COMMIT (the {s} s are over)',
   'd.unblocked': p => `${p.other} committed → key taken → read the stored response`,
   'd.callExpire': p => `POST /demo/keys/…/expire`,
   'd.markExpired': p => `mark key ${p.key} as expired`,
@@ -318,7 +318,7 @@ const en = {
   'd.kfHold': p => `keeps transaction 2 open for ${p.s} s`,
   'd.kfRegisterB': p => `register key ${p.key}`,
   'd.kfInProgress': p => `${p.other}’s row is committed: in_progress, lease live → no waiting`,
-  'd.kfCommit': 'transaction 2: store the 201 in the key row (completed), COMMIT (the 5 s are over)',
+  'd.kfCommit': 'transaction 2: store the 201 in the key row (completed), COMMIT (the {s} s are over)',
   'd.callPurge': 'POST /demo/purge',
   'd.purgeDelete': 'DELETE expired key rows, in batches (PURGE_BATCH, {batch})',
   'd.purgedRows': p => `${p.n === 1 ? '1 key row' : `${p.n} key rows`} deleted; charges untouched`,
@@ -448,26 +448,26 @@ const ja = {
 
   'l4.title': '4. 1 通目の処理中に届いた再送',
   'l4.p1.html':
-    'ここまでの再送は、1 通目が終わった後に届いていました。では、1 通目がまだ処理している最中に再送が届いたらどうなるでしょう。この実験の 1 通目（A）は、課金をコミットする前にサーバーの中で 5 秒間止まります（<code>Demo-Fault: delay-commit=5000</code>）。A を送ってから 1 秒後に、クライアントは同じキー・同じ本文で再送（B）を送ります。B が何を受け取るかは、サーバーがキーをどこで記録するかで変わります。設計を選んで、両方を試してみてください。',
+    'ここまでの再送は、1 通目が終わった後に届いていました。では、1 通目がまだ処理している最中に再送が届いたらどうなるでしょう。この実験の 1 通目（A）は、課金をコミットする前にサーバーの中で {s} 秒間止まります（<code>Demo-Fault: delay-commit={ms}</code>）。A を送ってから {after} 秒後に、クライアントは同じキー・同じ本文で再送（B）を送ります。B が何を受け取るかは、サーバーがキーをどこで記録するかで変わります。設計を選んで、両方を試してみてください。',
   'l4.mode.legend': '試す設計',
   'l4.mode.atomicHint': 'キー・課金・保存する応答を 1 つのトランザクションで書く',
   'l4.mode.keyFirstHint': 'キーだけを先にコミットし、課金はその後',
   'l4.p2.atomic.html':
-    '<strong>atomic</strong> では、キーと課金を 1 つのトランザクションで書き込むので、A のキーの行は A がコミットするまで他からは見えません。それでも一意制約の検査はまだコミットされていない行も対象にするため、同じキーを登録しようとする B は、A がコミットかロールバックするまで<strong>待たされます</strong>。A がコミットすると B はキーを見つけ、保存済みの <code>201</code> を返します。B にはおよそ 4 秒かかるはずです。PostgreSQL 17 で同じ 2 つの INSERT を計ったときは 4009 ms でした。',
+    '<strong>atomic</strong> では、キーと課金を 1 つのトランザクションで書き込むので、A のキーの行は A がコミットするまで他からは見えません。それでも一意制約の検査はまだコミットされていない行も対象にするため、同じキーを登録しようとする B は、A がコミットかロールバックするまで<strong>待たされます</strong>。A がコミットすると B はキーを見つけ、保存済みの <code>201</code> を返します。B にはおよそ {wait} 秒かかるはずです。PostgreSQL 17 で同じ 2 つの INSERT を計ったときは 4009 ms でした。',
   'l4.p2.keyFirst.html':
-    '<strong>key-first</strong> では、A は 2 つのトランザクションを使います。1 つ目はキーをリース付きの <code>in_progress</code> として登録し、すぐにコミットします。2 つ目が課金を記録し、今回 5 秒間開いたままになるのはこちらです。そのため B は「処理中」と書かれた確定済みの行を見つけます。サーバーは待たずに、数ミリ秒で <code>409 Conflict</code>（<code>{type}</code>）を <code>Retry-After: {retryAfter}</code> 付きで返し、B では何も課金されません。ページは B の返事の直後にテーブルを読むので、A がまだ処理中のうちにその行を確かめられます。A が終わると、ページは同じリクエストをもう一度（C）送ります。C は保存済みの <code>201</code> を受け取ります。',
+    '<strong>key-first</strong> では、A は 2 つのトランザクションを使います。1 つ目はキーをリース付きの <code>in_progress</code> として登録し、すぐにコミットします。2 つ目が課金を記録し、今回 {s} 秒間開いたままになるのはこちらです。そのため B は「処理中」と書かれた確定済みの行を見つけます。サーバーは待たずに、数ミリ秒で <code>409 Conflict</code>（<code>{type}</code>）を <code>Retry-After: {retryAfter}</code> 付きで返し、B では何も課金されません。ページは B の返事の直後にテーブルを読むので、A がまだ処理中のうちにその行を確かめられます。A が終わると、ページは同じリクエストをもう一度（C）送ります。C は保存済みの <code>201</code> を受け取ります。',
   'l4.backend': p =>
     `このサーバーは ${p.backend} で動いていて、既定のモードは「${p.serverMode}」です。この実験は「${p.mode}」モードで動かすので、送るリクエストにはすべて Demo-Mode: ${p.mode} が付きます。`,
-  'l4.step1.atomic': 'A を送り（5 秒保持）、1 秒後に同じキーで B を送る',
-  'l4.step1.keyFirst': 'A を送り（5 秒保持）、1 秒後に同じキーで B を、A の完了後に C を送る',
+  'l4.step1.atomic': 'A を送り（{s} 秒保持）、{after} 秒後に同じキーで B を送る',
+  'l4.step1.keyFirst': 'A を送り（{s} 秒保持）、{after} 秒後に同じキーで B を、A の完了後に C を送る',
   'l4.verdict.ok.html': p =>
     `B は <strong>${p.ms} ms</strong> 待たされた後、<code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。課金は <strong>${p.n} 件</strong>だけ増えました。`,
   'l4.verdict.bad.html': p =>
-    `B が約 4000 ms 待って再生された 201 を受け取り、課金が 1 件増えることを期待していました。実際は B が ${p.ms} ms、ステータス ${p.status}、replayed: ${p.replayed}、増えた課金 ${p.n} 件でした。`,
+    `B が約 ${p.expectMs} ms 待って再生された 201 を受け取り、課金が 1 件増えることを期待していました。実際は B が ${p.ms} ms、ステータス ${p.status}、replayed: ${p.replayed}、増えた課金 ${p.n} 件でした。`,
   'l4.kf.verdict.ok.html': p =>
     `B は <strong>${p.ms} ms</strong> で <code>409 Conflict</code>（<code>Retry-After: ${p.retryAfter}</code>）を受け取りました。キーの行は <code>in_progress</code> として確定済みだったので、サーバーは A を待たなかったのです。A が終わった後、同じキーの C は <code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。課金は <strong>${p.n} 件</strong>だけ増えました。`,
   'l4.kf.verdict.bad.html': p =>
-    `B が 1000 ms 以内に 409 idempotency-key-in-flight を受け取り、その直後のキーの行が in_progress で、C が A と同じ id の再生された 201 を受け取り、課金が 1 件だけ増えることを期待していました。実際は B: ${p.bStatus}（${p.ms} ms）、B 直後のキーの行: ${p.rowStatus}、C: ${p.cStatus}、replayed: ${p.replayed}、id の一致: ${p.same}、増えた課金 ${p.n} 件でした。`,
+    `B が ${p.maxMs} ms 以内に 409 idempotency-key-in-flight を受け取り、その直後のキーの行が in_progress で、C が A と同じ id の再生された 201 を受け取り、課金が 1 件だけ増えることを期待していました。実際は B: ${p.bStatus}（${p.ms} ms）、B 直後のキーの行: ${p.rowStatus}、C: ${p.cStatus}、replayed: ${p.replayed}、id の一致: ${p.same}、増えた課金 ${p.n} 件でした。`,
   'l4.p3':
     'B が待ちきれずに諦めても、409 を受けたところでやめても、クライアントは課金されたかどうか分からないままです。冪等キーが約束するのは「課金は多くても 1 回」までで、答えを返すことまでは約束しません。後で同じキーを送り直せば、保存された答えを受け取れます。',
   'l4.tradeoff.title': '待たせるか、すぐ 409 を返すか',
@@ -577,9 +577,9 @@ const ja = {
   'title.retryNoKey': '再送（キーなし）',
   'title.retrySameKey': '再送（同じキー）',
   'title.concurrent': '同じキーで同時に送信',
-  'title.firstHeld': '1 通目（トランザクションを 5 秒保持）',
-  'title.retryWhileRunning': '1 秒後の再送（同じキー）',
-  'title.firstHeldKeyFirst': '1 通目（2 つ目のトランザクションを 5 秒保持）',
+  'title.firstHeld': '1 通目（トランザクションを {s} 秒保持）',
+  'title.retryWhileRunning': '{after} 秒後の再送（同じキー）',
+  'title.firstHeldKeyFirst': '1 通目（2 つ目のトランザクションを {s} 秒保持）',
   'title.retryLater': 'A の完了後の再送（同じキー）',
   'title.purge': 'パージを 1 回実行する',
   'title.expire': 'キーを期限切れにする（デモ専用）',
@@ -612,7 +612,7 @@ const ja = {
   'd.uncommitted': p => `キー ${p.key} を登録、課金を記録、201 を保存（まだ未確定）`,
   'd.holdOpen': p => `トランザクションを ${p.s} 秒開いたまま`,
   'd.mustWait': p => `キー ${p.key} を登録 → ${p.other} の確定待ち`,
-  'd.commitNow': 'COMMIT（5 秒が経過）',
+  'd.commitNow': 'COMMIT（{s} 秒が経過）',
   'd.unblocked': p => `${p.other} が確定 → キーは登録済み → 保存済みの応答を読む`,
   'd.callExpire': p => `POST /demo/keys/…/expire`,
   'd.markExpired': p => `キー ${p.key} を期限切れにする`,
@@ -621,7 +621,7 @@ const ja = {
   'd.kfHold': p => `トランザクション 2 を ${p.s} 秒開いたまま`,
   'd.kfRegisterB': p => `キー ${p.key} を登録`,
   'd.kfInProgress': p => `${p.other} の行は確定済み: in_progress、リース有効 → 待たない`,
-  'd.kfCommit': 'トランザクション 2: 201 をキーの行に保存（completed）して COMMIT（5 秒が経過）',
+  'd.kfCommit': 'トランザクション 2: 201 をキーの行に保存（completed）して COMMIT（{s} 秒が経過）',
   'd.callPurge': 'POST /demo/purge',
   'd.purgeDelete': '期限切れのキーの行を DELETE（PURGE_BATCH の {batch} 行ずつ）',
   'd.purgedRows': p => `キーの行を ${p.n} 行削除。課金はそのまま`,

@@ -396,7 +396,7 @@ function verdictLesson4KeyFirst(ctx) {
 // Lesson 4 is written once per idempotency mode; the radios in index.html
 // ("MODE SWITCH: lesson 4") set lesson4.mode, and every request of the run
 // carries that mode as Demo-Mode, whatever the server's default
-// (/demo/state's idempotency_mode) is.
+// (/demo/config's idempotency_mode) is.
 // The SQLite backend needs no mode of its own here: only the lock's scope differs
 // (the whole database is locked, not one key), and /demo/config's backend_name names it.
 const LESSON4_MODES = {

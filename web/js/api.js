@@ -6,7 +6,6 @@
 // how long it took, measured in the page from just before fetch() until the
 // whole body had arrived.
 
-export const API_KEY = 'sk_test_demo';
 export const REQUEST_TIMEOUT_MS = 30_000;
 
 let nextId = 1;
@@ -25,13 +24,14 @@ export function newKey() {
 
 /**
  * The request for `POST /charges`.
+ *  - apiKey: the account's key, sent as a Bearer token.
  *  - key: the Idempotency-Key, sent as a Structured Field string ("…").
  *  - faults: Demo-Fault items, e.g. ['lose-response'] or ['delay-commit=5000'].
  *  - mode: Demo-Mode, e.g. 'check-then-insert', 'atomic' or 'key-first'.
  */
-export function chargeRequest({ amount, currency = 'jpy', description, key, faults = [], mode } = {}) {
+export function chargeRequest({ apiKey, amount, currency = 'jpy', description, key, faults = [], mode } = {}) {
   const headers = [
-    ['Authorization', `Bearer ${API_KEY}`],
+    ['Authorization', `Bearer ${apiKey}`],
     ['Content-Type', 'application/json'],
   ];
   if (key) headers.push(['Idempotency-Key', `"${key}"`]);
@@ -141,6 +141,11 @@ export function startRequest(spec, { timeoutMs = REQUEST_TIMEOUT_MS } = {}) {
     return record;
   })();
   return { record, done };
+}
+
+/** GET /demo/config: the server's settings, as the page uses them (see server.js). */
+export async function getConfig() {
+  return jsonCall('GET', '/demo/config');
 }
 
 /** GET /demo/state: the tables as they are now. */

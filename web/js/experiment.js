@@ -2,7 +2,8 @@
 // sequence diagram, one card per request (raw request, raw response, time,
 // the database right after it), the database panel and the result.
 //
-// A lesson only says what its steps do (see lessons.js). Steps run in order;
+// A lesson only says what its steps do (see lessons.js, where most steps are
+// rows of data). Steps run in order;
 // while one experiment runs, the others wait, so the tables always belong to
 // the experiment you are looking at.
 
@@ -10,6 +11,8 @@ import { t, tHtml, escapeHtml as esc, fmtAmount, fmtMs, fmtTime } from './i18n.j
 import { startRequest, getState, REASONS } from './api.js';
 import { SequenceDiagram, L, tagColor } from './diagram.js';
 import { renderState, stateIds, summarize, hue } from './tables.js';
+import { loadServer } from './server.js';
+import { outcomeOf, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST } from './outcome.js';
 
 const experiments = [];
 const busyListeners = new Set();
@@ -55,7 +58,7 @@ export class Experiment {
   /**
    * def = {
    *   id,                        // used in data-testid="exp-<id>"
-   *   steps: [{ label, run }],   // label: i18n key; run: async (ctx) => void
+   *   steps: [{ label, run }],   // label: i18n key or text thunk; run: async (ctx) => void
    *   setup(ctx),                // optional, at the start of each run
    *   verdict(ctx),              // → { ok, key, params } after the last step
    * }
@@ -208,6 +211,8 @@ export class Experiment {
     this.el.status.textContent = t('exp.running');
     this.el.status.focus({ preventScroll: true });
     try {
+      // The steps build their requests from the server's settings.
+      await loadServer();
       if (this.ctx.baseline === null) {
         const before = await getState();
         this.ctx.baseline = stateIds(before);
@@ -242,7 +247,8 @@ export class Experiment {
     this.el['log-title'].textContent = t('exp.requests');
     this.el.again.textContent = t('exp.runAgain');
     this.def.steps.forEach((step, i) => {
-      this.stepButtons[i].innerHTML = `<span class="num" aria-hidden="true">${i + 1}</span><span class="label">${esc(t(step.label))}</span><span class="tick" aria-hidden="true">✓</span>`;
+      const label = typeof step.label === 'function' ? step.label() : t(step.label);
+      this.stepButtons[i].innerHTML = `<span class="num" aria-hidden="true">${i + 1}</span><span class="label">${esc(label)}</span><span class="tick" aria-hidden="true">✓</span>`;
     });
     this.renderControls();
     this.renderVerdict();
@@ -338,7 +344,7 @@ class RequestCard {
     const pending = r.elapsedMs === null;
     if (!pending) clearInterval(this.ticker);
     const statusText = r.error ? 'error' : pending ? '…' : `${r.status} ${r.statusText || REASONS[r.status] || ''}`.trim();
-    const statusClass = r.error ? 'bad' : pending ? 'pending' : r.status < 300 ? 'good' : r.status === 504 ? 'lost' : 'bad';
+    const statusClass = pending ? 'pending' : STATUS_CLASS[outcomeOf(r)] ?? 'bad';
     const after = this.after;
     this.el.dataset.status = pending ? '' : String(r.status ?? 'error');
     this.el.dataset.replayed = String(r.replayed);
@@ -378,16 +384,28 @@ class RequestCard {
   }
 }
 
+/** The colour of a card's status, by what came of the request. */
+const STATUS_CLASS = { [EXECUTED]: 'good', [REPLAYED]: 'good', [LOST]: 'lost' };
+
+/** The card's one line on what came of the request. */
 function explain(r) {
-  if (r.error) return t('card.explain.failed', { message: r.error });
-  if (r.spec.kind === 'expire' && r.status === 200) return t('card.explain.expired');
-  if (r.spec.kind === 'purge' && r.status === 200) return t('card.explain.purged', { n: Number(r.json?.purged ?? 0) });
-  if (r.problemType === '/problems/idempotency-key-in-flight') return t('card.explain.inFlight');
-  if (r.problemType === '/problems/simulated-lost-response') return t('card.explain.lost');
-  if (r.status === 201 && r.replayed) return t('card.explain.replayed');
-  if (r.status === 201) return t('card.explain.created');
-  if (r.problemType === '/problems/idempotency-key-reused') return t('card.explain.reused');
-  return t('card.explain.other', { status: `${r.status} ${r.statusText}` });
+  switch (outcomeOf(r)) {
+    case EXECUTED:
+      if (r.spec.kind === 'expire') return t('card.explain.expired');
+      if (r.spec.kind === 'purge') return t('card.explain.purged', { n: Number(r.json?.purged ?? 0) });
+      return t('card.explain.created');
+    case REPLAYED:
+      return t('card.explain.replayed');
+    case MISMATCH:
+      return t('card.explain.reused');
+    case IN_FLIGHT:
+      return t('card.explain.inFlight');
+    case LOST:
+      return t('card.explain.lost');
+    default:
+      if (r.error) return t('card.explain.failed', { message: r.error });
+      return t('card.explain.other', { status: `${r.status} ${r.statusText}` });
+  }
 }
 
 function rawRequest(r) {

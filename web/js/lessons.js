@@ -3,17 +3,21 @@
 //
 // The server's inner steps (which rows it inserted, what it waited for) are
 // not visible from the page. The diagram draws them from what the server is
-// known to do for the request that was sent, and from the answer that came
-// back (status, Idempotent-Replayed), never from guesses about timing.
+// known to do for the request that was sent, and from what came of it
+// (outcomeOf: status, problem type, Idempotent-Replayed), never from guesses
+// about timing.
 
 import { chargeRequest, expireRequest, purgeRequest, newKey } from './api.js';
 import { L } from './diagram.js';
 import { Experiment, amountOf, shortKeyOf, onBusyChange } from './experiment.js';
-import { t, tHtml, fmtAmount, fmtMs, fmtDuration, onLangChange } from './i18n.js';
+import { t, tHtml, fmtAmount, fmtInt, fmtMs, fmtDuration, onLangChange } from './i18n.js';
+import { outcomeOf, problemFor, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST } from './outcome.js';
+import { server, serverOrNull } from './server.js';
 
-const LOST = '/problems/simulated-lost-response';
-const REUSED = '/problems/idempotency-key-reused';
-const IN_FLIGHT = '/problems/idempotency-key-in-flight';
+/** A POST /charges as the demo account. */
+function charge(fields) {
+  return chargeRequest({ apiKey: server().account.api_key, ...fields });
+}
 
 // ---- narration ----------------------------------------------------------------
 
@@ -21,11 +25,12 @@ const IN_FLIGHT = '/problems/idempotency-key-in-flight';
 function reply(d, rec, bar) {
   const tag = bar.tag;
   const ms = () => fmtMs(rec.elapsedMs);
+  const outcome = outcomeOf(rec);
   if (rec.error) {
     d.note(['client', 'api'], L('d.failed', { message: rec.error }), { tag });
-  } else if (rec.problemType === LOST) {
+  } else if (outcome === LOST) {
     d.message('api', 'client', L('d.lost'), { tag, kind: 'lost', detail: [() => `${rec.status} ${rec.statusText} · ${ms()} ms`] });
-  } else if (rec.status === 201 && rec.replayed) {
+  } else if (outcome === REPLAYED) {
     d.message('api', 'client', L('d.replyReplayed', { ms }), { tag, kind: 'reply' });
   } else {
     const detail = rec.problemType ? [() => rec.problemType] : [];
@@ -39,50 +44,54 @@ function reply(d, rec, bar) {
 
 /**
  * What the server did with one POST /charges, drawn once its answer is in.
- * `expired`: the key had been expired on purpose before this request (true),
- * or expired and then purged ('purged').
+ *  - keyWas: 'expired' if the key had been expired on purpose before this
+ *    request, 'purged' if it was expired and then purged.
+ *  - holder: the tag of the request that still holds the key, for a 409.
  */
-function narrateCharge(d, rec, bar, { expired = false } = {}) {
+function narrateCharge(d, rec, bar, { keyWas = null, holder = '…' } = {}) {
   const intent = rec.spec.intent;
   const tag = bar.tag;
   const key = intent.key ? shortKeyOf(intent.key) : null;
   const amount = amountOf(rec.spec);
-  const charged = rec.status === 201 && !rec.replayed;
-  const lost = rec.problemType === LOST;
-  if (!rec.error) {
-    if (intent.mode === 'check-then-insert') {
-      if (charged || lost) {
-        d.message('api', 'db', L('d.select', { key }), { tag });
-        d.message('api', 'db', L('d.insertUnguarded', { amount }), { tag });
-      }
-    } else if (rec.status === 201 && rec.replayed) {
-      d.message('api', 'db', L('d.insertKeyTaken', { key }), { tag });
-      d.message('db', 'api', L('d.readStored'), { tag, kind: 'reply' });
-    } else if (charged || lost) {
-      if (key) {
-        const registered = expired === 'purged' ? 'd.purgedIsNew' : expired ? 'd.expiredIsNew' : 'd.insertKeyNew';
-        d.message('api', 'db', L(registered, { key }), { tag });
-        d.message('api', 'db', L('d.chargeAndSave', { amount }), { tag });
-      } else {
-        d.message('api', 'db', L('d.insertCharge', { amount }), { tag });
-      }
-    } else if (rec.problemType === REUSED) {
-      d.message('api', 'db', L('d.insertKeyTaken', { key }), { tag });
-      d.message('db', 'api', L('d.fingerprintDiffers'), { tag, kind: 'reply' });
+  const outcome = outcomeOf(rec);
+  // A lost answer was charged all the same: the demo throws the answer away after the commit.
+  const charged = outcome === EXECUTED || outcome === LOST;
+  const toDb = (text) => d.message('api', 'db', text, { tag });
+  const fromDb = (text) => d.message('db', 'api', text, { tag, kind: 'reply' });
+  if (intent.mode === 'check-then-insert') {
+    if (charged) {
+      toDb(L('d.select', { key }));
+      toDb(L('d.insertUnguarded', { amount }));
     }
+  } else if (outcome === REPLAYED) {
+    toDb(L('d.insertKeyTaken', { key }));
+    fromDb(L('d.readStored'));
+  } else if (charged) {
+    if (key) {
+      toDb(L({ expired: 'd.expiredIsNew', purged: 'd.purgedIsNew' }[keyWas] ?? 'd.insertKeyNew', { key }));
+      toDb(L('d.chargeAndSave', { amount }));
+    } else {
+      toDb(L('d.insertCharge', { amount }));
+    }
+  } else if (outcome === MISMATCH) {
+    toDb(L('d.insertKeyTaken', { key }));
+    fromDb(L('d.fingerprintDiffers'));
+  } else if (outcome === IN_FLIGHT) {
+    toDb(L('d.kfRegisterB', { key }));
+    fromDb(L('d.kfInProgress', { other: holder }));
   }
   reply(d, rec, bar);
 }
 
 function narrateExpire(d, rec, bar) {
-  if (rec.status === 200) d.message('api', 'db', L('d.markExpired', { key: shortKeyOf(rec.spec.intent.key) }), { tag: bar.tag });
+  if (outcomeOf(rec) === EXECUTED) d.message('api', 'db', L('d.markExpired', { key: shortKeyOf(rec.spec.intent.key) }), { tag: bar.tag });
   reply(d, rec, bar);
 }
 
 function narratePurge(d, rec, bar) {
-  if (rec.status === 200) {
+  if (outcomeOf(rec) === EXECUTED) {
     const n = Number(rec.json?.purged ?? 0);
-    d.message('api', 'db', L('d.purgeDelete'), { tag: bar.tag });
+    d.message('api', 'db', L('d.purgeDelete', { batch: server().purge_batch }), { tag: bar.tag });
     d.message('db', 'api', L('d.purgedRows', { n }), { tag: bar.tag, kind: 'reply' });
   }
   reply(d, rec, bar);
@@ -91,61 +100,77 @@ function narratePurge(d, rec, bar) {
 // Card titles, as thunks so they follow a language switch.
 const T = L;
 
+// ---- lessons as data --------------------------------------------------------------------
+//
+// An experiment is { id, body, steps, verdict }. `body` is the charge its
+// requests ask for (amount, currency, description), and each run of it makes
+// one Idempotency-Key, ctx.vars.key. Most steps send one POST /charges and
+// show what came of it; such a step is a row of data, run by sendCharge():
+//
+//   label          the step's button (i18n key; may quote the {amount})
+//   tag, title     the request's letter in the diagram, its card's title (i18n key; may quote the {amount})
+//   key            'same': the run's key; 'fresh': a key made for this request alone; absent: no key
+//   body           fields that differ from the experiment's body
+//   faults, mode   Demo-Fault items, Demo-Mode
+//   keyWas(ctx)    'expired' or 'purged': what was done to the key before (lesson 5)
+//
+// A step of another shape (two requests at once, lesson 4's timed pair, the
+// demo's expire and purge) has a run(ctx) of its own.
+
+const LOSE_RESPONSE = 'lose-response';
+
+/** Runs one charge step as its row describes it. */
+function sendCharge(ctx, step) {
+  const key = step.key === 'same' ? ctx.vars.key : step.key === 'fresh' ? newKey() : undefined;
+  const spec = charge({ ...ctx.vars.body, ...step.body, key, faults: step.faults, mode: step.mode });
+  const keyWas = step.keyWas?.(ctx) ?? null;
+  return ctx.send(spec, {
+    tag: step.tag,
+    title: T(step.title, { amount: amountOf(spec) }),
+    narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { keyWas }),
+  });
+}
+
+/** An experiment for experiment.js, its charge steps made runnable. */
+function experiment({ body, steps, setup, ...rest }) {
+  return {
+    ...rest,
+    setup(ctx) {
+      ctx.vars.body = body;
+      ctx.vars.key = newKey();
+      setup?.(ctx);
+    },
+    steps: steps.map((step) => {
+      if (step.run) return step;
+      const { amount, currency } = { ...body, ...step.body };
+      return { label: L(step.label, { amount: () => fmtAmount(amount, currency) }), run: (ctx) => sendCharge(ctx, step) };
+    }),
+  };
+}
+
 // ---- lesson 1: retrying without a key -----------------------------------------------
 
-const lesson1 = {
+const lesson1 = experiment({
   id: 'l1',
-  setup(ctx) {
-    ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 1: a book' };
-  },
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 1: a book' },
   steps: [
-    {
-      label: 'l1.step1',
-      run: (ctx) =>
-        ctx.send(chargeRequest({ ...ctx.vars.body, faults: ['lose-response'] }), {
-          tag: 'A',
-          title: T('title.first'),
-          narrate: narrateCharge,
-        }),
-    },
-    {
-      label: 'l1.step2',
-      run: (ctx) => ctx.send(chargeRequest(ctx.vars.body), { tag: 'B', title: T('title.retryNoKey'), narrate: narrateCharge }),
-    },
+    { label: 'l1.step1', tag: 'A', title: 'title.first', faults: [LOSE_RESPONSE] },
+    { label: 'l1.step2', tag: 'B', title: 'title.retryNoKey' },
   ],
   verdict(ctx) {
     const n = ctx.newCharges().length;
     return { ok: n === 2, key: 'l1.verdict', params: { n } };
   },
-};
+});
 
 // ---- lesson 3: the idempotency key ------------------------------------------------------
 
-const lesson3Retry = {
+const lesson3Retry = experiment({
   id: 'l3-retry',
-  setup(ctx) {
-    ctx.vars.key = newKey();
-    ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 3: a book' };
-  },
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 3: a book' },
   steps: [
-    {
-      label: 'l3.retry.step1',
-      run: (ctx) =>
-        ctx.send(chargeRequest({ ...ctx.vars.body, key: ctx.vars.key, faults: ['lose-response'] }), {
-          tag: 'A',
-          title: T('title.first'),
-          narrate: narrateCharge,
-        }),
-    },
-    {
-      label: 'l3.retry.step2',
-      run: (ctx) =>
-        ctx.send(chargeRequest({ ...ctx.vars.body, key: ctx.vars.key }), {
-          tag: 'B',
-          title: T('title.retrySameKey'),
-          narrate: narrateCharge,
-        }),
-    },
+    { label: 'l3.retry.step1', tag: 'A', title: 'title.first', key: 'same', faults: [LOSE_RESPONSE] },
+    { label: 'l3.retry.step2', tag: 'B', title: 'title.retrySameKey', key: 'same' },
   ],
   verdict(ctx) {
     const fresh = ctx.newCharges();
@@ -153,34 +178,34 @@ const lesson3Retry = {
     const id = b.json?.id ?? '';
     const same = fresh.length === 1 && fresh[0].id === id;
     return {
-      ok: fresh.length === 1 && b.status === 201 && b.replayed && same,
+      ok: fresh.length === 1 && outcomeOf(b) === REPLAYED && same,
       key: 'l3.retry.verdict',
       params: { n: fresh.length, id: id.slice(0, 8), replayed: b.replayed, same },
     };
   },
-};
+});
 
-/** Two requests with one key, sent at the same moment; narrated once both are back. */
+/** Two requests with the run's key, sent at the same moment; narrated once both are back. */
 async function sendPair(ctx, { mode }) {
   const key = ctx.vars.key;
-  const spec = () => chargeRequest({ ...ctx.vars.body, key, mode });
+  const spec = () => charge({ ...ctx.vars.body, key, mode });
   const a = ctx.start(spec(), { tag: 'A', title: T('title.concurrent') });
   const b = ctx.start(spec(), { tag: 'B', title: T('title.concurrent') });
   await Promise.all([a.answered, b.answered]);
   const d = ctx.diagram;
   const [ra, rb] = [a.record, b.record];
-  const fresh = (r) => r.status === 201 && !r.replayed;
-  if (mode === 'check-then-insert' && fresh(ra) && fresh(rb)) {
+  const [oa, ob] = [outcomeOf(ra), outcomeOf(rb)];
+  if (mode === 'check-then-insert' && oa === EXECUTED && ob === EXECUTED) {
     const amount = amountOf(ra.spec);
     d.message('api', 'db', L('d.select', { key: shortKeyOf(key) }), { tag: 'A' });
     d.message('api', 'db', L('d.select', { key: shortKeyOf(key) }), { tag: 'B' });
-    d.note(['api'], L('d.pause'));
+    d.note(['api'], L('d.pause', { ms: server().check_then_insert_pause_ms }));
     d.message('api', 'db', L('d.insertUnguarded', { amount }), { tag: 'A' });
     d.message('api', 'db', L('d.insertUnguarded', { amount }), { tag: 'B' });
     reply(d, ra, a.bar);
     reply(d, rb, b.bar);
-  } else if (!mode && fresh(ra) !== fresh(rb) && ra.status === 201 && rb.status === 201) {
-    const [win, lose] = fresh(ra) ? [a, b] : [b, a];
+  } else if (!mode && [oa, ob].includes(EXECUTED) && [oa, ob].includes(REPLAYED)) {
+    const [win, lose] = oa === EXECUTED ? [a, b] : [b, a];
     d.message('api', 'db', L('d.insertKeyNew', { key: shortKeyOf(key) }), { tag: win.bar.tag });
     d.message('api', 'db', L('d.raceLoser', { key: shortKeyOf(key), other: win.bar.tag }), { tag: lose.bar.tag });
     d.message('api', 'db', L('d.chargeAndSave', { amount: amountOf(ra.spec) }), { tag: win.bar.tag });
@@ -189,46 +214,61 @@ async function sendPair(ctx, { mode }) {
     reply(d, lose.record, lose.bar);
   } else {
     // Not what the lesson expects: tell each one's story on its own.
-    narrateCharge(d, ra, a.bar);
-    narrateCharge(d, rb, b.bar);
+    narrateCharge(d, ra, a.bar, { holder: 'B' });
+    narrateCharge(d, rb, b.bar, { holder: 'A' });
   }
   await Promise.all([a.done, b.done]);
 }
 
-const lesson3Naive = {
+const lesson3Naive = experiment({
   id: 'l3-naive',
-  setup(ctx) {
-    ctx.vars.key = newKey();
-    ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 3: check, then insert' };
-  },
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 3: check, then insert' },
   steps: [{ label: 'l3.naive.step1', run: (ctx) => sendPair(ctx, { mode: 'check-then-insert' }) }],
   verdict(ctx) {
     const n = ctx.newCharges().length;
     const rows = (ctx.latest?.unguarded_keys ?? []).filter((u) => u.key === ctx.vars.key).length;
     return { ok: n === 2 && rows === 2, key: 'l3.naive.verdict', params: { n, rows } };
   },
-};
+});
 
-const lesson3Guarded = {
+const lesson3Guarded = experiment({
   id: 'l3-guarded',
-  setup(ctx) {
-    ctx.vars.key = newKey();
-    ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 3: unique constraint' };
-  },
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 3: unique constraint' },
   steps: [{ label: 'l3.guarded.step1', run: (ctx) => sendPair(ctx, { mode: null }) }],
   verdict(ctx) {
     const n = ctx.newCharges().length;
     const { A, B } = ctx.records;
-    const replays = [A, B].filter((r) => r.status === 201 && r.replayed).length;
+    const replays = [A, B].filter((r) => outcomeOf(r) === REPLAYED).length;
     const sameId = A.json?.id && A.json.id === B.json?.id;
     return { ok: n === 1 && replays === 1 && Boolean(sameId), key: 'l3.guarded.verdict', params: { n, replays } };
   },
-};
+});
 
 // ---- lesson 4: a retry while the first is still running -----------------------------------
 
+// Lesson 4's timing is one constant: A holds its transaction open for HOLD_MS
+// before it commits. Everything else is a stated fraction of it. With 5 s
+// and B sent 1 s in, it is the setting of the design article's measurement
+// (B waited 4009 ms), which the lesson quotes.
 const HOLD_MS = 5000;
-const RETRY_AFTER_MS = 1000;
+/** B, the retry, is sent a fifth of the way into A's hold. */
+const SEND_B_AFTER_MS = HOLD_MS / 5;
+/** atomic: B then waits on A's uncommitted key for the rest of the hold… */
+const ATOMIC_EXPECTED_WAIT_MS = HOLD_MS - SEND_B_AFTER_MS;
+/** …and it must have waited at least three fifths of the hold to count as waiting for A. */
+const ATOMIC_MIN_WAIT_MS = (HOLD_MS * 3) / 5;
+/** key-first: B's 409 must come within a fifth of the hold, well before A commits. */
+const KEY_FIRST_MAX_MS = HOLD_MS / 5;
+
+/** The hold in the units the texts use: seconds, B's delay, the Demo-Fault's milliseconds. */
+const HOLD = { s: HOLD_MS / 1000, after: SEND_B_AFTER_MS / 1000, ms: HOLD_MS };
+
+/** Throws unless the server lets a request hold its transaction open for HOLD_MS. */
+function checkHold() {
+  const { max_delay_commit_ms: max, max_delayed_transactions: places } = server();
+  if (HOLD_MS >= max) throw new Error(`lesson 4 holds a transaction for ${HOLD_MS} ms; that must stay below this server’s limit, ${max} ms (max_delay_commit_ms)`);
+  if (places < 1) throw new Error('this server lets no demo request hold its transaction open (DEMO_MAX_DELAYED)');
+}
 
 /**
  * Lesson 4 in the "atomic" mode: the key and the charge share one
@@ -241,11 +281,12 @@ async function runLesson4Atomic(ctx) {
   const short = shortKeyOf(key);
   const body = ctx.vars.body;
   const mode = 'atomic';
-  const a = ctx.start(chargeRequest({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeld') });
+  checkHold();
+  const a = ctx.start(charge({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeld', HOLD) });
   d.message('api', 'db', L('d.uncommitted', { key: short }), { tag: 'A' });
-  d.note(['db'], L('d.holdOpen', { s: HOLD_MS / 1000 }), { tag: 'A' });
-  await Promise.race([ctx.sleep(RETRY_AFTER_MS), a.answered]);
-  const b = ctx.start(chargeRequest({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning') });
+  d.note(['db'], L('d.holdOpen', HOLD), { tag: 'A' });
+  await Promise.race([ctx.sleep(SEND_B_AFTER_MS), a.answered]);
+  const b = ctx.start(charge({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning', HOLD) });
   d.message('api', 'db', L('d.mustWait', { key: short, other: 'A' }), { tag: 'B' });
   const wait = d.openBar('B', 'db', { kind: 'wait', record: b.record });
 
@@ -253,14 +294,14 @@ async function runLesson4Atomic(ctx) {
   const drawCommit = () => {
     if (committedDrawn) return;
     committedDrawn = true;
-    d.message('api', 'db', L('d.commitNow'), { tag: 'A' });
+    d.message('api', 'db', L('d.commitNow', HOLD), { tag: 'A' });
   };
   const aDone = a.answered.then((rec) => {
-    if (rec.status === 201 && !rec.replayed) drawCommit();
+    if (outcomeOf(rec) === EXECUTED) drawCommit();
     reply(d, rec, a.bar);
   });
   const bDone = b.answered.then((rec) => {
-    if (rec.status === 201 && rec.replayed) {
+    if (outcomeOf(rec) === REPLAYED) {
       drawCommit();
       d.closeBar(wait);
       d.message('db', 'api', L('d.unblocked', { other: 'A' }), { tag: 'B', kind: 'reply' });
@@ -275,11 +316,11 @@ async function runLesson4Atomic(ctx) {
 function verdictLesson4Atomic(ctx) {
   const { A, B } = ctx.records;
   const n = ctx.newCharges().length;
-  const ok = B.status === 201 && B.replayed && n === 1 && B.elapsedMs >= 3000 && A.json?.id === B.json?.id;
+  const ok = outcomeOf(B) === REPLAYED && B.elapsedMs >= ATOMIC_MIN_WAIT_MS && n === 1 && A.json?.id === B.json?.id;
   return {
     ok,
     key: 'l4.verdict',
-    params: { ms: fmtMs(B.elapsedMs), n, status: B.status, replayed: B.replayed },
+    params: { ms: fmtMs(B.elapsedMs), n, status: B.status, replayed: B.replayed, expectMs: ATOMIC_EXPECTED_WAIT_MS },
   };
 }
 
@@ -295,34 +336,30 @@ async function runLesson4KeyFirst(ctx) {
   const short = shortKeyOf(key);
   const body = ctx.vars.body;
   const mode = 'key-first';
-  const lease = ctx.latest?.idempotency_lease_seconds ?? 30;
-  const a = ctx.start(chargeRequest({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeldKeyFirst') });
+  const lease = server().idempotency_lease_seconds;
+  checkHold();
+  const a = ctx.start(charge({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeldKeyFirst', HOLD) });
   d.message('api', 'db', L('d.kfRegister', { key: short, s: lease }), { tag: 'A' });
   d.message('api', 'db', L('d.kfCharge'), { tag: 'A' });
-  d.note(['db'], L('d.kfHold', { s: HOLD_MS / 1000 }), { tag: 'A' });
-  await Promise.race([ctx.sleep(RETRY_AFTER_MS), a.answered]);
-  const b = ctx.start(chargeRequest({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning') });
+  d.note(['db'], L('d.kfHold', HOLD), { tag: 'A' });
+  await Promise.race([ctx.sleep(SEND_B_AFTER_MS), a.answered]);
+  const b = ctx.start(charge({ ...body, key, mode }), {
+    tag: 'B',
+    title: T('title.retryWhileRunning', HOLD),
+    narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { holder: 'A' }),
+  });
 
   const aDone = a.answered.then((rec) => {
-    if (rec.status === 201 && !rec.replayed) d.message('api', 'db', L('d.kfCommit'), { tag: 'A' });
+    if (outcomeOf(rec) === EXECUTED) d.message('api', 'db', L('d.kfCommit', HOLD), { tag: 'A' });
     reply(d, rec, a.bar);
-  });
-  const bDone = b.answered.then((rec) => {
-    if (rec.status === 409 && rec.problemType === IN_FLIGHT) {
-      d.message('api', 'db', L('d.kfRegisterB', { key: short }), { tag: 'B' });
-      d.message('db', 'api', L('d.kfInProgress', { other: 'A' }), { tag: 'B', kind: 'reply' });
-      reply(d, rec, b.bar);
-    } else {
-      narrateCharge(d, rec, b.bar);
-    }
   });
   // b.done resolves once the state read right after B's answer is shown:
   // the committed in_progress row, while A is still running.
-  await Promise.all([bDone, b.done]);
+  await b.done;
   ctx.vars.rowAfterB = ctx.latest?.idempotency_keys.find((k) => k.key === key) ?? null;
   ctx.vars.aRunningAfterB = a.record.elapsedMs === null;
   await Promise.all([aDone, a.done]);
-  await ctx.send(chargeRequest({ ...body, key, mode }), { tag: 'C', title: T('title.retryLater'), narrate: narrateCharge });
+  await ctx.send(charge({ ...body, key, mode }), { tag: 'C', title: T('title.retryLater'), narrate: narrateCharge });
 }
 
 function verdictLesson4KeyFirst(ctx) {
@@ -331,12 +368,11 @@ function verdictLesson4KeyFirst(ctx) {
   const row = ctx.vars.rowAfterB;
   const same = Boolean(A.json?.id) && A.json.id === C?.json?.id;
   const ok =
-    B.status === 409 &&
-    B.problemType === IN_FLIGHT &&
-    B.elapsedMs < 1000 &&
+    outcomeOf(B) === IN_FLIGHT &&
+    B.elapsedMs < KEY_FIRST_MAX_MS &&
     row?.status === 'in_progress' &&
-    C?.status === 201 &&
-    C.replayed &&
+    Boolean(C) &&
+    outcomeOf(C) === REPLAYED &&
     same &&
     n === 1;
   return {
@@ -351,6 +387,7 @@ function verdictLesson4KeyFirst(ctx) {
       cStatus: C?.status ?? '—',
       replayed: C?.replayed ?? false,
       same,
+      maxMs: KEY_FIRST_MAX_MS,
     },
   };
 }
@@ -359,22 +396,21 @@ function verdictLesson4KeyFirst(ctx) {
 // Lesson 4 is written once per idempotency mode; the radios in index.html
 // ("MODE SWITCH: lesson 4") set lesson4.mode, and every request of the run
 // carries that mode as Demo-Mode, whatever the server's default
-// (/demo/state's idempotency_mode) is.
+// (/demo/config's idempotency_mode) is.
 // The SQLite backend needs no mode of its own here: only the lock's scope differs
-// (the whole database is locked, not one key), and state.backend names it.
+// (the whole database is locked, not one key), and /demo/config's backend_name names it.
 const LESSON4_MODES = {
-  atomic: { run: runLesson4Atomic, verdict: verdictLesson4Atomic, label: 'l4.step1.atomic', text: 'l4.p2.atomic.html' },
-  'key-first': { run: runLesson4KeyFirst, verdict: verdictLesson4KeyFirst, label: 'l4.step1.keyFirst', text: 'l4.p2.keyFirst.html' },
+  atomic: { run: runLesson4Atomic, verdict: verdictLesson4Atomic, label: L('l4.step1.atomic', HOLD), text: 'l4.p2.atomic.html' },
+  'key-first': { run: runLesson4KeyFirst, verdict: verdictLesson4KeyFirst, label: L('l4.step1.keyFirst', HOLD), text: 'l4.p2.keyFirst.html' },
 };
 // ===============================================================================================
 
-const lesson4 = {
+const lesson4 = experiment({
   id: 'l4',
   mode: 'atomic',
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 4: a book' },
   setup(ctx) {
     ctx.vars.mode = lesson4.mode;
-    ctx.vars.key = newKey();
-    ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 4: a book' };
   },
   steps: [
     {
@@ -385,7 +421,7 @@ const lesson4 = {
     },
   ],
   verdict: (ctx) => LESSON4_MODES[ctx.vars.mode].verdict(ctx),
-};
+});
 
 /** The radios above lesson 4's experiment: a new mode starts the experiment afresh. */
 function mountLesson4Modes(root, experiment) {
@@ -410,18 +446,11 @@ function mountLesson4Modes(root, experiment) {
 
 // ---- lesson 5: key lifetime and reuse ---------------------------------------------------------
 
-const lesson5Expire = {
+const lesson5Expire = experiment({
   id: 'l5-expire',
-  setup(ctx) {
-    ctx.vars.key = newKey();
-    ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 5: expiry' };
-  },
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 5: expiry' },
   steps: [
-    {
-      label: 'l5.expire.step1',
-      run: (ctx) =>
-        ctx.send(chargeRequest({ ...ctx.vars.body, key: ctx.vars.key }), { tag: 'A', title: T('title.first'), narrate: narrateCharge }),
-    },
+    { label: 'l5.expire.step1', tag: 'A', title: 'title.first', key: 'same' },
     {
       label: 'l5.expire.step2',
       run: (ctx) => ctx.send(expireRequest(ctx.vars.key), { tag: 'B', title: T('title.expire'), narrate: narrateExpire }),
@@ -432,7 +461,7 @@ const lesson5Expire = {
         const rec = await ctx.send(purgeRequest(), { tag: 'C', title: T('title.purge'), narrate: narratePurge });
         // ctx.latest is now the state read right after the purge.
         ctx.vars.purge = {
-          ok: rec.status === 200,
+          ok: outcomeOf(rec) === EXECUTED,
           purged: typeof rec.json?.purged === 'number' ? rec.json.purged : null,
           keyLeft: Boolean(ctx.latest?.idempotency_keys.some((k) => k.key === ctx.vars.key)),
           kept: ctx.newCharges().length,
@@ -441,86 +470,57 @@ const lesson5Expire = {
     },
     {
       label: 'l5.expire.step4',
-      run: (ctx) =>
-        ctx.send(chargeRequest({ ...ctx.vars.body, key: ctx.vars.key }), {
-          tag: 'D',
-          title: T('title.retryAfterPurge'),
-          narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { expired: !ctx.vars.purge?.keyLeft ? 'purged' : true }),
-        }),
+      tag: 'D',
+      title: 'title.retryAfterPurge',
+      key: 'same',
+      keyWas: (ctx) => (ctx.vars.purge?.keyLeft ? 'expired' : 'purged'),
     },
   ],
   verdict(ctx) {
     const n = ctx.newCharges().length;
     const retry = ctx.records.D;
     const purge = ctx.vars.purge ?? {};
-    const ok = purge.ok && purge.keyLeft === false && purge.kept === 1 && n === 2 && retry.status === 201 && !retry.replayed;
+    const ok = purge.ok && purge.keyLeft === false && purge.kept === 1 && n === 2 && outcomeOf(retry) === EXECUTED;
     return {
       ok,
       key: 'l5.expire.verdict',
       params: { n, status: retry.status, purged: purge.purged ?? '—', keyLeft: purge.keyLeft, kept: purge.kept },
     };
   },
-};
+});
 
-const lesson5Reuse = {
+const lesson5Reuse = experiment({
   id: 'l5-reuse',
-  setup(ctx) {
-    ctx.vars.key = newKey();
-  },
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 5: reuse' },
   steps: [
-    {
-      label: 'l5.reuse.step1',
-      run: (ctx) =>
-        ctx.send(chargeRequest({ amount: 1000, currency: 'jpy', description: 'Lesson 5: reuse', key: ctx.vars.key }), {
-          tag: 'A',
-          title: T('title.charge', { amount: () => fmtAmount(1000, 'jpy') }),
-          narrate: narrateCharge,
-        }),
-    },
-    {
-      label: 'l5.reuse.step2',
-      run: (ctx) =>
-        ctx.send(chargeRequest({ amount: 2500, currency: 'jpy', description: 'Lesson 5: reuse', key: ctx.vars.key }), {
-          tag: 'B',
-          title: T('title.otherAmount'),
-          narrate: narrateCharge,
-        }),
-    },
+    { label: 'l5.reuse.step1', tag: 'A', title: 'title.charge', key: 'same' },
+    { label: 'l5.reuse.step2', tag: 'B', title: 'title.otherAmount', key: 'same', body: { amount: 2500 } },
   ],
   verdict(ctx) {
     const n = ctx.newCharges().length;
     const b = ctx.records.B;
     const type = b.problemType ?? '';
-    return { ok: b.status === 422 && type === REUSED && n === 1, key: 'l5.reuse.verdict', params: { n, status: b.status, type } };
+    const expected = problemFor(MISMATCH);
+    return {
+      ok: outcomeOf(b) === MISMATCH && n === 1,
+      key: 'l5.reuse.verdict',
+      params: { n, status: b.status, type, expectStatus: expected.status, expectType: expected.type },
+    };
   },
-};
+});
 
-const lesson5NewKey = {
+const lesson5NewKey = experiment({
   id: 'l5-newkey',
-  setup(ctx) {
-    ctx.vars.body = { amount: 1000, currency: 'jpy', description: 'Lesson 5: a new key per attempt' };
-  },
+  body: { amount: 1000, currency: 'jpy', description: 'Lesson 5: a new key per attempt' },
   steps: [
-    {
-      label: 'l5.newkey.step1',
-      run: (ctx) =>
-        ctx.send(chargeRequest({ ...ctx.vars.body, key: newKey(), faults: ['lose-response'] }), {
-          tag: 'A',
-          title: T('title.key1'),
-          narrate: narrateCharge,
-        }),
-    },
-    {
-      label: 'l5.newkey.step2',
-      run: (ctx) =>
-        ctx.send(chargeRequest({ ...ctx.vars.body, key: newKey() }), { tag: 'B', title: T('title.key2'), narrate: narrateCharge }),
-    },
+    { label: 'l5.newkey.step1', tag: 'A', title: 'title.key1', key: 'fresh', faults: [LOSE_RESPONSE] },
+    { label: 'l5.newkey.step2', tag: 'B', title: 'title.key2', key: 'fresh' },
   ],
   verdict(ctx) {
     const n = ctx.newCharges().length;
     return { ok: n === 2, key: 'l5.newkey.verdict', params: { n } };
   },
-};
+});
 
 /** Every experiment, by the id of its placeholder in index.html (data-experiment). */
 export const EXPERIMENTS = {
@@ -613,8 +613,6 @@ export function mountLesson2(root) {
   });
 }
 
-let factsState = null;
-
 /** Sets text only when it changed, so a live region does not repeat itself. */
 function setText(el, text) {
   if (el && el.textContent !== text) el.textContent = text;
@@ -629,20 +627,37 @@ function setHtml(el, html) {
 
 /** Lesson 4's mode-dependent text, and the sentences that quote the server's settings. */
 function renderLesson4(root) {
-  const state = factsState;
-  const backend = { postgresql: 'PostgreSQL', sqlite: 'SQLite' }[state?.backend] ?? state?.backend ?? '…';
-  setText(root.querySelector('[data-role="l4-backend"]'), t('l4.backend', { backend, serverMode: state?.idempotency_mode ?? '…', mode: lesson4.mode }));
-  setHtml(root.querySelector('[data-role="l4-explain"]'), t(LESSON4_MODES[lesson4.mode].text));
-  const lease = state ? fmtDuration(state.idempotency_lease_seconds) : '…';
-  const isDefault = state?.idempotency_lease_seconds === 30;
-  setHtml(root.querySelector('[data-role="l4-lease"]'), tHtml('l4.tradeoff.p2.html', { lease, isDefault }));
+  const config = serverOrNull();
+  setHtml(root.querySelector('[data-role="l4-intro"]'), tHtml('l4.p1.html', HOLD));
+  setText(
+    root.querySelector('[data-role="l4-backend"]'),
+    t('l4.backend', { backend: config?.backend_name ?? '…', serverMode: config?.idempotency_mode ?? '…', mode: lesson4.mode }),
+  );
+  setHtml(
+    root.querySelector('[data-role="l4-explain"]'),
+    tHtml(LESSON4_MODES[lesson4.mode].text, {
+      ...HOLD,
+      wait: ATOMIC_EXPECTED_WAIT_MS / 1000,
+      type: config ? problemFor(IN_FLIGHT).type : '…',
+      retryAfter: config?.in_flight_retry_after_seconds ?? '…',
+    }),
+  );
+  const lease = config ? fmtDuration(config.idempotency_lease_seconds) : '…';
+  const isDefault = config ? config.idempotency_lease_seconds === config.default_idempotency_lease_seconds : false;
+  const defaultLease = config?.default_idempotency_lease_seconds ?? '…';
+  setHtml(root.querySelector('[data-role="l4-lease"]'), tHtml('l4.tradeoff.p2.html', { lease, isDefault, defaultLease }));
 }
 
-/** Lesson 4's and 5's sentences that quote the server's own settings. */
-export function renderServerFacts(root, state) {
-  if (state) factsState = state;
+/**
+ * The sentences of lessons 3 to 5 that quote the server's own settings (GET
+ * /demo/config), or lesson 4's timing; '…' until the settings have been read.
+ */
+export function renderServerFacts(root) {
+  const config = serverOrNull();
+  setHtml(root.querySelector('[data-role="l3-race"]'), tHtml('l3.race.p1.html', { pause: config?.check_then_insert_pause_ms ?? '…' }));
   renderLesson4(root);
-  const ttl = factsState ? fmtDuration(factsState.idempotency_ttl_seconds) : '…';
+  const ttl = config ? fmtDuration(config.idempotency_ttl_seconds) : '…';
   setText(root.querySelector('[data-role="l5-ttl"]'), t('l5.p1', { ttl }));
+  setHtml(root.querySelector('[data-role="l5-purge"]'), tHtml('l5.purge.p1.html', { batch: config ? fmtInt(config.purge_batch) : '…' }));
   setText(root.querySelector('[data-role="l5-retention"]'), t('l5.purge.p2', { ttl }));
 }

@@ -1,8 +1,10 @@
 // Wires the page: language toggle, reset button, the header's live summary
-// of the database, and the lessons.
+// of the database, and the lessons. At start-up it reads the server's
+// settings (GET /demo/config) once, and the tables (GET /demo/state).
 
 import { t, lang, setLang, applyStatic, onLangChange } from './i18n.js';
 import { getState, resetDemo } from './api.js';
+import { loadServer, server } from './server.js';
 import { mountExperiments, mountLesson2, renderServerFacts } from './lessons.js';
 import { rerenderAll, onBusyChange, onState, isBusy, afterReset } from './experiment.js';
 
@@ -25,15 +27,14 @@ function renderHeader() {
     db.textContent = '';
     return;
   }
-  const name = { postgresql: 'PostgreSQL', sqlite: 'SQLite' }[lastState.backend] ?? lastState.backend;
-  backend.textContent = t('status.backend', { backend: name, mode: lastState.idempotency_mode });
+  const { backend_name: name, idempotency_mode: mode } = server();
+  backend.textContent = t('status.backend', { backend: name, mode });
   db.textContent = t('status.db', { charges: lastState.charges.length, keys: lastState.idempotency_keys.length });
 }
 
 function showState(state) {
   lastState = state;
   renderHeader();
-  renderServerFacts(document, state);
 }
 
 function renderLangButton() {
@@ -74,15 +75,17 @@ async function start() {
   onLangChange(() => {
     renderLangButton();
     renderHeader();
-    renderServerFacts(document, lastState && lastState !== 'offline' ? lastState : null);
+    renderServerFacts(document);
     rerenderAll();
   });
   $('[data-testid="lang-toggle"]').addEventListener('click', () => setLang(lang() === 'ja' ? 'en' : 'ja'));
   $('[data-testid="reset"]').addEventListener('click', onReset);
   renderHeader();
-  renderServerFacts(document, null);
+  renderServerFacts(document);
   try {
-    showState(await getState());
+    const [, state] = await Promise.all([loadServer(), getState()]);
+    renderServerFacts(document);
+    showState(state);
   } catch (error) {
     console.error(error);
     lastState = 'offline';

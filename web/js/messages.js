@@ -110,7 +110,7 @@ const en = {
     'Storing the response is not what makes the request idempotent; the key alone prevents the second charge. It is a kindness to the client: it cannot tell a first attempt from a retry, so getting the same answer both times keeps its code simple.',
   'l3.race.title': 'Why a unique constraint?',
   'l3.race.p1.html':
-    'The obvious way to build this is: look the key up, and if it is not there, charge and write the key down. The trouble is the moment between looking and writing. Two requests with the same key that arrive together can both look, both find nothing, and both charge. The demo’s <code>Demo-Mode: check-then-insert</code> does exactly this. It waits 300 ms between the look-up and the insert so the gap is easy to hit, and its key table, <code>unguarded_keys</code>, has no unique constraint.',
+    'The obvious way to build this is: look the key up, and if it is not there, charge and write the key down. The trouble is the moment between looking and writing. Two requests with the same key that arrive together can both look, both find nothing, and both charge. The demo’s <code>Demo-Mode: check-then-insert</code> does exactly this. It waits {pause} ms between the look-up and the insert so the gap is easy to hit, and its key table, <code>unguarded_keys</code>, has no unique constraint.',
   'l3.naive.title': 'Two at once: look first, then insert',
   'l3.naive.step1': 'Send two requests with one key at the same moment (check-then-insert)',
   'l3.naive.verdict.ok.html': p =>
@@ -126,34 +126,34 @@ const en = {
 
   // ---- lesson 4 ---------------------------------------------------------
   'l4.title': '4. A retry while the first is still running',
-  'l4.p1.html':
-    'So far the retry arrived after the first attempt had finished. What if it arrives while the first one is still working? Here the first request (A) is held inside the server for 5 seconds before its charge is committed (<code>Demo-Fault: delay-commit=5000</code>). One second after sending it, the client sends the retry (B) with the same key and the same body. What B gets depends on where the server records the key. Pick a design and try both.',
+  'l4.p1.html': p =>
+    `So far the retry arrived after the first attempt had finished. What if it arrives while the first one is still working? Here the first request (A) is held inside the server for ${p.s} seconds before its charge is committed (<code>Demo-Fault: delay-commit=${p.ms}</code>). ${Number(p.after) === 1 ? 'One second' : `${p.after} seconds`} after sending it, the client sends the retry (B) with the same key and the same body. What B gets depends on where the server records the key. Pick a design and try both.`,
   'l4.mode.legend': 'Design to try',
   'l4.mode.atomicHint': 'key, charge and stored response in one transaction',
   'l4.mode.keyFirstHint': 'the key is committed on its own first, the charge after',
   'l4.p2.atomic.html':
-    'In the <strong>atomic</strong> design the key and the charge are written in one transaction, so A’s key row is invisible to others until A commits. Yet the unique constraint also checks rows that are not committed yet, so B’s insert of the same key has to <strong>wait</strong> until A commits or rolls back. Once A commits, B finds the key and returns the stored <code>201</code>. Expect B to take about 4 seconds: a measurement of the same two inserts on PostgreSQL 17 took 4009 ms.',
+    'In the <strong>atomic</strong> design the key and the charge are written in one transaction, so A’s key row is invisible to others until A commits. Yet the unique constraint also checks rows that are not committed yet, so B’s insert of the same key has to <strong>wait</strong> until A commits or rolls back. Once A commits, B finds the key and returns the stored <code>201</code>. Expect B to take about {wait} seconds: a measurement of the same two inserts on PostgreSQL 17 took 4009 ms.',
   'l4.p2.keyFirst.html':
-    'In the <strong>key-first</strong> design A uses two transactions. The first registers the key as <code>in_progress</code> with a lease and commits right away. The second records the charge, and this time it is the second one that stays open for 5 seconds. So B finds a committed row saying “in progress”. The server does not wait: within a few milliseconds it answers <code>409 Conflict</code> (<code>/problems/idempotency-key-in-flight</code>) with <code>Retry-After: 1</code>, and B charges nothing. The page reads the tables right after B’s answer, so you can see that row while A is still running. Once A has finished, the page sends the same request once more (C), and C gets the stored <code>201</code>.',
+    'In the <strong>key-first</strong> design A uses two transactions. The first registers the key as <code>in_progress</code> with a lease and commits right away. The second records the charge, and this time it is the second one that stays open for {s} seconds. So B finds a committed row saying “in progress”. The server does not wait: within a few milliseconds it answers <code>409 Conflict</code> (<code>{type}</code>) with <code>Retry-After: {retryAfter}</code>, and B charges nothing. The page reads the tables right after B’s answer, so you can see that row while A is still running. Once A has finished, the page sends the same request once more (C), and C gets the stored <code>201</code>.',
   'l4.backend': p =>
     `This server runs on ${p.backend}, and its default mode is “${p.serverMode}”. This experiment runs in “${p.mode}” mode: every request it sends carries Demo-Mode: ${p.mode}.`,
-  'l4.step1.atomic': 'Send A (holds 5 s), then B with the same key 1 s later',
-  'l4.step1.keyFirst': 'Send A (holds 5 s), B with the same key 1 s later, then C once A has finished',
+  'l4.step1.atomic': 'Send A (holds {s} s), then B with the same key {after} s later',
+  'l4.step1.keyFirst': 'Send A (holds {s} s), B with the same key {after} s later, then C once A has finished',
   'l4.verdict.ok.html': p =>
     `B waited <strong>${p.ms} ms</strong>, then got the stored <code>201</code> with <code>Idempotent-Replayed: true</code> and A’s charge id. The table gained <strong>${p.n}</strong> charge.`,
   'l4.verdict.bad.html': p =>
-    `Expected B to wait about 4000 ms and get a replayed 201, with one new charge; B took ${p.ms} ms, status ${p.status}, replayed: ${p.replayed}, new charges: ${p.n}.`,
+    `Expected B to wait about ${p.expectMs} ms and get a replayed 201, with one new charge; B took ${p.ms} ms, status ${p.status}, replayed: ${p.replayed}, new charges: ${p.n}.`,
   'l4.kf.verdict.ok.html': p =>
     `B got <code>409 Conflict</code> after <strong>${p.ms} ms</strong> (<code>Retry-After: ${p.retryAfter}</code>): the key row was already committed as <code>in_progress</code>, so the server did not wait for A. Once A had finished, C with the same key got the stored <code>201</code> with <code>Idempotent-Replayed: true</code> and A’s charge id. The table gained <strong>${p.n}</strong> charge.`,
   'l4.kf.verdict.bad.html': p =>
-    `Expected B to get 409 idempotency-key-in-flight within 1000 ms, the key row to be in_progress right after it, and C to get a replayed 201 with A’s id, with one new charge. B: ${p.bStatus} after ${p.ms} ms; key row after B: ${p.rowStatus}; C: ${p.cStatus}, replayed: ${p.replayed}, same id: ${p.same}; new charges: ${p.n}.`,
+    `Expected B to get 409 idempotency-key-in-flight within ${p.maxMs} ms, the key row to be in_progress right after it, and C to get a replayed 201 with A’s id, with one new charge. B: ${p.bStatus} after ${p.ms} ms; key row after B: ${p.rowStatus}; C: ${p.cStatus}, replayed: ${p.replayed}, same id: ${p.same}; new charges: ${p.n}.`,
   'l4.p3':
     'Whether B gives up while waiting or stops at the 409, the client still does not know whether it was charged. A key promises at most one charge, not an answer. Sending the same key again later fetches the stored answer.',
   'l4.tradeoff.title': 'Waiting or 409: what each design costs',
   'l4.tradeoff.p1.html':
     'Both designs keep it to one charge. What differs is what a retry that overlaps the first request hears. In the atomic design it waits, holding a database connection, for as long as the first request takes, and then gets the real answer. In the key-first design it is told at once, with <code>409</code> and <code>Retry-After</code>, that it came too early. The client has to send it again later, and that later retry gets the real answer.',
   'l4.tradeoff.p2.html': p =>
-    `Key-first pays for the quick answer with a window between its two transactions. If the process dies after committing the key but before the charge, the row stays <code>in_progress</code> with nobody working on it, and every retry gets 409 until the row’s lease runs out (<code>locked_until</code>; ${p.isDefault === 'true' ? `${p.lease} here, the default` : `${p.lease} on this server, 30 seconds by default`}). After that, the next request with the same key and the same body takes the row over and runs as the first. So key-first needs the lease and this takeover to recover. The atomic design has no such window: if the process dies, its single transaction rolls back, and the key disappears together with the charge.`,
+    `Key-first pays for the quick answer with a window between its two transactions. If the process dies after committing the key but before the charge, the row stays <code>in_progress</code> with nobody working on it, and every retry gets 409 until the row’s lease runs out (<code>locked_until</code>; ${p.isDefault === 'true' ? `${p.lease} here, the default` : `${p.lease} on this server, ${p.defaultLease} seconds by default`}). After that, the next request with the same key and the same body takes the row over and runs as the first. So key-first needs the lease and this takeover to recover. The atomic design has no such window: if the process dies, its single transaction rolls back, and the key disappears together with the charge.`,
   'l4.sqlite':
     'On the SQLite backend (the zero-setup default) the same thing happens, but the lock that makes B wait covers the whole database, not one key: every other write waits for A too. PostgreSQL locks only the entry of this one key in the unique index.',
 
@@ -173,17 +173,17 @@ const en = {
   'l5.expire.verdict.bad.html': p =>
     `Expected the purge to remove the expired key row and keep the charge, and the retry to make a second charge. Purged: ${p.purged}; key row still there: ${p.keyLeft}; charges after the purge: ${p.kept}; new charges: ${p.n} (last status ${p.status}).`,
   'l5.purge.p1.html':
-    'Expiring a key does not delete its row. The row stays in <code>idempotency_keys</code>, marked expired, until the purge removes it. Even before that the server treats an expired row as if it were not there, so without step 3 the retry would have been a new charge just the same. The server runs the purge by itself, every 60 seconds by default (<code>PURGE_INTERVAL</code>), and deletes expired key rows in batches of 1,000 (<code>PURGE_BATCH</code>): short statements that never hold locks for long. It deletes key rows only; the charges stay.',
+    'Expiring a key does not delete its row. The row stays in <code>idempotency_keys</code>, marked expired, until the purge removes it. Even before that the server treats an expired row as if it were not there, so without step 3 the retry would have been a new charge just the same. The server runs the purge by itself, every 60 seconds by default (<code>PURGE_INTERVAL</code>), and deletes expired key rows in batches of {batch} (<code>PURGE_BATCH</code>): short statements that never hold locks for long. It deletes key rows only; the charges stay.',
   'l5.purge.p2': p =>
     `The purge only tidies up. What decides is the retention, ${p.ttl} here: a client that keeps retrying for longer than that gets its late retries through as new charges. So the retention has to outlast every client’s retry window; making it longer costs nothing but more rows.`,
   'l5.reuse.title': 'The same key with a different request',
   'l5.reuse.p.html':
     'A key names one request. Sending the same key with a different amount is not a retry, so the server neither replays the old answer nor charges again: it refuses with <code>422</code>. To notice the difference it keeps a fingerprint of each request, a hash of its body, in the <code>fingerprint</code> column.',
-  'l5.reuse.step1': 'Charge ¥1,000 with a key',
-  'l5.reuse.step2': 'Send ¥2,500 with the same key',
+  'l5.reuse.step1': 'Charge {amount} with a key',
+  'l5.reuse.step2': 'Send {amount} with the same key',
   'l5.reuse.verdict.ok.html': p =>
     `The second request was refused with <code>${p.status}</code> (<code>${p.type}</code>). The table gained only <strong>${p.n}</strong> charge.`,
-  'l5.reuse.verdict.bad.html': p => `Expected 422 /problems/idempotency-key-reused and 1 new charge; got ${p.status} ${p.type}, ${p.n} new charge(s).`,
+  'l5.reuse.verdict.bad.html': p => `Expected ${p.expectStatus} ${p.expectType} and 1 new charge; got ${p.status} ${p.type}, ${p.n} new charge(s).`,
   'l5.newkey.title': 'A new key for every attempt',
   'l5.newkey.p':
     'A key is made once per charge the client means to make, not once per attempt. This client makes a fresh key every time it sends, so the server has nothing linking the retry to the first attempt.',
@@ -273,15 +273,15 @@ const en = {
   'title.retryNoKey': 'Retry, without a key',
   'title.retrySameKey': 'Retry with the same key',
   'title.concurrent': 'Sent at the same moment, same key',
-  'title.firstHeld': 'First attempt, keeps its transaction open 5 s',
-  'title.retryWhileRunning': 'Retry 1 s later, same key',
-  'title.firstHeldKeyFirst': 'First attempt, keeps transaction 2 open 5 s',
+  'title.firstHeld': 'First attempt, keeps its transaction open {s} s',
+  'title.retryWhileRunning': 'Retry {after} s later, same key',
+  'title.firstHeldKeyFirst': 'First attempt, keeps transaction 2 open {s} s',
   'title.retryLater': 'Retry after A has finished, same key',
   'title.purge': 'Run the purge (one pass)',
   'title.expire': 'Expire the key (demo shortcut)',
   'title.retryAfterPurge': 'Retry after the purge, same key',
   'title.charge': 'Charge {amount} with a key',
-  'title.otherAmount': 'Same key, now ¥2,500',
+  'title.otherAmount': 'Same key, now {amount}',
   'title.key1': 'First attempt, key #1',
   'title.key2': 'Retry with a new key #2',
 
@@ -303,13 +303,13 @@ const en = {
   'd.replyReplayed': p => `201 (Idempotent-Replayed) · ${p.ms} ms`,
   'd.fingerprintDiffers': 'key found, but this request’s fingerprint differs',
   'd.select': p => `SELECT key ${p.key} → none`,
-  'd.pause': 'both pause 300 ms',
+  'd.pause': 'both pause {ms} ms',
   'd.insertUnguarded': p => `INSERT key (no constraint) and a ${p.amount} charge, COMMIT`,
   'd.raceLoser': p => `register key ${p.key} → taken by ${p.other} (waits if ${p.other} has not committed yet)`,
   'd.uncommitted': p => `register key ${p.key}, record the charge, store the 201 (not committed yet)`,
   'd.holdOpen': p => `keeps its transaction open for ${p.s} s`,
   'd.mustWait': p => `register key ${p.key} → must wait for ${p.other}`,
-  'd.commitNow': 'COMMIT (the 5 s are over)',
+  'd.commitNow': 'COMMIT (the {s} s are over)',
   'd.unblocked': p => `${p.other} committed → key taken → read the stored response`,
   'd.callExpire': p => `POST /demo/keys/…/expire`,
   'd.markExpired': p => `mark key ${p.key} as expired`,
@@ -318,9 +318,9 @@ const en = {
   'd.kfHold': p => `keeps transaction 2 open for ${p.s} s`,
   'd.kfRegisterB': p => `register key ${p.key}`,
   'd.kfInProgress': p => `${p.other}’s row is committed: in_progress, lease live → no waiting`,
-  'd.kfCommit': 'transaction 2: store the 201 in the key row (completed), COMMIT (the 5 s are over)',
+  'd.kfCommit': 'transaction 2: store the 201 in the key row (completed), COMMIT (the {s} s are over)',
   'd.callPurge': 'POST /demo/purge',
-  'd.purgeDelete': 'DELETE expired key rows, in batches (PURGE_BATCH, 1000)',
+  'd.purgeDelete': 'DELETE expired key rows, in batches (PURGE_BATCH, {batch})',
   'd.purgedRows': p => `${p.n === 1 ? '1 key row' : `${p.n} key rows`} deleted; charges untouched`,
   'd.expiredIsNew': p => `register key ${p.key} → the old record expired, so it counts as new`,
   'd.purgedIsNew': p => `register key ${p.key} → no row any more (purged), so it is new`,
@@ -432,7 +432,7 @@ const ja = {
     '二重課金を防いでいるのはキーそのもので、応答の保存は冪等性の条件ではありません。これはクライアントへの心配りです。クライアントには自分の送信が初回か再送かを見分けられないので、どちらでも同じ応答が返れば、処理を分けずに済みます。',
   'l3.race.title': 'なぜ一意制約なのか',
   'l3.race.p1.html':
-    '素直に作るなら「キーを探し、無ければ課金してからキーを書き込む」でしょう。問題は、探してから書き込むまでの隙間です。同じキーの 2 通が同時に届くと、両方が探し、両方とも何も見つけられず、両方が課金します。デモの <code>Demo-Mode: check-then-insert</code> はまさにこの動きをします。隙間に入りやすいよう検索と書き込みの間で 300 ms 待ち、キーを入れるテーブル <code>unguarded_keys</code> には一意制約がありません。',
+    '素直に作るなら「キーを探し、無ければ課金してからキーを書き込む」でしょう。問題は、探してから書き込むまでの隙間です。同じキーの 2 通が同時に届くと、両方が探し、両方とも何も見つけられず、両方が課金します。デモの <code>Demo-Mode: check-then-insert</code> はまさにこの動きをします。隙間に入りやすいよう検索と書き込みの間で {pause} ms 待ち、キーを入れるテーブル <code>unguarded_keys</code> には一意制約がありません。',
   'l3.naive.title': '同時に 2 通: 探してから書き込む',
   'l3.naive.step1': '同じキーの 2 通を同時に送る（check-then-insert）',
   'l3.naive.verdict.ok.html': p =>
@@ -448,33 +448,33 @@ const ja = {
 
   'l4.title': '4. 1 通目の処理中に届いた再送',
   'l4.p1.html':
-    'ここまでの再送は、1 通目が終わった後に届いていました。では、1 通目がまだ処理している最中に再送が届いたらどうなるでしょう。この実験の 1 通目（A）は、課金をコミットする前にサーバーの中で 5 秒間止まります（<code>Demo-Fault: delay-commit=5000</code>）。A を送ってから 1 秒後に、クライアントは同じキー・同じ本文で再送（B）を送ります。B が何を受け取るかは、サーバーがキーをどこで記録するかで変わります。設計を選んで、両方を試してみてください。',
+    'ここまでの再送は、1 通目が終わった後に届いていました。では、1 通目がまだ処理している最中に再送が届いたらどうなるでしょう。この実験の 1 通目（A）は、課金をコミットする前にサーバーの中で {s} 秒間止まります（<code>Demo-Fault: delay-commit={ms}</code>）。A を送ってから {after} 秒後に、クライアントは同じキー・同じ本文で再送（B）を送ります。B が何を受け取るかは、サーバーがキーをどこで記録するかで変わります。設計を選んで、両方を試してみてください。',
   'l4.mode.legend': '試す設計',
   'l4.mode.atomicHint': 'キー・課金・保存する応答を 1 つのトランザクションで書く',
   'l4.mode.keyFirstHint': 'キーだけを先にコミットし、課金はその後',
   'l4.p2.atomic.html':
-    '<strong>atomic</strong> では、キーと課金を 1 つのトランザクションで書き込むので、A のキーの行は A がコミットするまで他からは見えません。それでも一意制約の検査はまだコミットされていない行も対象にするため、同じキーを登録しようとする B は、A がコミットかロールバックするまで<strong>待たされます</strong>。A がコミットすると B はキーを見つけ、保存済みの <code>201</code> を返します。B にはおよそ 4 秒かかるはずです。PostgreSQL 17 で同じ 2 つの INSERT を計ったときは 4009 ms でした。',
+    '<strong>atomic</strong> では、キーと課金を 1 つのトランザクションで書き込むので、A のキーの行は A がコミットするまで他からは見えません。それでも一意制約の検査はまだコミットされていない行も対象にするため、同じキーを登録しようとする B は、A がコミットかロールバックするまで<strong>待たされます</strong>。A がコミットすると B はキーを見つけ、保存済みの <code>201</code> を返します。B にはおよそ {wait} 秒かかるはずです。PostgreSQL 17 で同じ 2 つの INSERT を計ったときは 4009 ms でした。',
   'l4.p2.keyFirst.html':
-    '<strong>key-first</strong> では、A は 2 つのトランザクションを使います。1 つ目はキーをリース付きの <code>in_progress</code> として登録し、すぐにコミットします。2 つ目が課金を記録し、今回 5 秒間開いたままになるのはこちらです。そのため B は「処理中」と書かれた確定済みの行を見つけます。サーバーは待たずに、数ミリ秒で <code>409 Conflict</code>（<code>/problems/idempotency-key-in-flight</code>）を <code>Retry-After: 1</code> 付きで返し、B では何も課金されません。ページは B の返事の直後にテーブルを読むので、A がまだ処理中のうちにその行を確かめられます。A が終わると、ページは同じリクエストをもう一度（C）送ります。C は保存済みの <code>201</code> を受け取ります。',
+    '<strong>key-first</strong> では、A は 2 つのトランザクションを使います。1 つ目はキーをリース付きの <code>in_progress</code> として登録し、すぐにコミットします。2 つ目が課金を記録し、今回 {s} 秒間開いたままになるのはこちらです。そのため B は「処理中」と書かれた確定済みの行を見つけます。サーバーは待たずに、数ミリ秒で <code>409 Conflict</code>（<code>{type}</code>）を <code>Retry-After: {retryAfter}</code> 付きで返し、B では何も課金されません。ページは B の返事の直後にテーブルを読むので、A がまだ処理中のうちにその行を確かめられます。A が終わると、ページは同じリクエストをもう一度（C）送ります。C は保存済みの <code>201</code> を受け取ります。',
   'l4.backend': p =>
     `このサーバーは ${p.backend} で動いていて、既定のモードは「${p.serverMode}」です。この実験は「${p.mode}」モードで動かすので、送るリクエストにはすべて Demo-Mode: ${p.mode} が付きます。`,
-  'l4.step1.atomic': 'A を送り（5 秒保持）、1 秒後に同じキーで B を送る',
-  'l4.step1.keyFirst': 'A を送り（5 秒保持）、1 秒後に同じキーで B を、A の完了後に C を送る',
+  'l4.step1.atomic': 'A を送り（{s} 秒保持）、{after} 秒後に同じキーで B を送る',
+  'l4.step1.keyFirst': 'A を送り（{s} 秒保持）、{after} 秒後に同じキーで B を、A の完了後に C を送る',
   'l4.verdict.ok.html': p =>
     `B は <strong>${p.ms} ms</strong> 待たされた後、<code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。課金は <strong>${p.n} 件</strong>だけ増えました。`,
   'l4.verdict.bad.html': p =>
-    `B が約 4000 ms 待って再生された 201 を受け取り、課金が 1 件増えることを期待していました。実際は B が ${p.ms} ms、ステータス ${p.status}、replayed: ${p.replayed}、増えた課金 ${p.n} 件でした。`,
+    `B が約 ${p.expectMs} ms 待って再生された 201 を受け取り、課金が 1 件増えることを期待していました。実際は B が ${p.ms} ms、ステータス ${p.status}、replayed: ${p.replayed}、増えた課金 ${p.n} 件でした。`,
   'l4.kf.verdict.ok.html': p =>
     `B は <strong>${p.ms} ms</strong> で <code>409 Conflict</code>（<code>Retry-After: ${p.retryAfter}</code>）を受け取りました。キーの行は <code>in_progress</code> として確定済みだったので、サーバーは A を待たなかったのです。A が終わった後、同じキーの C は <code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。課金は <strong>${p.n} 件</strong>だけ増えました。`,
   'l4.kf.verdict.bad.html': p =>
-    `B が 1000 ms 以内に 409 idempotency-key-in-flight を受け取り、その直後のキーの行が in_progress で、C が A と同じ id の再生された 201 を受け取り、課金が 1 件だけ増えることを期待していました。実際は B: ${p.bStatus}（${p.ms} ms）、B 直後のキーの行: ${p.rowStatus}、C: ${p.cStatus}、replayed: ${p.replayed}、id の一致: ${p.same}、増えた課金 ${p.n} 件でした。`,
+    `B が ${p.maxMs} ms 以内に 409 idempotency-key-in-flight を受け取り、その直後のキーの行が in_progress で、C が A と同じ id の再生された 201 を受け取り、課金が 1 件だけ増えることを期待していました。実際は B: ${p.bStatus}（${p.ms} ms）、B 直後のキーの行: ${p.rowStatus}、C: ${p.cStatus}、replayed: ${p.replayed}、id の一致: ${p.same}、増えた課金 ${p.n} 件でした。`,
   'l4.p3':
     'B が待ちきれずに諦めても、409 を受けたところでやめても、クライアントは課金されたかどうか分からないままです。冪等キーが約束するのは「課金は多くても 1 回」までで、答えを返すことまでは約束しません。後で同じキーを送り直せば、保存された答えを受け取れます。',
   'l4.tradeoff.title': '待たせるか、すぐ 409 を返すか',
   'l4.tradeoff.p1.html':
     'どちらの設計でも、課金は 1 回に収まります。違うのは、1 通目と重なった再送が何を受け取るかです。atomic では、再送は 1 通目が終わるまでデータベースの接続を握ったまま待ち、終わったところで本当の答えを受け取ります。key-first では、<code>409</code> と <code>Retry-After</code> で「まだ早い」とすぐに知らされます。クライアントは後でもう一度送る必要があり、本当の答えはその再送で受け取ります。',
   'l4.tradeoff.p2.html': p =>
-    `key-first は、すぐに答えられる代わりに、2 つのトランザクションの間に隙間を抱えます。キーをコミットした後、課金の前にプロセスが落ちると、その行は誰も処理していないのに <code>in_progress</code> のまま残り、再送は行のリース（<code>locked_until</code>。${p.isDefault === 'true' ? `このサーバーでは既定どおり ${p.lease}` : `このサーバーでは ${p.lease}、既定は 30 秒`}）が切れるまで 409 を受け取り続けます。リースが切れた後は、同じキー・同じ本文で届いた次のリクエストがその行を引き継ぎ、1 通目として処理します。つまり key-first には、リースとこの引き継ぎという回収の仕組みが欠かせません。atomic にはこの隙間がありません。プロセスが落ちれば 1 つしかないトランザクションがロールバックされ、キーも課金と一緒に消えるからです。`,
+    `key-first は、すぐに答えられる代わりに、2 つのトランザクションの間に隙間を抱えます。キーをコミットした後、課金の前にプロセスが落ちると、その行は誰も処理していないのに <code>in_progress</code> のまま残り、再送は行のリース（<code>locked_until</code>。${p.isDefault === 'true' ? `このサーバーでは既定どおり ${p.lease}` : `このサーバーでは ${p.lease}、既定は ${p.defaultLease} 秒`}）が切れるまで 409 を受け取り続けます。リースが切れた後は、同じキー・同じ本文で届いた次のリクエストがその行を引き継ぎ、1 通目として処理します。つまり key-first には、リースとこの引き継ぎという回収の仕組みが欠かせません。atomic にはこの隙間がありません。プロセスが落ちれば 1 つしかないトランザクションがロールバックされ、キーも課金と一緒に消えるからです。`,
   'l4.sqlite':
     'SQLite バックエンド（設定不要の既定）でも同じことが起きますが、B を待たせるロックはキー 1 つではなくデータベース全体にかかり、ほかの書き込みもすべて A を待ちます。PostgreSQL がロックするのは、一意インデックスのこのキーの項目だけです。',
 
@@ -493,17 +493,17 @@ const ja = {
   'l5.expire.verdict.bad.html': p =>
     `パージが期限切れのキーの行を消して課金は残し、その後の再送で課金が 2 件目になることを期待していました。実際は削除 ${p.purged} 行、キーの行が残っている: ${p.keyLeft}、パージ後の課金 ${p.kept} 件、増えた課金 ${p.n} 件（最後のステータス ${p.status}）でした。`,
   'l5.purge.p1.html':
-    '期限切れにしても、キーの行はすぐには消えません。パージが削除するまでは、期限切れの印が付いたまま <code>idempotency_keys</code> に残ります。それでもサーバーは期限切れの行を無いものとして扱うので、手順 3 を飛ばして再送しても、やはり新しい課金になっていました。パージはサーバーが自分で定期的に（既定では 60 秒ごと、<code>PURGE_INTERVAL</code>）実行し、期限切れのキーの行を 1,000 行ずつ（<code>PURGE_BATCH</code>）削除します。1 回の文が短いので、ロックを長く握ることはありません。消すのはキーの行だけで、課金は残ります。',
+    '期限切れにしても、キーの行はすぐには消えません。パージが削除するまでは、期限切れの印が付いたまま <code>idempotency_keys</code> に残ります。それでもサーバーは期限切れの行を無いものとして扱うので、手順 3 を飛ばして再送しても、やはり新しい課金になっていました。パージはサーバーが自分で定期的に（既定では 60 秒ごと、<code>PURGE_INTERVAL</code>）実行し、期限切れのキーの行を {batch} 行ずつ（<code>PURGE_BATCH</code>）削除します。1 回の文が短いので、ロックを長く握ることはありません。消すのはキーの行だけで、課金は残ります。',
   'l5.purge.p2': p =>
     `パージは後片付けにすぎません。重複を防げる範囲を決めるのは保持期間（このサーバーでは ${p.ttl}）で、クライアントがそれより長く送り直しを続けると、遅れて届いた再送は新しい課金として通ってしまいます。保持期間はどのクライアントの再試行期間よりも長くとる必要があり、長くしても増えるのは行の数だけです。`,
   'l5.reuse.title': '同じキーで別のリクエスト',
   'l5.reuse.p.html':
     'キーは 1 つのリクエストに付ける名前です。同じキーで金額を変えて送るのは再送ではないので、サーバーは前の応答を返すことも、新たに課金することもせず、<code>422</code> で断ります。違いに気付けるよう、サーバーはリクエスト本文のハッシュ（指紋）を <code>fingerprint</code> 列に残しています。',
-  'l5.reuse.step1': 'キー付きで 1,000 円を課金する',
-  'l5.reuse.step2': '同じキーで 2,500 円を送る',
+  'l5.reuse.step1': 'キー付きで {amount}を課金する',
+  'l5.reuse.step2': '同じキーで {amount}を送る',
   'l5.reuse.verdict.ok.html': p =>
     `2 通目は <code>${p.status}</code>（<code>${p.type}</code>）で断られました。課金は <strong>${p.n} 件</strong>しか増えていません。`,
-  'l5.reuse.verdict.bad.html': p => `422 /problems/idempotency-key-reused と課金 1 件を期待していましたが、${p.status} ${p.type}、課金 ${p.n} 件でした。`,
+  'l5.reuse.verdict.bad.html': p => `${p.expectStatus} ${p.expectType} と課金 1 件を期待していましたが、${p.status} ${p.type}、課金 ${p.n} 件でした。`,
   'l5.newkey.title': '送るたびに新しいキー',
   'l5.newkey.p':
     'キーは、行いたい課金 1 件につき 1 回作るもので、送信 1 回ごとに作るものではありません。このクライアントは送るたびに新しいキーを作るので、サーバーには再送と 1 通目を結び付ける手がかりがありません。',
@@ -577,15 +577,15 @@ const ja = {
   'title.retryNoKey': '再送（キーなし）',
   'title.retrySameKey': '再送（同じキー）',
   'title.concurrent': '同じキーで同時に送信',
-  'title.firstHeld': '1 通目（トランザクションを 5 秒保持）',
-  'title.retryWhileRunning': '1 秒後の再送（同じキー）',
-  'title.firstHeldKeyFirst': '1 通目（2 つ目のトランザクションを 5 秒保持）',
+  'title.firstHeld': '1 通目（トランザクションを {s} 秒保持）',
+  'title.retryWhileRunning': '{after} 秒後の再送（同じキー）',
+  'title.firstHeldKeyFirst': '1 通目（2 つ目のトランザクションを {s} 秒保持）',
   'title.retryLater': 'A の完了後の再送（同じキー）',
   'title.purge': 'パージを 1 回実行する',
   'title.expire': 'キーを期限切れにする（デモ専用）',
   'title.retryAfterPurge': 'パージ後の再送（同じキー）',
   'title.charge': 'キー付きで {amount} を課金',
-  'title.otherAmount': '同じキーで 2,500 円',
+  'title.otherAmount': '同じキーで {amount}',
   'title.key1': '1 通目（キー #1）',
   'title.key2': '新しいキー #2 で再送',
 
@@ -606,13 +606,13 @@ const ja = {
   'd.replyReplayed': p => `201（Idempotent-Replayed）・ ${p.ms} ms`,
   'd.fingerprintDiffers': 'キーはあるが、リクエストの指紋が違う',
   'd.select': p => `キー ${p.key} を SELECT → 無し`,
-  'd.pause': '2 通とも 300 ms 待つ',
+  'd.pause': '2 通とも {ms} ms 待つ',
   'd.insertUnguarded': p => `キーを INSERT（制約なし）、${p.amount} の課金を記録して COMMIT`,
   'd.raceLoser': p => `キー ${p.key} を登録 → ${p.other} が登録済み（${p.other} が未確定ならコミットまで待つ）`,
   'd.uncommitted': p => `キー ${p.key} を登録、課金を記録、201 を保存（まだ未確定）`,
   'd.holdOpen': p => `トランザクションを ${p.s} 秒開いたまま`,
   'd.mustWait': p => `キー ${p.key} を登録 → ${p.other} の確定待ち`,
-  'd.commitNow': 'COMMIT（5 秒が経過）',
+  'd.commitNow': 'COMMIT（{s} 秒が経過）',
   'd.unblocked': p => `${p.other} が確定 → キーは登録済み → 保存済みの応答を読む`,
   'd.callExpire': p => `POST /demo/keys/…/expire`,
   'd.markExpired': p => `キー ${p.key} を期限切れにする`,
@@ -621,9 +621,9 @@ const ja = {
   'd.kfHold': p => `トランザクション 2 を ${p.s} 秒開いたまま`,
   'd.kfRegisterB': p => `キー ${p.key} を登録`,
   'd.kfInProgress': p => `${p.other} の行は確定済み: in_progress、リース有効 → 待たない`,
-  'd.kfCommit': 'トランザクション 2: 201 をキーの行に保存（completed）して COMMIT（5 秒が経過）',
+  'd.kfCommit': 'トランザクション 2: 201 をキーの行に保存（completed）して COMMIT（{s} 秒が経過）',
   'd.callPurge': 'POST /demo/purge',
-  'd.purgeDelete': '期限切れのキーの行を DELETE（PURGE_BATCH の 1000 行ずつ）',
+  'd.purgeDelete': '期限切れのキーの行を DELETE（PURGE_BATCH の {batch} 行ずつ）',
   'd.purgedRows': p => `キーの行を ${p.n} 行削除。課金はそのまま`,
   'd.expiredIsNew': p => `キー ${p.key} を登録 → 古い記録は期限切れなので初回扱い`,
   'd.purgedIsNew': p => `キー ${p.key} を登録 → 行はパージ済みで無いので初回扱い`,

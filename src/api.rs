@@ -14,7 +14,7 @@ use actix_web::{App, HttpServer, web};
 
 use crate::accounts::Authenticator;
 use crate::config::Settings;
-use crate::http::{not_found, resource};
+use crate::http::{get, not_found, resource};
 use crate::problem::ApiError;
 use crate::state::AppState;
 use crate::store::{DbPool, SetupError};
@@ -190,13 +190,13 @@ pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
         charges_resource
             .wrap(Condition::new(demo, from_fn(demo::faults)))
             .route(web::post().to(charges::create))
-            .route(web::get().to(charges::list)),
+            .route(get().to(charges::list)),
     );
-    cfg.service(resource("/charges/{id}").route(web::get().to(charges::get)));
-    cfg.service(resource("/healthz").route(web::get().to(ops::healthz)));
-    cfg.service(resource("/readyz").route(web::get().to(ops::readyz)));
-    cfg.service(resource("/metrics").route(web::get().to(ops::metrics)));
-    cfg.service(resource("/problems/{slug}").route(web::get().to(ops::problem_type)));
-    cfg.service(resource("/openapi.json").route(web::get().to(openapi::document)));
-    cfg.service(resource("/docs").route(web::get().to(openapi::reference_page)));
+    cfg.service(resource("/charges/{id}").route(get().to(charges::get)));
+    cfg.service(resource("/healthz").route(get().to(ops::healthz)));
+    cfg.service(resource("/readyz").route(get().to(ops::readyz)));
+    cfg.service(resource("/metrics").route(get().to(ops::metrics)));
+    cfg.service(resource("/problems/{slug}").route(get().to(ops::problem_type)));
+    cfg.service(resource("/openapi.json").route(get().to(openapi::document)));
+    cfg.service(resource("/docs").route(get().to(openapi::reference_page)));
 }

@@ -24,7 +24,7 @@ use crate::store::{Charge, Store, time_text};
 use crate::telemetry;
 
 pub const PATH: &str = "/charges";
-pub const IDEMPOTENCY_KEY_DOC: &str = "A Structured Field string (IETF draft-ietf-httpapi-idempotency-key-header-07), e.g. `\"8e03978e-40d5-43e8-bc93-6894a57f9324\"`; an unquoted token is accepted too. 1 to 255 printable ASCII characters. Generate one UUID per charge and reuse it for every retry. Keys are remembered for 24 hours by default (IDEMPOTENCY_TTL); within that window the same key with the same request replays the stored 201, with a different request it is a 422.";
+pub const IDEMPOTENCY_KEY_DOC: &str = "A Structured Field string (IETF draft-ietf-httpapi-idempotency-key-header-07), e.g. `\"8e03978e-40d5-43e8-bc93-6894a57f9324\"`; an unquoted value is accepted too and taken literally. Either way 1 to 255 printable ASCII characters (space to `~`); a quoted one escapes `\\\"` and `\\\\` and has no parameters. Generate one UUID per charge and reuse it for every retry. Keys are remembered for 24 hours by default (IDEMPOTENCY_TTL); within that window the same key with the same request replays the stored 201, with a different request it is a 422.";
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 pub const DEFAULT_LIST_LIMIT: i64 = 20;
 pub const MAX_LIST_LIMIT: i64 = 100;
@@ -61,13 +61,14 @@ pub async fn parse_request(
         return Err(ApiError::IdempotencyKeyRequired);
     }
     require_json(req)?;
+    require_identity_encoding(req)?;
     let timeout = state.settings.body_timeout;
     let body = tokio::time::timeout(timeout, read_body(req, payload))
         .await
         .map_err(|_| ApiError::BodyTimeout {
             secs: timeout.as_secs_f64().ceil() as u64,
         })??;
-    let body: Value = serde_json::from_slice(&body)
+    let body = crate::json::parse_strict(&body)
         .map_err(|e| ApiError::invalid(format!("The body is not valid JSON: {e}.")))?;
     let new_charge = NewCharge::parse(&body).map_err(|errors| ApiError::InvalidRequest {
         detail: "The charge has invalid fields; see `errors`.".to_owned(),
@@ -287,16 +288,49 @@ pub fn respond(saved: &SavedResponse, replayed: bool) -> HttpResponse {
     response.body(saved.body_bytes())
 }
 
+/// `Content-Type: application/json` exactly once, in any case, with no
+/// charset but UTF-8 (RFC 8259 §8.1). Other `+json` types have meanings of
+/// their own (a merge patch is not a charge), so they are refused too.
 fn require_json(req: &HttpRequest) -> Result<(), ApiError> {
-    match req.mime_type() {
-        Ok(Some(mime))
-            if mime.essence_str() == "application/json"
-                || mime.suffix().is_some_and(|s| s == "json") =>
-        {
-            Ok(())
-        }
-        _ => Err(ApiError::UnsupportedMediaType),
+    let mut values = req.headers().get_all(header::CONTENT_TYPE);
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return match req.headers().contains_key(header::CONTENT_TYPE) {
+            true => Err(ApiError::invalid("Send exactly one Content-Type header.")),
+            false => Err(ApiError::UnsupportedMediaType),
+        };
+    };
+    let mime: mime::Mime = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or(ApiError::UnsupportedMediaType)?;
+    let utf8 = mime
+        .get_param(mime::CHARSET)
+        .is_none_or(|c| c.as_str().eq_ignore_ascii_case("utf-8"));
+    if mime.type_() == mime::APPLICATION
+        && mime.subtype() == mime::JSON
+        && mime.suffix().is_none()
+        && utf8
+    {
+        Ok(())
+    } else {
+        Err(ApiError::UnsupportedMediaType)
     }
+}
+
+/// The body is read as sent: a `Content-Encoding` other than `identity` is a
+/// 415 with `Accept-Encoding: identity` (RFC 9110 §8.4.1), never JSON
+/// parsed from compressed bytes.
+fn require_identity_encoding(req: &HttpRequest) -> Result<(), ApiError> {
+    for value in req.headers().get_all(header::CONTENT_ENCODING) {
+        let text = value.to_str().unwrap_or("\u{fffd}");
+        for coding in text.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            if !coding.eq_ignore_ascii_case("identity") {
+                return Err(ApiError::UnsupportedContentEncoding(coding.to_owned()));
+            }
+        }
+    }
+    Ok(())
 }
 
 async fn read_body(
@@ -316,14 +350,24 @@ async fn read_body(
     }
     let mut body = web::BytesMut::with_capacity(declared.unwrap_or(256));
     while let Some(chunk) = payload.next().await {
-        let chunk =
-            chunk.map_err(|e| ApiError::invalid(format!("The body could not be read: {e}.")))?;
+        let chunk = chunk.map_err(|e| ApiError::invalid(body_error(&e)))?;
         if body.len() + chunk.len() > MAX_BODY_BYTES {
             return Err(too_large);
         }
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+/// What went wrong while the body arrived, in the client's terms.
+fn body_error(e: &actix_web::error::PayloadError) -> String {
+    use actix_web::error::PayloadError;
+    match e {
+        PayloadError::Incomplete(_) => "The body ended before it was complete: the connection closed early or its chunked encoding was cut off. Send the request again.".to_owned(),
+        PayloadError::EncodingCorrupted => "The body's encoding is corrupted (for example a malformed chunk size in Transfer-Encoding: chunked).".to_owned(),
+        PayloadError::Overflow => format!("The request body must be at most {MAX_BODY_BYTES} bytes."),
+        other => format!("The body could not be read: {other}."),
+    }
 }
 
 #[derive(Deserialize)]
@@ -383,8 +427,13 @@ pub async fn get(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let account_id = state.accounts.authenticate(&req, &state.pool).await?;
-    // A malformed id names no charge: 404, like an unknown one.
-    let id = Uuid::parse_str(&path).map_err(|_| ApiError::NotFound)?;
+    // A charge has one URI, its id in the canonical form it is given out in
+    // (lowercase, hyphenated): any other spelling, like a malformed id,
+    // names no charge.
+    let id = Uuid::parse_str(&path)
+        .ok()
+        .filter(|id| id.hyphenated().to_string() == *path)
+        .ok_or(ApiError::NotFound)?;
     let pool = state.pool.clone();
     let charge = web::block(move || -> Result<Option<Charge>, ApiError> {
         Ok(pool.checkout()?.store().find_charge(account_id, id)?)

@@ -6,6 +6,10 @@ use serde_json::{Map, Value};
 pub const MIN_AMOUNT: i64 = 1;
 pub const MAX_AMOUNT: i64 = 99_999_999;
 pub const MAX_DESCRIPTION_CHARS: usize = 500;
+/// What a description may contain, as a regular expression for the OpenAPI
+/// document: anything but control characters (Unicode Cc), except tab and
+/// line feed. A unit test holds it to [`Description::parse`].
+pub const DESCRIPTION_PATTERN: &str = r"^[^\u0000-\u0008\u000B-\u001F\u007F-\u009F]*$";
 
 /// ISO 4217 codes this API accepts, lowercase.
 pub const CURRENCIES: &[&str] = &[
@@ -115,8 +119,10 @@ impl NewCharge {
             })
             .collect();
 
-        let amount = field(object, "amount", &mut errors, |v| match v.as_i64() {
-            Some(n) => Amount::parse(n),
+        let amount = field(object, "amount", &mut errors, |v| match whole_number(v) {
+            Some(Some(n)) => Amount::parse(n),
+            // Whole, but beyond any i64 (9223372036854775808, 1e20).
+            Some(None) => Amount::parse(i64::MAX),
             None if v.is_number() => Err("must be a whole number of minor units".to_owned()),
             None => Err("must be an integer".to_owned()),
         });
@@ -150,6 +156,25 @@ impl NewCharge {
             _ => Err(errors),
         }
     }
+}
+
+/// A JSON number with no fractional part, as JSON Schema's `integer` (2020-12)
+/// counts it: `612908` and `612908.0` alike. `Some(None)` when it is whole
+/// but outside i64.
+fn whole_number(v: &Value) -> Option<Option<i64>> {
+    let n = v.as_number()?;
+    if let Some(i) = n.as_i64() {
+        return Some(Some(i));
+    }
+    if n.is_u64() {
+        return Some(None);
+    }
+    let f = n.as_f64()?;
+    if !f.is_finite() || f.fract() != 0.0 {
+        return None;
+    }
+    // Exactly representable whole floats (|f| < 2^63) convert without loss.
+    Some((f.abs() < 9.223_372_036_854_776e18).then_some(f as i64))
 }
 
 fn field<T>(
@@ -203,6 +228,24 @@ mod tests {
     }
 
     #[test]
+    fn whole_numbers_are_integers_whatever_their_spelling() {
+        for amount in [json!(612908), json!(612908.0), json!(6.12908e5)] {
+            let charge = NewCharge::parse(&json!({"amount": amount, "currency": "jpy"})).unwrap();
+            assert_eq!(charge.amount.get(), 612908, "{amount}");
+        }
+        // Whole but out of range: the range is the problem, not the spelling.
+        let too_big: Value = serde_json::from_str("9223372036854775808").unwrap();
+        for amount in [too_big, json!(1e20), json!(-0.0), json!(0)] {
+            let errors =
+                NewCharge::parse(&json!({"amount": amount, "currency": "jpy"})).unwrap_err();
+            assert!(
+                errors[0].detail.starts_with("must be between"),
+                "{amount}: {errors:?}"
+            );
+        }
+    }
+
+    #[test]
     fn fractional_and_string_amounts_are_rejected() {
         for amount in [json!(10.5), json!("1000"), json!(true), json!(1e20)] {
             let errors =
@@ -231,6 +274,15 @@ mod tests {
         assert!(Description::parse(&"あ".repeat(MAX_DESCRIPTION_CHARS)).is_ok());
         assert!(Description::parse(&"a".repeat(MAX_DESCRIPTION_CHARS + 1)).is_err());
         assert!(Description::parse("bell\u{7}").is_err());
+    }
+
+    proptest::proptest! {
+        /// The document's description pattern refuses exactly what the parser refuses.
+        #[test]
+        fn the_documented_description_pattern_is_the_parser(text in "[a \\t\\n\\r\\x00\\x08\\x0b\\x1f\\x7f\\u{80}\\u{9f}\\u{a0}é]{0,8}") {
+            let pattern = regex::Regex::new(DESCRIPTION_PATTERN).unwrap();
+            proptest::prop_assert_eq!(pattern.is_match(&text), Description::parse(&text).is_ok(), "{:?}", text);
+        }
     }
 
     #[test]

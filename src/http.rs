@@ -2,7 +2,7 @@
 //! resource every handler is mounted on.
 
 use actix_web::http::header;
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpResponse, Route, guard, web};
 
 use crate::problem::ApiError;
 
@@ -11,16 +11,16 @@ use crate::problem::ApiError;
 /// here, so this table is the whole list: a contract test compares it with
 /// the OpenAPI document. The `/demo/` routes exist only in demo mode.
 pub const ROUTES: &[(&str, &str)] = &[
-    ("/charges", "GET, POST"),
-    ("/charges/{id}", "GET"),
-    ("/healthz", "GET"),
-    ("/readyz", "GET"),
-    ("/metrics", "GET"),
-    ("/problems/{slug}", "GET"),
-    ("/openapi.json", "GET"),
-    ("/docs", "GET"),
-    ("/demo/config", "GET"),
-    ("/demo/state", "GET"),
+    ("/charges", "GET, HEAD, POST"),
+    ("/charges/{id}", "GET, HEAD"),
+    ("/healthz", "GET, HEAD"),
+    ("/readyz", "GET, HEAD"),
+    ("/metrics", "GET, HEAD"),
+    ("/problems/{slug}", "GET, HEAD"),
+    ("/openapi.json", "GET, HEAD"),
+    ("/docs", "GET, HEAD"),
+    ("/demo/config", "GET, HEAD"),
+    ("/demo/state", "GET, HEAD"),
     ("/demo/reset", "POST"),
     ("/demo/keys/{key}/expire", "POST"),
     ("/demo/purge", "POST"),
@@ -46,6 +46,12 @@ pub fn resource(path: &'static str) -> actix_web::Resource {
             .insert(header::ALLOW, header::HeaderValue::from_static(allow));
         response
     }))
+}
+
+/// A route for GET and HEAD (RFC 9110 §9.3.2: HEAD is GET without the
+/// content; the server sends the same status and headers, and no body).
+pub fn get() -> Route {
+    web::route().guard(guard::Any(guard::Get()).or(guard::Head()))
 }
 
 /// Anything no route matches.

@@ -17,6 +17,7 @@ pub mod domain;
 pub mod hooks;
 pub mod http;
 pub mod idempotency;
+pub mod json;
 pub mod metrics;
 pub mod openapi;
 pub mod ops;
@@ -29,9 +30,9 @@ pub mod telemetry;
 /// The modules from the bottom up: each may use only modules of the layers
 /// below its own.
 pub const LAYERS: &[&[&str]] = &[
-    // Leaves: the schema, the validated domain types, the metrics registry,
-    // the seam for faults inside a transaction.
-    &["schema", "domain", "metrics", "hooks"],
+    // Leaves: the schema, the validated domain types, strict JSON, the
+    // metrics registry, the seam for faults inside a transaction.
+    &["schema", "domain", "json", "metrics", "hooks"],
     // The database, one store per backend; logging.
     &["store", "telemetry"],
     // The Idempotency-Key protocol, over the store.

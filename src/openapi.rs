@@ -2,8 +2,14 @@
 //! `/openapi.json`, and a reference page for it at `/docs` (no CDN).
 
 use actix_web::{HttpResponse, web};
+use serde_json::{Value, json};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+
+use crate::domain::{
+    CURRENCIES, DESCRIPTION_PATTERN, MAX_AMOUNT, MAX_DESCRIPTION_CHARS, MIN_AMOUNT,
+};
+use crate::idempotency::key::{HEADER_PATTERN, MAX_LEN};
 
 use crate::state::AppState;
 
@@ -61,8 +67,9 @@ impl utoipa::Modify for Security {
     }
 }
 
-/// The document, with the retention period this server actually uses.
-pub fn build(state: &AppState) -> utoipa::openapi::OpenApi {
+/// The document, with the retention period this server actually uses, and
+/// exactly what this server accepts and answers (see [`exact`]).
+pub fn build(state: &AppState) -> Value {
     let mut doc = ApiDoc::openapi();
     let secs = state.settings.idempotency_ttl.as_secs();
     let ttl = match secs {
@@ -95,7 +102,133 @@ pub fn build(state: &AppState) -> utoipa::openapi::OpenApi {
             tags.retain(|t| t.name != "demo");
         }
     }
+    let mut doc = serde_json::to_value(doc).expect("the document serializes");
+    exact(&mut doc, state.demo);
     doc
+}
+
+/// What the annotations cannot say, written from the code's own rules and
+/// constants, so that the document is the contract a client can test
+/// against: every field's limits, the key's grammar, every status an
+/// operation can answer.
+fn exact(doc: &mut Value, demo: bool) {
+    doc["components"]["schemas"]["ChargeRequestBody"] = json!({
+        "type": "object",
+        "description": "The body of `POST /charges`. An unknown member, or a member given twice, is a 400.",
+        "additionalProperties": false,
+        "required": ["amount", "currency"],
+        "properties": {
+            "amount": {
+                "type": "integer",
+                "minimum": MIN_AMOUNT,
+                "maximum": MAX_AMOUNT,
+                "description": "In the currency's minor unit (yen for `jpy`, cents for `usd`). A whole number: `1000.0` is read as 1000, `1000.5` is a 400.",
+                "examples": [1000],
+            },
+            "currency": {
+                "type": "string",
+                "enum": CURRENCIES,
+                "description": "A lowercase ISO 4217 code from this list.",
+                "examples": ["jpy"],
+            },
+            "description": {
+                "type": ["string", "null"],
+                "maxLength": MAX_DESCRIPTION_CHARS,
+                "pattern": DESCRIPTION_PATTERN,
+                "description": "At most 500 characters; no control characters but tab and line feed.",
+                "examples": ["a book"],
+            },
+        },
+    });
+    let problem = |description: &str| {
+        json!({
+            "description": description,
+            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        })
+    };
+    let unavailable = problem(
+        "`service-unavailable`: the database is unreachable or busy; retry after `Retry-After` seconds",
+    );
+    let internal = problem("`internal`: nothing was changed; retrying is safe");
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return;
+    };
+    for (path, item) in paths.iter_mut() {
+        for (method, operation) in item.as_object_mut().into_iter().flatten() {
+            let responses = &mut operation["responses"];
+            // Every operation that touches the database.
+            if path.starts_with("/charges") || path.starts_with("/demo/") || path == "/readyz" {
+                responses["500"] = internal.clone();
+                responses["503"] = unavailable.clone();
+            }
+            if path.starts_with("/charges") {
+                responses["400"] = problem(if method == "post" {
+                    "`invalid-request` (a field, the JSON, or a header given twice), `invalid-idempotency-key`, or (demo mode) `demo-account-only`"
+                } else if path == "/charges" {
+                    "`invalid-request`: `limit` out of range, an unknown query parameter, or a header given twice"
+                } else {
+                    "`invalid-request`: a header given twice"
+                });
+            }
+        }
+    }
+    let post = &mut paths["/charges"]["post"];
+    if let Some(key) = post["parameters"]
+        .as_array_mut()
+        .and_then(|ps| ps.iter_mut().find(|p| p["name"] == "Idempotency-Key"))
+    {
+        key["schema"] = json!({
+            "type": "string",
+            "minLength": 1,
+            // A quoted key of 255 characters, each escaped.
+            "maxLength": 2 * MAX_LEN + 2,
+            "pattern": HEADER_PATTERN,
+        });
+    }
+    post["responses"]["415"] = problem(
+        "`unsupported-media-type`: the body is not `application/json` (UTF-8); `unsupported-content-encoding`: the body is compressed (the answer carries `Accept-Encoding: identity`)",
+    );
+    post["responses"]["201"]["links"] = json!({
+        "GetChargeById": {
+            "operationId": "get",
+            "parameters": {"id": "$response.body#/id"},
+            "description": "The charge just created (or replayed).",
+        },
+    });
+    if demo {
+        post["responses"]["504"] = problem(
+            "Demo mode, `Demo-Fault: lose-response` only: `simulated-lost-response`; the charge was made, only the answer was thrown away",
+        );
+    }
+    for param in paths["/charges/{id}"]["get"]["parameters"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        param["schema"] = json!({
+            "type": "string",
+            "format": "uuid",
+            "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            "description": "As the API gives it out: lowercase, hyphenated. Any other spelling is a 404.",
+        });
+    }
+    for param in paths["/problems/{slug}"]["get"]["parameters"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        let slugs: Vec<&str> = crate::problem::TYPES.iter().map(|t| t.0).collect();
+        param["schema"] = json!({"type": "string", "enum": slugs});
+    }
+    if let Some(expire) = paths.get_mut("/demo/keys/{key}/expire") {
+        for param in expire["post"]["parameters"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            param["schema"] = json!({"type": "string", "minLength": 1, "maxLength": MAX_LEN, "pattern": "^[ -~]+$"});
+        }
+    }
 }
 
 /// This OpenAPI 3.1 document.

@@ -48,6 +48,11 @@ pub const TYPES: &[(&str, u16, &str)] = &[
         "The request body must be JSON",
     ),
     (
+        "unsupported-content-encoding",
+        415,
+        "The request body must not be compressed",
+    ),
+    (
         "idempotency-key-reused",
         422,
         "The Idempotency-Key was used with a different request",
@@ -94,6 +99,9 @@ pub enum ApiError {
     PayloadTooLarge { limit: usize },
     #[error("unsupported media type")]
     UnsupportedMediaType,
+    /// A `Content-Encoding` other than `identity` (RFC 9110 §8.4.1).
+    #[error("unsupported content encoding {0:?}")]
+    UnsupportedContentEncoding(String),
     #[error("idempotency key reused with another request")]
     IdempotencyKeyReused,
     #[error("database unavailable: {0}")]
@@ -131,6 +139,7 @@ impl ApiError {
             ApiError::IdempotencyKeyInFlight { .. } => "idempotency-key-in-flight",
             ApiError::PayloadTooLarge { .. } => "payload-too-large",
             ApiError::UnsupportedMediaType => "unsupported-media-type",
+            ApiError::UnsupportedContentEncoding(_) => "unsupported-content-encoding",
             ApiError::IdempotencyKeyReused => "idempotency-key-reused",
             ApiError::Unavailable(_) | ApiError::Overloaded { .. } => "service-unavailable",
             ApiError::BodyTimeout { .. } => "request-timeout",
@@ -152,7 +161,8 @@ impl ApiError {
                 "The first request with this Idempotency-Key has not finished yet. Retry the same request after {retry_after_secs} s to get its result."
             ),
             ApiError::PayloadTooLarge { limit } => format!("The request body must be at most {limit} bytes."),
-            ApiError::UnsupportedMediaType => "Send the body as JSON with `Content-Type: application/json`.".into(),
+            ApiError::UnsupportedMediaType => "Send the body as JSON with `Content-Type: application/json` (UTF-8).".into(),
+            ApiError::UnsupportedContentEncoding(coding) => format!("The body is sent with `Content-Encoding: {coding}`; this server reads only uncompressed bodies (`identity`). Send it without Content-Encoding."),
             ApiError::IdempotencyKeyReused => {
                 "This Idempotency-Key was already used with a different request body or endpoint. Use a new key for a new charge.".into()
             }
@@ -227,7 +237,9 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::IdempotencyKeyInFlight { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::UnsupportedMediaType | ApiError::UnsupportedContentEncoding(_) => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
             ApiError::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable(_) | ApiError::Overloaded { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -261,6 +273,13 @@ impl ResponseError for ApiError {
             }
             ApiError::Unavailable(_) | ApiError::Overloaded { .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            // RFC 9110 §15.5.16: say which codings are accepted.
+            ApiError::UnsupportedContentEncoding(_) => {
+                headers.insert(
+                    header::ACCEPT_ENCODING,
+                    HeaderValue::from_static("identity"),
+                );
             }
             // The rest of the body may still be arriving: end the connection.
             ApiError::BodyTimeout { .. } => {

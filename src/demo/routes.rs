@@ -10,7 +10,7 @@ use super::{
 };
 use crate::charges::{self, ChargeRequest};
 use crate::config::Settings;
-use crate::http::resource;
+use crate::http::{get, resource};
 use crate::idempotency::{IdempotencyKey, SavedResponse};
 use crate::problem::ApiError;
 use crate::state::AppState;
@@ -28,8 +28,8 @@ pub fn check_then_insert_route() -> actix_web::Route {
 }
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/demo/config").route(web::get().to(config)));
-    cfg.service(resource("/demo/state").route(web::get().to(state)));
+    cfg.service(resource("/demo/config").route(get().to(config)));
+    cfg.service(resource("/demo/state").route(get().to(state)));
     cfg.service(resource("/demo/reset").route(web::post().to(reset)));
     cfg.service(resource("/demo/keys/{key}/expire").route(web::post().to(expire)));
     cfg.service(resource("/demo/purge").route(web::post().to(purge)));

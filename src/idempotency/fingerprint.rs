@@ -64,6 +64,20 @@ fn write_canonical(value: &Value, out: &mut String) {
             }
             out.push(']');
         }
+        // A whole number is written as an integer whatever its spelling
+        // (`1000.0`, `1e3`), as RFC 8785 writes numbers: the same charge
+        // is the same request.
+        Value::Number(n) => match n.as_f64() {
+            Some(f)
+                if !n.is_i64()
+                    && !n.is_u64()
+                    && f.fract() == 0.0
+                    && f.abs() < 9.007_199_254_740_992e15 =>
+            {
+                out.push_str(&(f as i64).to_string())
+            }
+            _ => out.push_str(&n.to_string()),
+        },
         scalar => out.push_str(&scalar.to_string()),
     }
 }
@@ -74,6 +88,14 @@ mod tests {
 
     fn body(s: &str) -> Value {
         serde_json::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn a_whole_number_is_the_same_whatever_its_spelling() {
+        let of = |b: &str| Fingerprint::of("POST", "/charges", &body(b));
+        assert_eq!(of(r#"{"amount":1000}"#), of(r#"{"amount":1000.0}"#));
+        assert_eq!(of(r#"{"amount":1000}"#), of(r#"{"amount":1e3}"#));
+        assert_ne!(of(r#"{"amount":1000}"#), of(r#"{"amount":1000.5}"#));
     }
 
     #[test]

@@ -1,13 +1,24 @@
 //! The `Idempotency-Key` request header.
 //!
-//! The draft defines it as a Structured Field String (RFC 8941), e.g.
+//! The draft defines it as a Structured Field String (RFC 8941 §3.3.3), e.g.
 //! `Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`. Many clients send
-//! the value unquoted, so a bare token is accepted as well.
+//! the value unquoted, so a bare value is accepted as well, taken literally.
+//! Both forms carry the same keys: 1 to 255 printable ASCII characters
+//! (space to `~`). The grammar, exactly ([`HEADER_PATTERN`]): either `"` ...
+//! `"` with `\"` and `\\` the only escapes and no parameters, or a bare
+//! value that neither starts with `"` nor starts or ends with a space.
 
 use actix_web::http::header::{HeaderMap, HeaderName};
 
 pub const HEADER: HeaderName = HeaderName::from_static("idempotency-key");
 pub const MAX_LEN: usize = 255;
+
+/// The header's value as a regular expression (ECMA-262, as JSON Schema
+/// uses), for the OpenAPI document; a unit test holds it to
+/// [`IdempotencyKey::parse`]. Surrounding spaces and tabs are HTTP's, not the
+/// value's (RFC 9110 §5.5), and are ignored.
+pub const HEADER_PATTERN: &str =
+    r#"^(?:"(?:[ !#-\[\]-~]|\\["\\]){1,255}"|[!#-~](?:[ -~]{0,253}[!-~])?)$"#;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey(String);
@@ -24,6 +35,10 @@ pub enum KeyError {
         "the Idempotency-Key is a quoted string with an unterminated or invalid escape; send it as \"value\""
     )]
     Syntax,
+    #[error(
+        "the Idempotency-Key is a string without parameters: send \"value\" with nothing after the closing quote"
+    )]
+    Parameters,
 }
 
 impl IdempotencyKey {
@@ -40,7 +55,7 @@ impl IdempotencyKey {
     }
 
     pub fn parse(raw: &[u8]) -> Result<IdempotencyKey, KeyError> {
-        // Structured field parsing ignores surrounding spaces.
+        // Surrounding white space (HTTP's OWS) is not part of the value.
         let raw = raw.trim_ascii_matches_sp();
         let key = match raw {
             [b'"', rest @ ..] => parse_sf_string(rest)?,
@@ -81,10 +96,10 @@ fn parse_sf_string(rest: &[u8]) -> Result<String, KeyError> {
                 _ => return Err(KeyError::Syntax),
             },
             b'"' => {
-                return if bytes.as_slice().is_empty() {
-                    Ok(out)
-                } else {
-                    Err(KeyError::Syntax)
+                return match bytes.as_slice() {
+                    [] => Ok(out),
+                    [b';', ..] => Err(KeyError::Parameters),
+                    _ => Err(KeyError::Syntax),
                 };
             }
             0x20..=0x7e => out.push(b as char),
@@ -94,16 +109,13 @@ fn parse_sf_string(rest: &[u8]) -> Result<String, KeyError> {
     Err(KeyError::Syntax)
 }
 
-/// An unquoted value: visible ASCII, without the characters that only make
-/// sense inside a quoted string.
+/// An unquoted value, taken literally: the same printable ASCII a quoted
+/// one may carry (its first byte is not `"`, or it would be quoted).
 fn parse_bare(raw: &[u8]) -> Result<String, KeyError> {
     if raw.is_empty() {
         return Err(KeyError::Length);
     }
-    if raw
-        .iter()
-        .all(|b| (0x21..=0x7e).contains(b) && *b != b'"' && *b != b'\\')
-    {
+    if raw.iter().all(|b| (0x20..=0x7e).contains(b)) {
         Ok(String::from_utf8_lossy(raw).into_owned())
     } else {
         Err(KeyError::Charset)
@@ -116,11 +128,9 @@ trait TrimSp {
 
 impl TrimSp for [u8] {
     fn trim_ascii_matches_sp(&self) -> &[u8] {
-        let start = self.iter().position(|b| *b != b' ').unwrap_or(self.len());
-        let end = self
-            .iter()
-            .rposition(|b| *b != b' ')
-            .map_or(start, |i| i + 1);
+        let ows = |b: &u8| *b == b' ' || *b == b'\t';
+        let start = self.iter().position(|b| !ows(b)).unwrap_or(self.len());
+        let end = self.iter().rposition(|b| !ows(b)).map_or(start, |i| i + 1);
         &self[start..end]
     }
 }
@@ -164,9 +174,18 @@ mod tests {
         assert_eq!(parse(r#""open"#), Err(KeyError::Syntax));
         assert_eq!(parse(r#""bad\escape""#), Err(KeyError::Syntax));
         assert_eq!(parse(r#""a"b"#), Err(KeyError::Syntax));
-        assert_eq!(parse("two words"), Err(KeyError::Charset));
+        assert_eq!(parse(r#""k";x=1"#), Err(KeyError::Parameters));
         assert_eq!(parse("caf\u{e9}"), Err(KeyError::Charset));
         assert_eq!(parse("tab\there"), Err(KeyError::Charset));
+    }
+
+    #[test]
+    fn bare_and_quoted_keys_carry_the_same_characters() {
+        assert_eq!(parse("two words").unwrap(), "two words");
+        assert_eq!(parse(r#""two words""#).unwrap(), "two words");
+        assert_eq!(parse(r#"a"b\c"#).unwrap(), r#"a"b\c"#);
+        assert_eq!(parse(r#""a\"b\\c""#).unwrap(), r#"a"b\c"#);
+        assert_eq!(parse("\t k \t").unwrap(), "k");
     }
 
     #[test]
@@ -188,6 +207,27 @@ mod tests {
             IdempotencyKey::from_value(&"k".repeat(MAX_LEN + 1)),
             Err(KeyError::Length)
         );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// The document's pattern accepts exactly what the parser accepts.
+        #[test]
+        fn the_documented_pattern_is_the_parser(
+            // Few characters, each a class of its own: space, tab, quote,
+            // backslash, escapes, the ends of printable ASCII, non-ASCII.
+            raw in r#"[ \t]{0,2}"?([ a~!#"\\\t\x7f]|\\"|\\\\|é){0,6}"?(;x=1)?[ \t]{0,2}"#,
+            long in 250usize..260,
+            quoted in proptest::bool::ANY,
+        ) {
+            static PATTERN: std::sync::LazyLock<regex::Regex> =
+                std::sync::LazyLock::new(|| regex::Regex::new(HEADER_PATTERN).unwrap());
+            let pattern = &*PATTERN;
+            let value = raw.trim_matches([' ', '\t']);
+            proptest::prop_assert_eq!(pattern.is_match(value), parse(&raw).is_ok(), "{:?}", raw);
+            let long = if quoted { format!("\"{}\"", "k".repeat(long)) } else { "k".repeat(long) };
+            proptest::prop_assert_eq!(pattern.is_match(&long), parse(&long).is_ok(), "{} chars", long.len());
+        }
     }
 
     #[test]

@@ -50,6 +50,7 @@ fn migrate_creates_a_missing_database() {
     );
 }
 
+#[track_caller]
 fn assert_one_line_failure(args: &[&str], env: &[(&str, &str)], expected: &str) {
     let out = charges_bin()
         .args(args)

@@ -263,6 +263,7 @@ async fn killed_while_some_charges_committed_every_key_has_its_charge_or_none() 
 
 /// Exactly one charge per key, the key row points at the charge its client
 /// holds, and no charge or key is orphaned.
+#[track_caller]
 fn assert_one_charge_per_key_held_by_its_client(
     db: &TestDatabase,
     replies: &HashMap<String, Captured>,

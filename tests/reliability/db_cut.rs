@@ -121,6 +121,7 @@ async fn assert_recovered(server: &ServerProcess, context: &str) -> Vec<(String,
 }
 
 /// Every key got its 201 and the database has exactly that charge for it.
+#[track_caller]
 fn assert_converged(db: &TestDatabase, charges: &[Charge], fresh: &[(String, Captured)]) {
     let unanswered: Vec<String> = charges
         .iter()
@@ -157,6 +158,7 @@ fn assert_converged(db: &TestDatabase, charges: &[Charge], fresh: &[(String, Cap
 
 /// While the connections were broken: 503 problem+json with Retry-After,
 /// never another error, never no response.
+#[track_caller]
 fn assert_failures_are_503(charges: &[Charge]) {
     let seen = outcomes(charges);
     for attempt in charges.iter().flat_map(|c| &c.attempts) {

@@ -46,8 +46,9 @@ impl Attempt {
     }
 }
 
-/// `POST /charges` as the demo account with `key`, plus `headers`.
-pub async fn post_charge(client: &AppClient, key: &str, headers: &[(&str, &str)]) -> Attempt {
+/// One attempt at `POST /charges` as the demo account with `key`, plus
+/// `headers`: its response, or why none came.
+pub async fn attempt(client: &AppClient, key: &str, headers: &[(&str, &str)]) -> Attempt {
     let request = client.charge_request(DEMO_KEY, key, &body(), headers);
     match client.try_send(request).await {
         Ok(reply) => Attempt::Reply(reply),
@@ -109,9 +110,9 @@ pub async fn charge_until_answered(
             tokio::time::sleep(retry.backoff).await;
         }
         let server = &servers[(first + n) % servers.len()];
-        let attempt = post_charge(server, &key, &headers(n)).await;
-        let done = !attempt.is_retryable();
-        attempts.push(attempt);
+        let outcome = attempt(server, &key, &headers(n)).await;
+        let done = !outcome.is_retryable();
+        attempts.push(outcome);
         if done {
             break;
         }

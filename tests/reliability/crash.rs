@@ -50,7 +50,7 @@ async fn until_no_open_transactions(db: &TestDatabase) {
 /// Retries every key once on `server` (no fault) and checks one charge per key.
 async fn retry_all(server: &ServerProcess, keys: &[String]) -> HashMap<String, Captured> {
     let api = server.client();
-    let attempts = join_all(keys.iter().map(|k| client::post_charge(&api, k, &[]))).await;
+    let attempts = join_all(keys.iter().map(|k| client::attempt(&api, k, &[]))).await;
     keys.iter()
         .cloned()
         .zip(attempts)
@@ -73,7 +73,7 @@ async fn requests_in_flight_when_the_server_is_killed_roll_back_and_their_retrie
         .map(|key| {
             let (api, key) = (api.clone(), key.clone());
             tokio::spawn(async move {
-                client::post_charge(&api, &key, &[("demo-fault", "delay-commit=2000")]).await
+                client::attempt(&api, &key, &[("demo-fault", "delay-commit=2000")]).await
             })
         })
         .collect();
@@ -167,7 +167,7 @@ async fn killed_while_some_charges_committed_every_key_has_its_charge_or_none() 
             tokio::spawn(async move {
                 tokio::time::sleep(wait).await;
                 let fault: &str = &fault;
-                let attempt = client::post_charge(&api, &key, &[("demo-fault", fault)]).await;
+                let attempt = client::attempt(&api, &key, &[("demo-fault", fault)]).await;
                 if attempt.reply().is_some() {
                     let _ = answered.send(());
                 }

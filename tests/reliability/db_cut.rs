@@ -98,7 +98,7 @@ async fn assert_recovered(server: &ServerProcess, context: &str) -> Vec<(String,
     let mut after = Vec::new();
     for _ in 0..3 {
         let keys: Vec<String> = (0..2 * POOL_SIZE).map(|_| client::new_key()).collect();
-        let attempts = join_all(keys.iter().map(|k| client::post_charge(&api, k, &[]))).await;
+        let attempts = join_all(keys.iter().map(|k| client::attempt(&api, k, &[]))).await;
         after.extend(keys.into_iter().zip(attempts));
     }
     let mut failed: BTreeMap<String, usize> = BTreeMap::new();
@@ -258,7 +258,7 @@ async fn a_cut_before_every_pooled_connection_was_used_503_then_the_pool_recover
     let db = TestDatabase::create_for(TestBackend::Postgres);
     let mut server = server::start("server", &db.url, &config());
     let warm = client::new_key();
-    let first = client::post_charge(&server.client(), &warm, &[]).await;
+    let first = client::attempt(&server.client(), &warm, &[]).await;
     let first = first
         .reply()
         .filter(|r| r.status == 201)

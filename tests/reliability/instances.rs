@@ -52,7 +52,7 @@ async fn assert_all_up_and_charging(
     let mut servers: Vec<ServerProcess> = started.into_iter().map(Result::unwrap).collect();
     let clients: Vec<AppClient> = servers.iter().map(ServerProcess::client).collect();
     for (server, api) in servers.iter().zip(&clients) {
-        let attempt = client::post_charge(api, &client::new_key(), &[]).await;
+        let attempt = client::attempt(api, &client::new_key(), &[]).await;
         assert_eq!(
             attempt.reply().map(|r| r.status),
             Some(201),
@@ -127,7 +127,7 @@ async fn spread(servers: &[AppClient], first: usize, key: String) -> Charge {
             } else {
                 &[]
             };
-            client::post_charge(&api, &key, headers).await
+            client::attempt(&api, &key, headers).await
         }
     });
     let mut attempts = join_all(concurrent).await;

@@ -14,7 +14,7 @@ const REQUESTS: usize = 200;
 /// Fires `REQUESTS` requests with `key` at once and checks the answers.
 async fn storm(server: &ServerProcess, db: &TestDatabase, key: &str, headers: &[(&str, &str)]) {
     let api = server.client();
-    let attempts = join_all((0..REQUESTS).map(|_| client::post_charge(&api, key, headers))).await;
+    let attempts = join_all((0..REQUESTS).map(|_| client::attempt(&api, key, headers))).await;
     let mut replies = Vec::new();
     for (i, attempt) in attempts.iter().enumerate() {
         match attempt {
@@ -100,8 +100,7 @@ async fn in_key_first_mode_a_storm_gets_201s_and_409s_and_its_retries_converge_o
             ("demo-mode", "key-first"),
             ("demo-fault", "delay-commit=300"),
         ];
-        let attempts =
-            join_all((0..REQUESTS).map(|_| client::post_charge(&api, &key, &headers))).await;
+        let attempts = join_all((0..REQUESTS).map(|_| client::attempt(&api, &key, &headers))).await;
         let mut in_flight = 0;
         let mut bodies = Vec::new();
         for (i, attempt) in attempts.iter().enumerate() {
@@ -120,7 +119,7 @@ async fn in_key_first_mode_a_storm_gets_201s_and_409s_and_its_retries_converge_o
         for _ in 0..in_flight {
             let mut answer = None;
             for _ in 0..20 {
-                match client::post_charge(&api, &key, &[("demo-mode", "key-first")]).await {
+                match client::attempt(&api, &key, &[("demo-mode", "key-first")]).await {
                     Attempt::Reply(r) if r.status == 201 => {
                         answer = Some(r.body.clone());
                         break;

@@ -10,9 +10,8 @@
 //! (see `build.rs`) the tests are ignored with that reason, never passed;
 //! with `BROWSER_TESTS=required` (as in CI) they run and fail instead.
 
-#[allow(dead_code)]
-#[path = "api/helpers.rs"]
-mod helpers;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::path::Path;
 use std::process::Command;
@@ -23,7 +22,7 @@ use std::process::Command;
     ignore = "needs node, `npm ci --prefix tests/browser` and /usr/bin/chromium (apt-get install chromium)"
 )]
 async fn the_lessons_work_in_a_real_browser_on_sqlite() {
-    run_lessons(helpers::TestBackend::Sqlite).await;
+    run_lessons(support::TestBackend::Sqlite).await;
 }
 
 #[cfg(postgres_tests)]
@@ -33,10 +32,10 @@ async fn the_lessons_work_in_a_real_browser_on_sqlite() {
     ignore = "needs node, `npm ci --prefix tests/browser` and /usr/bin/chromium (apt-get install chromium)"
 )]
 async fn the_lessons_work_in_a_real_browser_on_postgres() {
-    run_lessons(helpers::TestBackend::Postgres).await;
+    run_lessons(support::TestBackend::Postgres).await;
 }
 
-async fn run_lessons(backend: helpers::TestBackend) {
+async fn run_lessons(backend: support::TestBackend) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     let missing: Vec<&str> = [
@@ -67,10 +66,10 @@ async fn run_lessons(backend: helpers::TestBackend) {
         missing.join(", ")
     );
 
-    let app = helpers::BACKEND.scope(backend, helpers::spawn_app()).await;
+    let app = support::BACKEND.scope(backend, support::spawn_app()).await;
     let name = match backend {
-        helpers::TestBackend::Sqlite => "sqlite",
-        helpers::TestBackend::Postgres => "postgres",
+        support::TestBackend::Sqlite => "sqlite",
+        support::TestBackend::Postgres => "postgres",
     };
     let artifacts = root.join("artifacts/browser").join(name);
     // Old screenshots must not pass for new ones.

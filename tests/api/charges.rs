@@ -1,24 +1,25 @@
-//! Reading charges back, health, and the routes around the charge endpoint.
+//! Reading charges back, health, the routes around the charge endpoint, and
+//! the problem types its errors point at.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use reqwest::Method;
 use serde_json::json;
 
-use crate::helpers::{Captured, DEMO_KEY, charge_body, spawn_app, spawn_app_with};
+use crate::support::{
+    AppClient, Captured, DEMO_KEY, TestApp, TestBackend, charge_body, spawn_app, spawn_app_with,
+};
+
+const SHOP_KEY: &str = "sk_live_shop_for_problem_tests";
 
 crate::on_both_backends! {
     async fn a_charge_can_be_read_back_with_the_body_it_was_created_with() {
         let app = spawn_app().await;
-        let created = Captured::from(app.post_charge(Some("k-get"), &charge_body()).await).await;
+        let created = app.charge("k-get", &charge_body()).await;
         let location = created.header("location").unwrap().to_owned();
 
-        let fetched = Captured::from(
-            app.client
-                .get(app.url(&location))
-                .bearer_auth(DEMO_KEY)
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let fetched = app.get_as(DEMO_KEY, &location).await;
         assert_eq!(fetched.status, 200);
         assert_eq!(fetched.json(), created.json());
     }
@@ -26,57 +27,31 @@ crate::on_both_backends! {
     async fn another_accounts_charge_is_not_found() {
         let app = spawn_app().await;
         app.create_account("Other shop", "sk_test_other");
-        let created = Captured::from(app.post_charge(None, &charge_body()).await).await;
+        let created = app.charge(None, &charge_body()).await;
         let location = created.header("location").unwrap().to_owned();
 
-        let theirs = app
-            .client
-            .get(app.url(&location))
-            .bearer_auth("sk_test_other")
-            .send()
-            .await
-            .unwrap();
-        Captured::from(theirs)
+        app.get_as("sk_test_other", &location)
             .await
             .assert_problem(404, "not-found");
-        let list = app
-            .client
-            .get(app.url("/charges"))
-            .bearer_auth("sk_test_other")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(Captured::from(list).await.json()["data"], json!([]));
+        let list = app.get_as("sk_test_other", "/charges").await;
+        assert_eq!(list.json()["data"], json!([]));
     }
 
     async fn unknown_and_malformed_charge_ids_are_not_found() {
         let app = spawn_app().await;
         for id in ["00000000-0000-0000-0000-000000000000", "not-a-uuid"] {
-            let r = app
-                .client
-                .get(app.url(&format!("/charges/{id}")))
-                .bearer_auth(DEMO_KEY)
-                .send()
+            app.get_as(DEMO_KEY, &format!("/charges/{id}"))
                 .await
-                .unwrap();
-            Captured::from(r).await.assert_problem(404, "not-found");
+                .assert_problem(404, "not-found");
         }
     }
 
     async fn the_list_is_newest_first_and_bounded_by_limit() {
         let app = spawn_app().await;
         for amount in [1, 2, 3] {
-            app.post_charge(None, &json!({"amount": amount, "currency": "usd"}))
-                .await;
+            app.charge(None, &json!({"amount": amount, "currency": "usd"})).await;
         }
-        let list = app
-            .client
-            .get(app.url("/charges?limit=2"))
-            .bearer_auth(DEMO_KEY)
-            .send()
-            .await
-            .unwrap();
-        let list = Captured::from(list).await;
+        let list = app.get_as(DEMO_KEY, "/charges?limit=2").await;
         assert_eq!(list.status, 200);
         let amounts: Vec<i64> = list.json()["data"]
             .as_array()
@@ -87,14 +62,7 @@ crate::on_both_backends! {
         assert_eq!(amounts, [3, 2]);
 
         for bad in ["0", "101", "abc"] {
-            let r = app
-                .client
-                .get(app.url(&format!("/charges?limit={bad}")))
-                .bearer_auth(DEMO_KEY)
-                .send()
-                .await
-                .unwrap();
-            Captured::from(r)
+            app.get_as(DEMO_KEY, &format!("/charges?limit={bad}"))
                 .await
                 .assert_problem(400, "invalid-request");
         }
@@ -102,58 +70,52 @@ crate::on_both_backends! {
 
     async fn reading_charges_needs_an_api_key() {
         let app = spawn_app().await;
-        let r = Captured::from(app.client.get(app.url("/charges")).send().await.unwrap()).await;
+        let r = app.get("/charges").await;
         r.assert_problem(401, "unauthorized");
         assert!(r.header("www-authenticate").unwrap().starts_with("Bearer"));
     }
 
     async fn health_and_readiness_answer() {
         let app = spawn_app().await;
-        assert_eq!(
-            app.client
-                .get(app.url("/healthz"))
-                .send()
-                .await
-                .unwrap()
-                .status(),
-            200
-        );
-        let ready = Captured::from(app.client.get(app.url("/readyz")).send().await.unwrap()).await;
+        assert_eq!(app.get("/healthz").await.status, 200);
+        let ready = app.get("/readyz").await;
         assert_eq!(ready.status, 200);
         assert_eq!(ready.json()["status"], "ready");
     }
 
     async fn unknown_paths_and_methods_are_problems() {
         let app = spawn_app().await;
-        Captured::from(app.client.get(app.url("/nowhere")).send().await.unwrap())
+        app.get("/nowhere").await.assert_problem(404, "not-found");
+        app.send(app.request(Method::DELETE, "/charges").bearer_auth(DEMO_KEY))
             .await
-            .assert_problem(404, "not-found");
-        Captured::from(
-            app.client
-                .delete(app.url("/charges"))
-                .bearer_auth(DEMO_KEY)
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await
-        .assert_problem(405, "method-not-allowed");
+            .assert_problem(405, "method-not-allowed");
     }
 
+    /// Each problem type the server emits, provoked by a real request, is
+    /// served at its `type` URI with the status and title the response had,
+    /// and every type `/demo/config` lists (all of `problem::TYPES`) is one
+    /// of them: a new type needs a case in `provoke_every_problem_type`.
     async fn every_problem_type_is_documented_at_its_uri() {
-        let app = spawn_app().await;
-        for (slug, status, _) in charges::problem::TYPES {
-            let doc = Captured::from(
-                app.client
-                    .get(app.url(&format!("/problems/{slug}")))
-                    .send()
-                    .await
-                    .unwrap(),
-            )
-            .await;
-            assert_eq!(doc.status, 200, "{slug}");
-            assert_eq!(doc.json()["status"], *status);
-        }
+        let (app, provoked) = provoke_every_problem_type().await;
+        let listed: BTreeSet<String> = app.get_json("/demo/config").await["problem_types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["type"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(listed.len() >= 14, "{listed:?}");
+        let emitted: BTreeSet<String> = provoked.0.keys().cloned().collect();
+        let unprovoked: Vec<&String> = listed.difference(&emitted).collect();
+        assert!(
+            unprovoked.is_empty(),
+            "/demo/config lists problem types that no request here provoked: {unprovoked:?} (provoked: {:#?})",
+            provoked.0
+        );
+        let unlisted: Vec<&String> = emitted.difference(&listed).collect();
+        assert!(
+            unlisted.is_empty(),
+            "the server emits problem types that /demo/config does not list: {unlisted:?}"
+        );
     }
 
     async fn an_exhausted_pool_answers_503_with_retry_after_instead_of_hanging() {
@@ -163,26 +125,21 @@ crate::on_both_backends! {
         })
         .await;
         // Authenticate once, so the API key is cached and needs no connection.
-        app.client
-            .get(app.url("/charges"))
-            .bearer_auth(DEMO_KEY)
-            .send()
-            .await
-            .unwrap();
+        app.get_as(DEMO_KEY, "/charges").await;
         let body = charge_body();
-        let holder = app.post_charge_with(
-            Some("k-hold"),
+        let holder = app.charge_with(
+            "k-hold",
             &body,
             &[("demo-fault", "delay-commit=1500")],
         );
         let starved = async {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             let started = std::time::Instant::now();
-            let r = Captured::from(app.post_charge(Some("k-starved"), &body).await).await;
+            let r = app.charge("k-starved", &body).await;
             (r, started.elapsed())
         };
         let (holder, (starved, waited)) = tokio::join!(holder, starved);
-        assert_eq!(holder.status(), 201);
+        assert_eq!(holder.status, 201);
         starved.assert_problem(503, "service-unavailable");
         assert_eq!(starved.header("retry-after"), Some("1"));
         assert!(
@@ -195,9 +152,310 @@ crate::on_both_backends! {
             "nothing was stored for it"
         );
         // The same request succeeds once a connection is free.
-        assert_eq!(
-            app.post_charge(Some("k-starved"), &body).await.status(),
-            201
-        );
+        assert_eq!(app.charge("k-starved", &body).await.status, 201);
     }
+}
+
+/// The problem types seen, each with the requests that provoked it.
+#[derive(Default)]
+struct Provoked(BTreeMap<String, Vec<&'static str>>);
+
+impl Provoked {
+    /// `r`, the answer to `what`, is the problem `slug` with `status`, and
+    /// its `type` URI, dereferenced on the server that answered, serves
+    /// that type with the status and the title `r` had.
+    async fn check(
+        &mut self,
+        server: &AppClient,
+        what: &'static str,
+        r: Captured,
+        status: u16,
+        slug: &str,
+    ) {
+        assert_eq!(r.status, status, "{what}: {}", r.body);
+        r.assert_problem(status, slug);
+        let problem = r.json();
+        let uri = problem["type"].as_str().unwrap();
+        let served = server.get(uri).await;
+        assert_eq!(
+            served.status, 200,
+            "{what}: its type {uri} is not served: {}",
+            served.body
+        );
+        let served = served.json();
+        assert_eq!(served["type"], uri, "{what}: {served}");
+        assert_eq!(
+            served["status"], r.status,
+            "{what}: {uri} documents another status"
+        );
+        assert_eq!(
+            served["title"], problem["title"],
+            "{what}: {uri} documents another title"
+        );
+        self.0.entry(uri.to_owned()).or_default().push(what);
+    }
+}
+
+/// Sends, on the backend of the running test, one request for each way the
+/// server answers with a problem (each `ApiError` and each demo fault), and
+/// checks each answer's type at its URI. The app it returns has a short
+/// `BODY_TIMEOUT` and room for one delayed transaction.
+async fn provoke_every_problem_type() -> (TestApp, Provoked) {
+    let mut provoked = Provoked::default();
+    let app = spawn_app_with(|s| {
+        s.body_timeout = Duration::from_millis(500);
+        s.demo_max_delayed = 1;
+    })
+    .await;
+    app.create_account("Shop", SHOP_KEY);
+    let body = charge_body();
+
+    let r = app
+        .charge("k-invalid", &json!({"amount": 0, "currency": "jpy"}))
+        .await;
+    provoked
+        .check(&app, "a charge of amount 0", r, 400, "invalid-request")
+        .await;
+
+    let r = app.charge("", &body).await;
+    provoked
+        .check(
+            &app,
+            "an empty Idempotency-Key",
+            r,
+            400,
+            "invalid-idempotency-key",
+        )
+        .await;
+
+    let r = app
+        .charge_as("sk_test_nobody", "k-unknown-caller", &body, &[])
+        .await;
+    provoked
+        .check(&app, "an unknown API key", r, 401, "unauthorized")
+        .await;
+
+    let r = app
+        .get_as(DEMO_KEY, "/charges/00000000-0000-0000-0000-000000000000")
+        .await;
+    provoked
+        .check(&app, "an unknown charge id", r, 404, "not-found")
+        .await;
+
+    let r = app
+        .send(
+            app.request(Method::DELETE, "/charges")
+                .bearer_auth(DEMO_KEY),
+        )
+        .await;
+    provoked
+        .check(&app, "DELETE /charges", r, 405, "method-not-allowed")
+        .await;
+
+    // One byte every 200 ms: the body is not there within 500 ms.
+    let raw = app
+        .send_slowly(
+            "POST /charges HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_demo\r\n\
+             Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+            &[b' '; 20],
+            Duration::from_millis(200),
+        )
+        .await;
+    provoked
+        .check(
+            &app,
+            "a body slower than BODY_TIMEOUT",
+            Captured::parse(&raw),
+            408,
+            "request-timeout",
+        )
+        .await;
+
+    let large = json!({"amount": 1000, "currency": "jpy", "description": "x".repeat(17 * 1024)});
+    let r = app.charge("k-large", &large).await;
+    provoked
+        .check(&app, "a body over 16 KiB", r, 413, "payload-too-large")
+        .await;
+
+    let r = app
+        .send(
+            app.request(Method::POST, "/charges")
+                .bearer_auth(DEMO_KEY)
+                .header("content-type", "text/plain")
+                .body(body.to_string()),
+        )
+        .await;
+    provoked
+        .check(&app, "a text/plain body", r, 415, "unsupported-media-type")
+        .await;
+    let r = app
+        .send(
+            app.request(Method::POST, "/charges")
+                .bearer_auth(DEMO_KEY)
+                .header("content-type", "application/json")
+                .header("content-encoding", "gzip")
+                .body(body.to_string()),
+        )
+        .await;
+    assert_eq!(r.header("accept-encoding"), Some("identity"));
+    provoked
+        .check(
+            &app,
+            "a gzip-encoded body",
+            r,
+            415,
+            "unsupported-content-encoding",
+        )
+        .await;
+
+    // Key-first: the key commits first, so a retry meanwhile hears 409.
+    let key_first = ("demo-mode", "key-first");
+    let first = app.charge_with(
+        "k-in-flight",
+        &body,
+        &[key_first, ("demo-fault", "delay-commit=1500")],
+    );
+    let retry = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.charge_with("k-in-flight", &body, &[key_first]).await
+    };
+    let (first, retry) = tokio::join!(first, retry);
+    assert_eq!(first.status, 201, "{}", first.body);
+    provoked
+        .check(
+            &app,
+            "a retry while the first request with its key runs (key-first)",
+            retry,
+            409,
+            "idempotency-key-in-flight",
+        )
+        .await;
+
+    assert_eq!(app.charge("k-reused", &body).await.status, 201);
+    let other = json!({"amount": 2000, "currency": "jpy"});
+    let r = app.charge("k-reused", &other).await;
+    provoked
+        .check(
+            &app,
+            "a key reused with another body",
+            r,
+            422,
+            "idempotency-key-reused",
+        )
+        .await;
+
+    let r = app
+        .charge_with("k-internal", &body, &[("demo-fault", "fail-before-commit")])
+        .await;
+    provoked
+        .check(&app, "Demo-Fault: fail-before-commit", r, 500, "internal")
+        .await;
+
+    let r = app
+        .charge_as(
+            SHOP_KEY,
+            "k-shop",
+            &body,
+            &[("demo-fault", "lose-response")],
+        )
+        .await;
+    provoked
+        .check(
+            &app,
+            "a Demo-Fault from another account",
+            r,
+            400,
+            "demo-account-only",
+        )
+        .await;
+
+    let r = app
+        .charge_with("k-lost", &body, &[("demo-fault", "lose-response")])
+        .await;
+    provoked
+        .check(
+            &app,
+            "Demo-Fault: lose-response",
+            r,
+            504,
+            "simulated-lost-response",
+        )
+        .await;
+
+    // PostgreSQL only: on SQLite a second delayed transaction waits for the
+    // write lock of the first rather than reach the cap.
+    if app.backend() == TestBackend::Postgres {
+        let held = app.charge_with("k-held", &body, &[("demo-fault", "delay-commit=1500")]);
+        let over = async {
+            app.until_held(1).await;
+            app.charge_with("k-over-cap", &body, &[("demo-fault", "delay-commit=100")])
+                .await
+        };
+        let (held, over) = tokio::join!(held, over);
+        assert_eq!(held.status, 201, "{}", held.body);
+        provoked
+            .check(
+                &app,
+                "a delayed transaction beyond DEMO_MAX_DELAYED",
+                over,
+                503,
+                "service-unavailable",
+            )
+            .await;
+    }
+
+    // One connection, held by a delayed charge: another account's charge
+    // finds none within POOL_TIMEOUT, and the demo's next one no place
+    // among its requests in flight (half the pool, at least one).
+    let starved = spawn_app_with(|s| {
+        s.pool_size = 1;
+        s.pool_timeout = Duration::from_millis(300);
+    })
+    .await;
+    starved.create_account("Shop", SHOP_KEY);
+    // Authenticate both once, so their keys are cached and need no connection.
+    assert_eq!(starved.get_as(DEMO_KEY, "/charges").await.status, 200);
+    assert_eq!(starved.get_as(SHOP_KEY, "/charges").await.status, 200);
+    let holder = starved.charge_with("k-holder", &body, &[("demo-fault", "delay-commit=1500")]);
+    let refused = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::join!(
+            starved.charge_as(SHOP_KEY, "k-no-connection", &body, &[]),
+            starved.charge("k-no-place", &body),
+        )
+    };
+    let (holder, (no_connection, no_place)) = tokio::join!(holder, refused);
+    assert_eq!(holder.status, 201, "{}", holder.body);
+    provoked
+        .check(
+            &starved,
+            "a charge while the pool's only connection is taken",
+            no_connection,
+            503,
+            "service-unavailable",
+        )
+        .await;
+    provoked
+        .check(
+            &starved,
+            "a demo charge while the demo's places in flight are taken",
+            no_place,
+            503,
+            "service-unavailable",
+        )
+        .await;
+
+    let required = spawn_app_with(|s| s.require_idempotency_key = true).await;
+    let r = required.charge(None, &body).await;
+    provoked
+        .check(
+            &required,
+            "a charge without a key where one is required",
+            r,
+            400,
+            "invalid-idempotency-key",
+        )
+        .await;
+
+    (app, provoked)
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use crate::helpers::{Captured, spawn_app};
+use crate::support::spawn_app;
 
 /// (METHOD, path) for every route of `http::ROUTES`, the table every
 /// resource is mounted from (`http::resource` panics on a path not in it).
@@ -55,14 +55,9 @@ crate::on_both_backends! {
                 .replace("{id}", "00000000-0000-0000-0000-000000000000")
                 .replace("{slug}", "not-found")
                 .replace("{key}", "k");
-            let response = app
-                .client
-                .request(method.parse().unwrap(), app.url(&path))
-                .bearer_auth("sk_test_demo")
-                .send()
-                .await
-                .unwrap();
-            let r = Captured::from(response).await;
+            let r = app
+                .send(app.request(method.parse().unwrap(), &path).bearer_auth("sk_test_demo"))
+                .await;
             let route_missing = r.status == 404
                 && r.body.contains("There is nothing at this address")
                 && !path.starts_with("/charges/")
@@ -106,7 +101,7 @@ crate::on_both_backends! {
                 .contains("24 hours on this server")
         );
 
-        let page = Captured::from(app.client.get(app.url("/docs")).send().await.unwrap()).await;
+        let page = app.get("/docs").await;
         assert_eq!(page.status, 200);
         assert!(page.body.contains("/openapi.json"));
         assert!(

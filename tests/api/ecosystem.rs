@@ -3,21 +3,19 @@
 
 use std::time::Duration;
 
-use crate::helpers::{Captured, DEMO_KEY, ServerProcess, TestDatabase, charge_body, spawn_app};
+use reqwest::Method;
+
+use crate::support::{DEMO_KEY, ServerProcess, TestDatabase, charge_body, spawn_app};
 
 crate::on_both_backends! {
     async fn metrics_count_requests_idempotency_outcomes_and_the_pool() {
         let app = spawn_app().await;
-        app.post_charge(Some("k-m"), &charge_body()).await;
-        app.post_charge(Some("k-m"), &charge_body()).await;
-        app.post_charge(
-            Some("k-m"),
-            &serde_json::json!({"amount": 1, "currency": "usd"}),
-        )
-        .await;
-        app.post_charge(None, &charge_body()).await;
+        app.charge("k-m", &charge_body()).await;
+        app.charge("k-m", &charge_body()).await;
+        app.charge("k-m", &serde_json::json!({"amount": 1, "currency": "usd"})).await;
+        app.charge(None, &charge_body()).await;
 
-        let metrics = Captured::from(app.client.get(app.url("/metrics")).send().await.unwrap()).await;
+        let metrics = app.get("/metrics").await;
         assert_eq!(metrics.status, 200);
         assert!(
             metrics
@@ -45,25 +43,17 @@ crate::on_both_backends! {
     async fn a_request_id_is_echoed_or_made_up() {
         let app = spawn_app().await;
         let r = app
-            .client
-            .get(app.url("/healthz"))
-            .header("x-request-id", "req-42")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.headers()["x-request-id"], "req-42");
-        let r = app.client.get(app.url("/healthz")).send().await.unwrap();
-        let made_up = r.headers()["x-request-id"].to_str().unwrap();
+            .send(app.request(Method::GET, "/healthz").header("x-request-id", "req-42"))
+            .await;
+        assert_eq!(r.headers["x-request-id"], "req-42");
+        let r = app.get("/healthz").await;
+        let made_up = r.header("x-request-id").unwrap();
         assert!(uuid::Uuid::parse_str(made_up).is_ok(), "{made_up}");
         let r = app
-            .client
-            .get(app.url("/healthz"))
-            .header("x-request-id", "x".repeat(200))
-            .send()
-            .await
-            .unwrap();
+            .send(app.request(Method::GET, "/healthz").header("x-request-id", "x".repeat(200)))
+            .await;
         assert_ne!(
-            r.headers()["x-request-id"].len(),
+            r.headers["x-request-id"].len(),
             200,
             "an absurd id is replaced"
         );
@@ -72,19 +62,13 @@ crate::on_both_backends! {
     async fn json_logs_carry_the_request_id_and_outcome_but_never_the_api_key_or_body() {
         let db = TestDatabase::create();
         let server = ServerProcess::start(&db.url, &[("LOG_FORMAT", "json"), ("RUST_LOG", "info")]);
-        let client = reqwest::Client::new();
+        let api = server.client();
+        let body = serde_json::json!(
+            {"amount": 1000, "currency": "jpy", "description": "secret-description"}
+        );
         for _ in 0..2 {
-            let r = client
-                .post(format!("{}/charges", server.address))
-                .bearer_auth(DEMO_KEY)
-                .header("content-type", "application/json")
-                .header("idempotency-key", "\"k-log\"")
-                .header("x-request-id", "req-log-1")
-                .body(r#"{"amount": 1000, "currency": "jpy", "description": "secret-description"}"#)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 201);
+            let r = api.charge_with("k-log", &body, &[("x-request-id", "req-log-1")]).await;
+            assert_eq!(r.status, 201);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         let logs = server.logs();
@@ -110,16 +94,12 @@ crate::on_both_backends! {
     async fn human_logs_written_to_a_file_carry_no_colour_codes() {
         let db = TestDatabase::create();
         let server = ServerProcess::start(&db.url, &[("RUST_LOG", "info")]);
-        let r = reqwest::Client::new()
-            .post(format!("{}/charges", server.address))
-            .bearer_auth(DEMO_KEY)
-            .header("content-type", "application/json")
-            .header("x-request-id", "req-plain-1")
-            .body(r#"{"amount": 1000, "currency": "jpy"}"#)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201);
+        let body = serde_json::json!({"amount": 1000, "currency": "jpy"});
+        let r = server
+            .client()
+            .charge_with(None, &body, &[("x-request-id", "req-plain-1")])
+            .await;
+        assert_eq!(r.status, 201);
         tokio::time::sleep(Duration::from_millis(200)).await;
         let logs = server.logs();
         let finished = logs
@@ -133,13 +113,14 @@ crate::on_both_backends! {
     async fn sigterm_lets_an_in_flight_charge_finish_and_exits_zero() {
         let db = TestDatabase::create();
         let mut server = ServerProcess::start(&db.url, &[]);
-        let request = reqwest::Client::new()
-            .post(format!("{}/charges", server.address))
-            .bearer_auth(DEMO_KEY)
-            .header("content-type", "application/json")
-            .header("idempotency-key", "\"k-term\"")
-            .header("demo-fault", "delay-commit=1500")
-            .body(charge_body().to_string())
+        let request = server
+            .client()
+            .charge_request(
+                DEMO_KEY,
+                "k-term",
+                &charge_body(),
+                &[("demo-fault", "delay-commit=1500")],
+            )
             .send();
         let in_flight = tokio::spawn(request);
         tokio::time::sleep(Duration::from_millis(400)).await;

@@ -2,11 +2,12 @@
 //! `Authorization` header, bounded metric labels, a deadline for the body,
 //! and passwords kept out of what the binary prints.
 
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{
-    Captured, ServerProcess, TestDatabase, backend, charge_body, spawn_app, spawn_app_with,
+use reqwest::Method;
+
+use crate::support::{
+    ServerProcess, TestDatabase, backend, charge_body, spawn_app, spawn_app_with,
 };
 
 /// Runs `charges <args>` on `database_url`; its stdout.
@@ -25,17 +26,12 @@ fn charges_cli(database_url: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-async fn post_as(address: &str, api_key: &str) -> u16 {
-    reqwest::Client::new()
-        .post(format!("{address}/charges"))
-        .bearer_auth(api_key)
-        .header("content-type", "application/json")
-        .body(charge_body().to_string())
-        .send()
+async fn post_as(server: &ServerProcess, api_key: &str) -> u16 {
+    server
+        .client()
+        .charge_as(api_key, None, &charge_body(), &[])
         .await
-        .unwrap()
-        .status()
-        .as_u16()
+        .status
 }
 
 crate::on_both_backends! {
@@ -49,14 +45,14 @@ crate::on_both_backends! {
 
         let env = [("ACCOUNT_CACHE_TTL", "1s")];
         let (a, b) = (ServerProcess::start(&db.url, &env), ServerProcess::start(&db.url, &env));
-        assert_eq!(post_as(&a.address, &key).await, 201);
-        assert_eq!(post_as(&b.address, &key).await, 201, "both instances cached the key");
+        assert_eq!(post_as(&a, &key).await, 201);
+        assert_eq!(post_as(&b, &key).await, 201, "both instances cached the key");
 
         let revoked_at = Instant::now();
         charges_cli(&db.url, &["account", "revoke", "Acme"]);
         let deadline = revoked_at + Duration::from_secs(5);
         for server in [&a, &b] {
-            while post_as(&server.address, &key).await != 401 {
+            while post_as(server, &key).await != 401 {
                 assert!(Instant::now() < deadline, "the revoked key still works after 5 s");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -69,29 +65,23 @@ crate::on_both_backends! {
 
     async fn two_authorization_headers_are_a_400() {
         let app = spawn_app().await;
-        let r = Captured::from(
-            app.client
-                .post(app.url("/charges"))
-                .header("authorization", "Bearer sk_test_demo")
-                .header("authorization", "Bearer sk_live_someone_else")
-                .header("content-type", "application/json")
-                .body(charge_body().to_string())
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let r = app
+            .send(
+                app.request(Method::POST, "/charges")
+                    .header("authorization", "Bearer sk_test_demo")
+                    .header("authorization", "Bearer sk_live_someone_else")
+                    .header("content-type", "application/json")
+                    .body(charge_body().to_string()),
+            )
+            .await;
         r.assert_problem(400, "invalid-request");
-        let r = Captured::from(
-            app.client
-                .get(app.url("/charges"))
-                .header("authorization", "Bearer a")
-                .header("authorization", "Bearer b")
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let r = app
+            .send(
+                app.request(Method::GET, "/charges")
+                    .header("authorization", "Bearer a")
+                    .header("authorization", "Bearer b"),
+            )
+            .await;
         r.assert_problem(400, "invalid-request");
         assert_eq!(app.charges(), 0);
     }
@@ -99,12 +89,12 @@ crate::on_both_backends! {
     async fn made_up_methods_and_paths_do_not_make_up_metric_series() {
         let app = spawn_app().await;
         let series = |text: &str| text.lines().filter(|l| l.starts_with("http_requests_total{")).count();
-        let before = series(&app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap());
+        let before = series(&app.get("/metrics").await.body);
         for i in 0..1000u32 {
             let method = reqwest::Method::from_bytes(format!("M{i:x}X").as_bytes()).unwrap();
-            let _ = app.client.request(method, app.url(&format!("/random/{i}"))).send().await.unwrap();
+            let _ = app.send(app.request(method, &format!("/random/{i}"))).await;
         }
-        let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        let text = app.get("/metrics").await.body;
         let after = series(&text);
         assert!(after <= before + 4, "series grew from {before} to {after}");
         assert!(text.contains("method=\"OTHER\""), "made-up methods are OTHER");
@@ -113,31 +103,16 @@ crate::on_both_backends! {
 
     async fn a_body_that_arrives_too_slowly_gets_408() {
         let app = spawn_app_with(|s| s.body_timeout = Duration::from_millis(800)).await;
-        let addr = app.address.trim_start_matches("http://").to_owned();
         let started = Instant::now();
-        let answer = tokio::task::spawn_blocking(move || {
-            let mut stream = std::net::TcpStream::connect(addr).unwrap();
-            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            write!(stream, "POST /charges HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_demo\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{").unwrap();
-            // One byte every 300 ms: the body never completes in time.
-            let mut answer = String::new();
-            for _ in 0..20 {
-                std::thread::sleep(Duration::from_millis(300));
-                if stream.write_all(b" ").is_err() {
-                    break;
-                }
-                let mut buf = [0u8; 4096];
-                stream.set_nonblocking(true).unwrap();
-                if let Ok(n) = stream.read(&mut buf) && n > 0 {
-                    answer.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    break;
-                }
-                stream.set_nonblocking(false).unwrap();
-            }
-            answer
-        })
-        .await
-        .unwrap();
+        // One byte every 300 ms: the body never completes in time.
+        let answer = app
+            .send_slowly(
+                "POST /charges HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_demo\r\n\
+                 Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+                &[b' '; 20],
+                Duration::from_millis(300),
+            )
+            .await;
         assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
         assert!(answer.contains("application/problem+json") && answer.contains("/problems/request-timeout"), "{answer}");
         assert!(started.elapsed() < Duration::from_secs(3));
@@ -152,7 +127,7 @@ crate::on_both_backends! {
 #[cfg(postgres_tests)]
 #[test]
 fn a_password_in_the_database_url_is_never_printed() {
-    let db = TestDatabase::create_for(crate::helpers::TestBackend::Postgres);
+    let db = TestDatabase::create_for(crate::support::TestBackend::Postgres);
     // Trust authentication ignores the password, so these URLs connect.
     let with_query = format!("{}?password=hunter2-query", db.url);
     let mut userinfo = url::Url::parse(&db.url).unwrap();

@@ -2,27 +2,15 @@
 
 use std::time::{Duration, Instant};
 
+use reqwest::Method;
 use serde_json::json;
 
-use crate::helpers::{Captured, DEMO_KEY, charge_body, spawn_app};
-
-/// Sends `request` as raw bytes and returns the response's status line.
-async fn raw_status_line(address: &str, request: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(address.trim_start_matches("http://"))
-        .await
-        .unwrap();
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.unwrap();
-    let text = String::from_utf8_lossy(&response);
-    text.lines().next().unwrap_or_default().to_owned()
-}
+use crate::support::{DEMO_KEY, charge_body, spawn_app};
 
 crate::on_both_backends! {
     async fn the_first_request_with_a_key_creates_the_charge_and_stores_its_201() {
         let app = spawn_app().await;
-        let first = Captured::from(app.post_charge(Some("k-first"), &charge_body()).await).await;
+        let first = app.charge("k-first", &charge_body()).await;
 
         assert_eq!(first.status, 201, "{}", first.body);
         let body = first.json();
@@ -47,8 +35,8 @@ crate::on_both_backends! {
 
     async fn a_retry_with_the_same_key_replays_the_stored_response_byte_for_byte() {
         let app = spawn_app().await;
-        let first = Captured::from(app.post_charge(Some("k-replay"), &charge_body()).await).await;
-        let replay = Captured::from(app.post_charge(Some("k-replay"), &charge_body()).await).await;
+        let first = app.charge("k-replay", &charge_body()).await;
+        let replay = app.charge("k-replay", &charge_body()).await;
 
         assert_eq!(replay.status, 201);
         assert_eq!(
@@ -63,18 +51,16 @@ crate::on_both_backends! {
 
     async fn a_reordered_and_respaced_body_with_an_unquoted_key_is_the_same_request() {
         let app = spawn_app().await;
-        let first = Captured::from(app.post_charge(Some("k-same"), &charge_body()).await).await;
+        let first = app.charge("k-same", &charge_body()).await;
         let retry = app
-            .client
-            .post(app.url("/charges"))
-            .bearer_auth(crate::helpers::DEMO_KEY)
-            .header("content-type", "application/json; charset=utf-8")
-            .header("idempotency-key", "k-same")
-            .body("{ \"description\": \"a book\",\n  \"currency\": \"jpy\", \"amount\": 1000 }")
-            .send()
-            .await
-            .unwrap();
-        let retry = Captured::from(retry).await;
+            .send(
+                app.request(Method::POST, "/charges")
+                    .bearer_auth(DEMO_KEY)
+                    .header("content-type", "application/json; charset=utf-8")
+                    .header("idempotency-key", "k-same")
+                    .body("{ \"description\": \"a book\",\n  \"currency\": \"jpy\", \"amount\": 1000 }"),
+            )
+            .await;
         assert_eq!(retry.status, 201);
         assert_eq!(retry.header("idempotent-replayed"), Some("true"));
         assert_eq!(retry.body, first.body);
@@ -84,7 +70,7 @@ crate::on_both_backends! {
     async fn fifty_concurrent_requests_with_one_key_make_one_charge_and_fifty_identical_201s() {
         let app = spawn_app().await;
         let requests = (0..50).map(|_| async {
-            Captured::from(app.post_charge(Some("k-storm"), &charge_body()).await).await
+            app.charge("k-storm", &charge_body()).await
         });
         let responses = futures::future::join_all(requests).await;
 
@@ -111,45 +97,34 @@ crate::on_both_backends! {
 
     async fn a_key_reused_with_another_body_is_422_and_charges_nothing() {
         let app = spawn_app().await;
-        let first = Captured::from(app.post_charge(Some("k-reuse"), &charge_body()).await).await;
+        let first = app.charge("k-reuse", &charge_body()).await;
         let other = json!({"amount": 2000, "currency": "jpy", "description": "a book"});
-        let reused = Captured::from(app.post_charge(Some("k-reuse"), &other).await).await;
+        let reused = app.charge("k-reuse", &other).await;
 
         reused.assert_problem(422, "idempotency-key-reused");
         assert_eq!(app.charges(), 1);
         // On the wire, with RFC 9110's reason phrase (reqwest hides it).
         let body = other.to_string();
-        let status_line = raw_status_line(
-            &app.address,
-            &format!(
+        let response = app
+            .send_raw(&format!(
                 "POST /charges HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {DEMO_KEY}\r\n\
                  Content-Type: application/json\r\nIdempotency-Key: \"k-reuse\"\r\n\
                  Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
-            ),
-        )
-        .await;
+            ))
+            .await;
+        let status_line = response.lines().next().unwrap_or_default();
         assert_eq!(status_line, "HTTP/1.1 422 Unprocessable Content");
         // The stored response is untouched: the original request still replays.
-        let again = Captured::from(app.post_charge(Some("k-reuse"), &charge_body()).await).await;
+        let again = app.charge("k-reuse", &charge_body()).await;
         assert_eq!(again.body, first.body);
     }
 
     async fn the_same_key_on_another_account_is_an_independent_charge() {
         let app = spawn_app().await;
         app.create_account("Other shop", "sk_test_other");
-        let mine = Captured::from(app.post_charge(Some("k-shared"), &charge_body()).await).await;
-        let theirs = app
-            .client
-            .post(app.url("/charges"))
-            .bearer_auth("sk_test_other")
-            .header("content-type", "application/json")
-            .header("idempotency-key", "\"k-shared\"")
-            .body(charge_body().to_string())
-            .send()
-            .await
-            .unwrap();
-        let theirs = Captured::from(theirs).await;
+        let mine = app.charge("k-shared", &charge_body()).await;
+        let theirs = app.charge_as("sk_test_other", "k-shared", &charge_body(), &[]).await;
 
         assert_eq!(mine.status, 201);
         assert_eq!(theirs.status, 201);
@@ -161,8 +136,8 @@ crate::on_both_backends! {
 
     async fn without_a_key_a_retry_charges_twice() {
         let app = spawn_app().await;
-        let a = Captured::from(app.post_charge(None, &charge_body()).await).await;
-        let b = Captured::from(app.post_charge(None, &charge_body()).await).await;
+        let a = app.charge(None, &charge_body()).await;
+        let b = app.charge(None, &charge_body()).await;
 
         assert_eq!((a.status, b.status), (201, 201));
         assert_ne!(a.json()["id"], b.json()["id"]);
@@ -172,10 +147,10 @@ crate::on_both_backends! {
 
     async fn an_expired_key_is_treated_as_new() {
         let app = spawn_app().await;
-        let first = Captured::from(app.post_charge(Some("k-old"), &charge_body()).await).await;
+        let first = app.charge("k-old", &charge_body()).await;
         app.execute(&format!("UPDATE idempotency_keys SET expires_at = {}", app.at(-1)));
 
-        let retry = Captured::from(app.post_charge(Some("k-old"), &charge_body()).await).await;
+        let retry = app.charge("k-old", &charge_body()).await;
         assert_eq!(retry.status, 201);
         assert_eq!(
             retry.header("idempotent-replayed"),
@@ -196,11 +171,7 @@ crate::on_both_backends! {
 
         // An expired key with a different body is also simply new: no 422.
         app.execute(&format!("UPDATE idempotency_keys SET expires_at = {}", app.at(-1)));
-        let other = Captured::from(
-            app.post_charge(Some("k-old"), &json!({"amount": 5, "currency": "usd"}))
-                .await,
-        )
-        .await;
+        let other = app.charge("k-old", &json!({"amount": 5, "currency": "usd"})).await;
         assert_eq!(other.status, 201);
     }
 
@@ -208,19 +179,18 @@ crate::on_both_backends! {
         let app = spawn_app().await;
         let started = Instant::now();
         let body = charge_body();
-        let first = app.post_charge_with(
-            Some("k-slow"),
+        let first = app.charge_with(
+            "k-slow",
             &body,
             &[("demo-fault", "delay-commit=1500")],
         );
         let second = async {
             tokio::time::sleep(Duration::from_millis(300)).await;
             let sent = Instant::now();
-            let response = Captured::from(app.post_charge(Some("k-slow"), &charge_body()).await).await;
+            let response = app.charge("k-slow", &charge_body()).await;
             (response, sent.elapsed())
         };
         let (first, (second, waited)) = tokio::join!(first, second);
-        let first = Captured::from(first).await;
 
         assert_eq!(first.status, 201);
         assert_eq!(second.status, 201);
@@ -237,17 +207,16 @@ crate::on_both_backends! {
     async fn a_concurrent_retry_runs_as_the_first_when_the_first_rolls_back() {
         let app = spawn_app().await;
         let body = charge_body();
-        let first = app.post_charge_with(
-            Some("k-rollback"),
+        let first = app.charge_with(
+            "k-rollback",
             &body,
             &[("demo-fault", "delay-commit=1000, fail-before-commit")],
         );
         let second = async {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            Captured::from(app.post_charge(Some("k-rollback"), &charge_body()).await).await
+            app.charge("k-rollback", &charge_body()).await
         };
         let (first, second) = tokio::join!(first, second);
-        let first = Captured::from(first).await;
 
         first.assert_problem(500, "internal");
         assert_eq!(second.status, 201);
@@ -263,15 +232,9 @@ crate::on_both_backends! {
 crate::on_both_backends! {
     async fn a_failure_inside_the_transaction_leaves_no_key_and_no_charge_so_the_retry_runs_as_the_first() {
         let app = spawn_app().await;
-        let failed = Captured::from(
-            app.post_charge_with(
-                Some("k-fail"),
-                &charge_body(),
-                &[("demo-fault", "fail-before-commit")],
-            )
-            .await,
-        )
-        .await;
+        let failed = app
+            .charge_with("k-fail", &charge_body(), &[("demo-fault", "fail-before-commit")])
+            .await;
         failed.assert_problem(500, "internal");
         assert!(
             !failed.body.contains("fail-before-commit"),
@@ -280,7 +243,7 @@ crate::on_both_backends! {
         );
         assert_eq!((app.charges(), app.keys()), (0, 0));
 
-        let retry = Captured::from(app.post_charge(Some("k-fail"), &charge_body()).await).await;
+        let retry = app.charge("k-fail", &charge_body()).await;
         assert_eq!(retry.status, 201);
         assert_eq!(retry.header("idempotent-replayed"), None);
         assert_eq!((app.charges(), app.keys()), (1, 1));

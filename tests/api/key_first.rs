@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use charges::idempotency::Fingerprint;
 use serde_json::Value;
 
-use crate::helpers::{
-    Captured, DEMO_KEY, ServerProcess, TestApp, TestBackend, TestDatabase, charge_body, spawn_app,
+use crate::support::{
+    DEMO_KEY, ServerProcess, TestApp, TestBackend, TestDatabase, charge_body, spawn_app,
     spawn_app_with,
 };
 
@@ -37,23 +37,18 @@ crate::on_both_backends! {
     async fn a_retry_while_the_first_is_in_flight_gets_409_at_once_and_later_the_stored_201() {
         let app = spawn_app().await;
         let body = charge_body();
-        let first = app.post_charge_with(
-            Some("k-kf"),
+        let first = app.charge_with(
+            "k-kf",
             &body,
             &[KEY_FIRST, ("demo-fault", "delay-commit=1500")],
         );
         let retry = async {
             tokio::time::sleep(Duration::from_millis(300)).await;
             let sent = Instant::now();
-            let r = Captured::from(
-                app.post_charge_with(Some("k-kf"), &body, &[KEY_FIRST])
-                    .await,
-            )
-            .await;
+            let r = app.charge_with("k-kf", &body, &[KEY_FIRST]).await;
             (r, sent.elapsed())
         };
         let (first, (retry, took)) = tokio::join!(first, retry);
-        let first = Captured::from(first).await;
 
         retry.assert_problem(409, "idempotency-key-in-flight");
         assert_eq!(retry.header("retry-after"), Some("1"));
@@ -63,11 +58,7 @@ crate::on_both_backends! {
         );
         assert_eq!(first.status, 201);
 
-        let later = Captured::from(
-            app.post_charge_with(Some("k-kf"), &body, &[KEY_FIRST])
-                .await,
-        )
-        .await;
+        let later = app.charge_with("k-kf", &body, &[KEY_FIRST]).await;
         assert_eq!(later.status, 201);
         assert_eq!(later.header("idempotent-replayed"), Some("true"));
         assert_eq!(later.body, first.body);
@@ -76,39 +67,32 @@ crate::on_both_backends! {
 
     async fn the_setting_makes_key_first_the_default_and_a_reused_key_is_still_422() {
         let app = spawn_app_with(|s| s.idempotency_mode = charges::idempotency::Mode::KeyFirst).await;
-        let first = Captured::from(app.post_charge(Some("k-kf-set"), &charge_body()).await).await;
+        let first = app.charge("k-kf-set", &charge_body()).await;
         assert_eq!(first.status, 201);
-        let replay = Captured::from(app.post_charge(Some("k-kf-set"), &charge_body()).await).await;
+        let replay = app.charge("k-kf-set", &charge_body()).await;
         assert_eq!(replay.body, first.body);
         let other = serde_json::json!({"amount": 1, "currency": "usd"});
-        Captured::from(app.post_charge(Some("k-kf-set"), &other).await)
-            .await
+        app.charge("k-kf-set", &other).await
             .assert_problem(422, "idempotency-key-reused");
         assert_eq!(app.charges(), 1);
     }
 
     async fn a_business_failure_releases_the_key_so_the_retry_runs_as_the_first() {
         let app = spawn_app().await;
-        let failed = Captured::from(
-            app.post_charge_with(
-                Some("k-kf-fail"),
+        let failed = app
+            .charge_with(
+                "k-kf-fail",
                 &charge_body(),
                 &[KEY_FIRST, ("demo-fault", "fail-before-commit")],
             )
-            .await,
-        )
-        .await;
+            .await;
         failed.assert_problem(500, "internal");
         assert_eq!(
             (app.charges(), app.keys()),
             (0, 0),
             "the key row was released"
         );
-        let retry = Captured::from(
-            app.post_charge_with(Some("k-kf-fail"), &charge_body(), &[KEY_FIRST])
-                .await,
-        )
-        .await;
+        let retry = app.charge_with("k-kf-fail", &charge_body(), &[KEY_FIRST]).await;
         assert_eq!(retry.status, 201);
         assert_eq!(retry.header("idempotent-replayed"), None);
     }
@@ -118,29 +102,17 @@ crate::on_both_backends! {
         let body = charge_body();
         insert_stuck_key(&app, "k-stuck", &body, 3600);
         for mode in ["key-first", "atomic"] {
-            let r = Captured::from(
-                app.post_charge_with(Some("k-stuck"), &body, &[("demo-mode", mode)])
-                    .await,
-            )
-            .await;
+            let r = app.charge_with("k-stuck", &body, &[("demo-mode", mode)]).await;
             r.assert_problem(409, "idempotency-key-in-flight");
         }
         assert_eq!(app.charges(), 0);
 
         app.execute(&format!("UPDATE idempotency_keys SET locked_until = {}", app.at(-1)));
         let other = serde_json::json!({"amount": 7, "currency": "usd"});
-        let mismatch = Captured::from(
-            app.post_charge_with(Some("k-stuck"), &other, &[KEY_FIRST])
-                .await,
-        )
-        .await;
+        let mismatch = app.charge_with("k-stuck", &other, &[KEY_FIRST]).await;
         mismatch.assert_problem(422, "idempotency-key-reused");
 
-        let reclaimed = Captured::from(
-            app.post_charge_with(Some("k-stuck"), &body, &[KEY_FIRST])
-                .await,
-        )
-        .await;
+        let reclaimed = app.charge_with("k-stuck", &body, &[KEY_FIRST]).await;
         assert_eq!(reclaimed.status, 201);
         assert_eq!(reclaimed.header("idempotent-replayed"), None);
         assert_eq!((app.charges(), app.keys()), (1, 1));
@@ -155,11 +127,7 @@ crate::on_both_backends! {
         let body = charge_body();
         insert_stuck_key(&app, "k-reclaim", &body, -1);
         let requests = (0..20).map(|_| async {
-            Captured::from(
-                app.post_charge_with(Some("k-reclaim"), &body, &[KEY_FIRST])
-                    .await,
-            )
-            .await
+            app.charge_with("k-reclaim", &body, &[KEY_FIRST]).await
             .status
         });
         let statuses = futures::future::join_all(requests).await;
@@ -177,7 +145,7 @@ crate::on_both_backends! {
             let body = charge_body();
             let headers = [("demo-mode", mode), ("demo-fault", "delay-commit=200")];
             let requests = (0..50).map(|_| async {
-                Captured::from(app.post_charge_with(Some("k-50"), &body, &headers).await).await
+                app.charge_with("k-50", &body, &headers).await
             });
             let responses = futures::future::join_all(requests).await;
             let created: Vec<_> = responses.iter().filter(|r| r.status == 201).collect();
@@ -193,11 +161,7 @@ crate::on_both_backends! {
             );
             assert_eq!(app.charges(), 1, "{mode}");
             // Every client converges on the same 201 once the first has finished.
-            let retry = Captured::from(
-                app.post_charge_with(Some("k-50"), &body, &[("demo-mode", mode)])
-                    .await,
-            )
-            .await;
+            let retry = app.charge_with("k-50", &body, &[("demo-mode", mode)]).await;
             assert_eq!(retry.body, created[0].body, "{mode}");
         }
     }
@@ -205,7 +169,7 @@ crate::on_both_backends! {
     async fn the_purge_removes_exactly_the_expired_keys_and_a_retry_after_it_is_new() {
         let app = spawn_app().await;
         for key in ["k-p1", "k-p2", "k-p3"] {
-            app.post_charge(Some(key), &charge_body()).await;
+            app.charge(key, &charge_body()).await;
         }
         app.execute(&format!(
             "UPDATE idempotency_keys SET expires_at = {} WHERE key IN ('k-p1', 'k-p2')",
@@ -217,7 +181,7 @@ crate::on_both_backends! {
         assert_eq!(app.count("idempotency_keys WHERE key = 'k-p3'"), 1);
         assert_eq!(app.charges(), 3, "the purge deletes keys, never charges");
 
-        let retry = Captured::from(app.post_charge(Some("k-p1"), &charge_body()).await).await;
+        let retry = app.charge("k-p1", &charge_body()).await;
         assert_eq!(retry.status, 201);
         assert_eq!(retry.header("idempotent-replayed"), None);
         assert_eq!(app.charges(), 4);
@@ -261,18 +225,8 @@ crate::on_both_backends! {
         // The purger in `serve`, on a short interval.
         let db = TestDatabase::create();
         let server = ServerProcess::start(&db.url, &[("PURGE_INTERVAL", "200ms")]);
-        let client = reqwest::Client::new();
-        let charge = |key: &'static str| {
-            client
-                .post(format!("{}/charges", server.address))
-                .bearer_auth(DEMO_KEY)
-                .header("content-type", "application/json")
-                .header("idempotency-key", key)
-                .body(charge_body().to_string())
-                .send()
-        };
-        assert_eq!(charge("k-bg").await.unwrap().status(), 201);
-        db.execute(&format!("UPDATE idempotency_keys SET expires_at = {}", crate::helpers::at(db.backend(), -1)));
+        assert_eq!(server.client().charge("k-bg", &charge_body()).await.status, 201);
+        db.execute(&format!("UPDATE idempotency_keys SET expires_at = {}", db.at(-1)));
         let deadline = Instant::now() + Duration::from_secs(5);
         while db.count("idempotency_keys") > 0 {
             assert!(
@@ -289,36 +243,30 @@ crate::on_both_backends! {
         let app = spawn_app_with(|s| s.idempotency_lease = Duration::from_millis(300)).await;
         let body = charge_body();
         // A: slow, outlives its 300 ms lease. B: arrives after the lease ran out.
-        let slow = app.post_charge_with(
-            Some("k-lease"),
+        let slow = app.charge_with(
+            "k-lease",
             &body,
             &[KEY_FIRST, ("demo-fault", "delay-commit=1500")],
         );
         let late = async {
             tokio::time::sleep(Duration::from_millis(600)).await;
-            Captured::from(
-                app.post_charge_with(Some("k-lease"), &body, &[KEY_FIRST])
-                    .await,
-            )
-            .await
+            app.charge_with("k-lease", &body, &[KEY_FIRST]).await
         };
         let (slow, late) = tokio::join!(slow, late);
-        let slow = Captured::from(slow).await;
 
         assert_eq!((slow.status, late.status), (201, 201), "{} {}", slow.body, late.body);
-        let replayed = |r: &Captured| r.header("idempotent-replayed") == Some("true");
         match app.backend() {
             // B took the expired lease over and ran; A's guarded completion
             // found another lease, rolled back, and answers B's result.
             TestBackend::Postgres => {
-                assert!(!replayed(&late), "B took the key over and ran");
-                assert!(replayed(&slow), "A rolled back and answers B's result");
+                assert!(!late.replayed(), "B took the key over and ran");
+                assert!(slow.replayed(), "A rolled back and answers B's result");
             }
             // SQLite locks the whole database for A's transaction: B's
             // takeover waits for A's commit, then finds the key completed.
             TestBackend::Sqlite => {
-                assert!(!replayed(&slow), "A completed under its lease");
-                assert!(replayed(&late), "B waited for A and replays its result");
+                assert!(!slow.replayed(), "A completed under its lease");
+                assert!(late.replayed(), "B waited for A and replays its result");
             }
         }
         assert_eq!(slow.body, late.body);
@@ -335,21 +283,11 @@ crate::on_both_backends! {
             ("DEMO_ALLOW_CRASH", "true"),
         ];
         let mut server = ServerProcess::start(&db.url, &env);
-        let client = reqwest::Client::new();
-        let post = |address: &str, fault: Option<&str>| {
-            let mut request = client
-                .post(format!("{address}/charges"))
-                .bearer_auth(DEMO_KEY)
-                .header("content-type", "application/json")
-                .header("idempotency-key", "\"k-crash\"")
-                .body(charge_body().to_string());
-            if let Some(fault) = fault {
-                request = request.header("demo-fault", fault);
-            }
-            request.send()
-        };
-
-        let crashed = post(&server.address, Some("crash-after-key")).await;
+        let api = server.client();
+        let crash = [("demo-fault", "crash-after-key")];
+        let crashed = api
+            .try_send(api.charge_request(DEMO_KEY, "k-crash", &charge_body(), &crash))
+            .await;
         assert!(
             crashed.is_err(),
             "the connection died with the process: {crashed:?}"
@@ -361,14 +299,15 @@ crate::on_both_backends! {
         assert_eq!(status.signal(), Some(9), "killed by SIGKILL");
 
         let restarted = ServerProcess::start(&db.url, &env);
-        let in_flight = Captured::from(post(&restarted.address, None).await.unwrap()).await;
+        let api = restarted.client();
+        let in_flight = api.charge("k-crash", &charge_body()).await;
         in_flight.assert_problem(409, "idempotency-key-in-flight");
 
         tokio::time::sleep(Duration::from_millis(2100)).await;
-        let after_lease = Captured::from(post(&restarted.address, None).await.unwrap()).await;
+        let after_lease = api.charge("k-crash", &charge_body()).await;
         assert_eq!(after_lease.status, 201, "{}", after_lease.body);
         assert_eq!(after_lease.header("idempotent-replayed"), None);
-        let replay = Captured::from(post(&restarted.address, None).await.unwrap()).await;
+        let replay = api.charge("k-crash", &charge_body()).await;
         assert_eq!(replay.body, after_lease.body);
 
         assert_eq!(db.count("charges"), 1);

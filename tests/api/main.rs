@@ -8,11 +8,13 @@ mod demo;
 mod ecosystem;
 mod fuzz;
 mod hardening;
-mod helpers;
 mod idempotency;
 mod key_first;
 mod startup;
 mod validation;
+
+#[path = "../support/mod.rs"]
+mod support;
 
 /// Says, in the test list, that only the SQLite half ran.
 #[cfg(not(postgres_tests))]

@@ -5,7 +5,7 @@ use std::process::Command;
 use charges::api::Application;
 use charges::config::Settings;
 
-use crate::helpers::TestDatabase;
+use crate::support::TestDatabase;
 
 fn charges_bin() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_charges"));
@@ -31,21 +31,8 @@ fn starting_twice_on_one_database_applies_the_migrations_once() {
 #[cfg(postgres_tests)]
 #[test]
 fn migrate_creates_a_missing_database() {
-    let db = TestDatabase::create_for(crate::helpers::TestBackend::Postgres);
-    // Drop it first so that `migrate` has to create it; the guard drops it again.
-    let mut admin = url::Url::parse(&db.url).unwrap();
-    let name = admin.path().trim_start_matches('/').to_owned();
-    admin.set_path("/postgres");
-    let status = Command::new("psql")
-        .args([admin.as_str(), "-qc", &format!("DROP DATABASE {name}")])
-        .status();
-    if !matches!(status, Ok(s) if s.success()) {
-        use diesel::prelude::*;
-        let mut conn = PgConnection::establish(admin.as_str()).unwrap();
-        diesel::sql_query(format!("DROP DATABASE {name}"))
-            .execute(&mut conn)
-            .unwrap();
-    }
+    // Named but never created: `migrate` has to create it (the guard drops it).
+    let db = TestDatabase::reserve_for(crate::support::TestBackend::Postgres);
     let out = charges_bin()
         .args(["migrate", "--database-url", &db.url])
         .output()
@@ -63,6 +50,7 @@ fn migrate_creates_a_missing_database() {
     );
 }
 
+#[track_caller]
 fn assert_one_line_failure(args: &[&str], env: &[(&str, &str)], expected: &str) {
     let out = charges_bin()
         .args(args)

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::helpers::{
+use crate::support::{
     Captured, DEMO_KEY, TestApp, TestBackend, charge_body, spawn_app, spawn_app_with,
 };
 
@@ -30,7 +30,9 @@ fn bad(name: &'static str, status: u16, slug: &'static str) -> Bad {
 }
 
 async fn send(app: &TestApp, case: &Bad) -> Captured {
-    let mut request = app.client.post(app.url("/charges")).body(case.body.clone());
+    let mut request = app
+        .request(reqwest::Method::POST, "/charges")
+        .body(case.body.clone());
     if let Some(auth) = case.auth {
         request = request.header("authorization", format!("Bearer {auth}"));
     }
@@ -40,7 +42,7 @@ async fn send(app: &TestApp, case: &Bad) -> Captured {
     if let Some(ct) = case.content_type {
         request = request.header("content-type", ct);
     }
-    Captured::from(request.send().await.unwrap()).await
+    app.send(request).await
 }
 
 fn body(case: Bad, body: serde_json::Value) -> Bad {
@@ -172,20 +174,13 @@ crate::on_both_backends! {
             );
         }
         // The same key still works afterwards: nothing was stored for it.
-        let good = Captured::from(app.post_charge(Some("k-bad"), &charge_body()).await).await;
+        let good = app.charge("k-bad", &charge_body()).await;
         assert_eq!(good.status, 201);
     }
 
     async fn invalid_fields_are_all_listed_with_what_to_fix() {
         let app = spawn_app().await;
-        let r = Captured::from(
-            app.post_charge(
-                Some("k-fields"),
-                &json!({"amount": 0, "currency": "JPY", "tip": 5}),
-            )
-            .await,
-        )
-        .await;
+        let r = app.charge("k-fields", &json!({"amount": 0, "currency": "JPY", "tip": 5})).await;
         r.assert_problem(400, "invalid-request");
         let fields: Vec<String> = r.json()["errors"]
             .as_array()
@@ -206,7 +201,7 @@ crate::on_both_backends! {
                 "CREATE TRIGGER no_more BEFORE INSERT ON charges BEGIN SELECT RAISE(ABORT, 'no_more constraint'); END",
             ),
         };
-        let r = Captured::from(app.post_charge(Some("k-500"), &charge_body()).await).await;
+        let r = app.charge("k-500", &charge_body()).await;
         r.assert_problem(500, "internal");
         assert!(
             !r.body.to_lowercase().contains("constraint") && !r.body.contains("no_more"),
@@ -218,7 +213,7 @@ crate::on_both_backends! {
 
     async fn a_required_key_makes_a_keyless_charge_a_400() {
         let app = spawn_app_with(|s| s.require_idempotency_key = true).await;
-        let r = Captured::from(app.post_charge(None, &charge_body()).await).await;
+        let r = app.charge(None, &charge_body()).await;
         r.assert_problem(400, "invalid-idempotency-key");
         assert!(
             r.json()["detail"]
@@ -227,11 +222,6 @@ crate::on_both_backends! {
                 .contains("requires an Idempotency-Key")
         );
         assert_eq!(app.charges(), 0);
-        assert_eq!(
-            app.post_charge(Some("k-req"), &charge_body())
-                .await
-                .status(),
-            201
-        );
+        assert_eq!(app.charge("k-req", &charge_body()).await.status, 201);
     }
 }

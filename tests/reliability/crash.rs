@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 
 use crate::client::{self, Attempt};
-use crate::db::TestDatabase;
-use crate::server::{Config, Server};
+use crate::server::{self, Config};
+use crate::support::{Captured, ServerProcess, TestBackend, TestDatabase};
 use crate::within;
 
 const KEYS: usize = 50;
@@ -48,13 +48,9 @@ async fn until_no_open_transactions(db: &TestDatabase) {
 }
 
 /// Retries every key once on `server` (no fault) and checks one charge per key.
-async fn retry_all(server: &Server, keys: &[String]) -> HashMap<String, client::Reply> {
-    let client = client::client();
-    let attempts = join_all(
-        keys.iter()
-            .map(|k| client::post_charge(&client, &server.url, k, &[])),
-    )
-    .await;
+async fn retry_all(server: &ServerProcess, keys: &[String]) -> HashMap<String, Captured> {
+    let api = server.client();
+    let attempts = join_all(keys.iter().map(|k| client::attempt(&api, k, &[]))).await;
     keys.iter()
         .cloned()
         .zip(attempts)
@@ -68,17 +64,16 @@ async fn retry_all(server: &Server, keys: &[String]) -> HashMap<String, client::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_in_flight_when_the_server_is_killed_roll_back_and_their_retries_charge_once() {
     let started = Instant::now();
-    let db = TestDatabase::create();
-    let mut first = Server::start("first server", &db.url, &config());
+    let db = TestDatabase::create_for(TestBackend::Postgres);
+    let mut first = server::start("first server", &db.url, &config());
     let keys: Vec<String> = (0..KEYS).map(|_| client::new_key()).collect();
-    let client = client::client();
+    let api = first.client();
     let in_flight: Vec<_> = keys
         .iter()
         .map(|key| {
-            let (client, url, key) = (client.clone(), first.url.clone(), key.clone());
+            let (api, key) = (api.clone(), key.clone());
             tokio::spawn(async move {
-                client::post_charge(&client, &url, &key, &[("demo-fault", "delay-commit=2000")])
-                    .await
+                client::attempt(&api, &key, &[("demo-fault", "delay-commit=2000")]).await
             })
         })
         .collect();
@@ -111,7 +106,7 @@ async fn requests_in_flight_when_the_server_is_killed_roll_back_and_their_retrie
     }
     until_no_open_transactions(&db).await;
 
-    let mut second = Server::start("restarted server", &db.url, &config());
+    let mut second = server::start("restarted server", &db.url, &config());
     // Before any retry: all of it rolled back.
     assert_eq!(
         db.charges(),
@@ -133,7 +128,7 @@ async fn requests_in_flight_when_the_server_is_killed_roll_back_and_their_retrie
     .await;
     for (key, reply) in &replies {
         assert!(
-            !reply.replayed,
+            !reply.replayed(),
             "{key} was rolled back, so its retry executes it"
         );
     }
@@ -145,8 +140,8 @@ async fn requests_in_flight_when_the_server_is_killed_roll_back_and_their_retrie
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_while_some_charges_committed_every_key_has_its_charge_or_none() {
     let started = Instant::now();
-    let db = TestDatabase::create();
-    let mut first = Server::start("first server", &db.url, &config());
+    let db = TestDatabase::create_for(TestBackend::Postgres);
+    let mut first = server::start("first server", &db.url, &config());
     let keys: Vec<String> = (0..KEYS).map(|_| client::new_key()).collect();
     // 45 keys are sent at once or up to 340 ms later and commit at once, so
     // the kill lands among them; 5 hold their transaction 5 s, far past the
@@ -159,21 +154,20 @@ async fn killed_while_some_charges_committed_every_key_has_its_charge_or_none() 
             (i % 35) as u64 * 10
         })
     };
-    let client = client::client();
+    let api = first.client();
     let (answered_tx, mut answered_rx) = tokio::sync::mpsc::unbounded_channel();
     let in_flight: Vec<_> = keys
         .iter()
         .enumerate()
         .map(|(i, key)| {
-            let (client, url, key) = (client.clone(), first.url.clone(), key.clone());
+            let (api, key) = (api.clone(), key.clone());
             let fault = format!("delay-commit={}", delay(i));
             let answered = answered_tx.clone();
             let wait = send_after(i);
             tokio::spawn(async move {
                 tokio::time::sleep(wait).await;
                 let fault: &str = &fault;
-                let attempt =
-                    client::post_charge(&client, &url, &key, &[("demo-fault", fault)]).await;
+                let attempt = client::attempt(&api, &key, &[("demo-fault", fault)]).await;
                 if attempt.reply().is_some() {
                     let _ = answered.send(());
                 }
@@ -202,15 +196,15 @@ async fn killed_while_some_charges_committed_every_key_has_its_charge_or_none() 
     .collect();
     until_no_open_transactions(&db).await;
 
-    let mut second = Server::start("restarted server", &db.url, &config());
+    let mut second = server::start("restarted server", &db.url, &config());
     db.assert_consistent();
-    let rows = db.keys();
+    let rows = db.key_rows();
     let mut committed = 0;
     for (i, (key, answer)) in keys.iter().zip(&answers).enumerate() {
         match answer {
             Attempt::Reply(r) => {
                 assert_eq!(r.status, 201, "{key}: {r:?}");
-                assert!(!r.replayed);
+                assert!(!r.replayed());
                 assert_eq!(
                     rows.get(key).and_then(|row| row.charge_id),
                     Some(r.charge_id()),
@@ -250,7 +244,7 @@ async fn killed_while_some_charges_committed_every_key_has_its_charge_or_none() 
     for (key, reply) in &replies {
         let before = rows.get(key).and_then(|row| row.charge_id);
         assert_eq!(
-            reply.replayed,
+            reply.replayed(),
             before.is_some(),
             "{key}: a committed key replays, a rolled-back one executes"
         );
@@ -269,12 +263,13 @@ async fn killed_while_some_charges_committed_every_key_has_its_charge_or_none() 
 
 /// Exactly one charge per key, the key row points at the charge its client
 /// holds, and no charge or key is orphaned.
+#[track_caller]
 fn assert_one_charge_per_key_held_by_its_client(
     db: &TestDatabase,
-    replies: &HashMap<String, client::Reply>,
+    replies: &HashMap<String, Captured>,
 ) {
     assert_eq!(db.charges(), KEYS as i64);
-    let rows = db.keys();
+    let rows = db.key_rows();
     for (key, reply) in replies {
         assert_eq!(rows[key].charge_id, Some(reply.charge_id()), "{key}");
     }

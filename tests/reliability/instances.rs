@@ -8,8 +8,8 @@ use futures::StreamExt;
 use futures::future::join_all;
 
 use crate::client::{self, Attempt, Charge, Retry};
-use crate::db::TestDatabase;
-use crate::server::{Config, Server};
+use crate::server::{self, Config};
+use crate::support::{AppClient, Captured, ServerProcess, TestBackend, TestDatabase};
 use crate::within;
 
 const INSTANCES: usize = 3;
@@ -17,14 +17,14 @@ const KEYS: usize = 150;
 const CONCURRENCY: usize = 10;
 
 /// Starts the instances `ids` at the same moment (as a deployment does).
-fn start_together(url: &str, ids: std::ops::Range<usize>) -> Vec<Result<Server, String>> {
+fn start_together(url: &str, ids: std::ops::Range<usize>) -> Vec<Result<ServerProcess, String>> {
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(ids.len()));
     let threads: Vec<_> = ids
         .map(|i| {
             let (url, barrier) = (url.to_owned(), barrier.clone());
             std::thread::spawn(move || {
                 barrier.wait();
-                Server::try_start(&format!("instance {i}"), &url, &config())
+                server::try_start(&format!("instance {i}"), &url, &config())
             })
         })
         .collect();
@@ -33,7 +33,10 @@ fn start_together(url: &str, ids: std::ops::Range<usize>) -> Vec<Result<Server, 
 
 /// All of `started` came up, and each one, and all of them together with one
 /// key, charge exactly once.
-async fn assert_all_up_and_charging(db: &TestDatabase, started: Vec<Result<Server, String>>) {
+async fn assert_all_up_and_charging(
+    db: &TestDatabase,
+    started: Vec<Result<ServerProcess, String>>,
+) {
     let failed: Vec<&String> = started.iter().filter_map(|s| s.as_ref().err()).collect();
     assert!(
         failed.is_empty(),
@@ -46,10 +49,10 @@ async fn assert_all_up_and_charging(db: &TestDatabase, started: Vec<Result<Serve
             .collect::<Vec<_>>()
             .join("\n")
     );
-    let mut servers: Vec<Server> = started.into_iter().map(Result::unwrap).collect();
-    let client = client::client();
-    for server in &servers {
-        let attempt = client::post_charge(&client, &server.url, &client::new_key(), &[]).await;
+    let mut servers: Vec<ServerProcess> = started.into_iter().map(Result::unwrap).collect();
+    let clients: Vec<AppClient> = servers.iter().map(ServerProcess::client).collect();
+    for (server, api) in servers.iter().zip(&clients) {
+        let attempt = client::attempt(api, &client::new_key(), &[]).await;
         assert_eq!(
             attempt.reply().map(|r| r.status),
             Some(201),
@@ -58,8 +61,7 @@ async fn assert_all_up_and_charging(db: &TestDatabase, started: Vec<Result<Serve
         );
     }
     let shared = client::new_key();
-    let bases: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
-    let charge = spread(&client, &bases, 0, shared.clone()).await;
+    let charge = spread(&clients, 0, shared.clone()).await;
     assert!(
         charge
             .attempts
@@ -79,7 +81,7 @@ async fn assert_all_up_and_charging(db: &TestDatabase, started: Vec<Result<Serve
 /// empty database, and all three run the migrations.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_started_together_on_an_empty_database_all_come_up() {
-    let db = TestDatabase::create();
+    let db = TestDatabase::create_for(TestBackend::Postgres);
     let started = start_together(&db.url, 0..INSTANCES);
     within(
         Duration::from_secs(20),
@@ -92,7 +94,7 @@ async fn three_instances_started_together_on_an_empty_database_all_come_up() {
 /// The same, on a database that does not exist yet: all three create it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_started_together_on_a_missing_database_all_come_up() {
-    let db = TestDatabase::reserve();
+    let db = TestDatabase::reserve_for(TestBackend::Postgres);
     let started = start_together(&db.url, 0..INSTANCES);
     within(
         Duration::from_secs(20),
@@ -115,13 +117,9 @@ fn config() -> Config {
 /// instance `first` and holds its transaction 100 ms and then loses its
 /// response (504); 15 ms and 30 ms later the same request goes to the two
 /// other instances; then, until a 201, round-robin retries.
-async fn spread(client: &reqwest::Client, bases: &[String], first: usize, key: String) -> Charge {
+async fn spread(servers: &[AppClient], first: usize, key: String) -> Charge {
     let concurrent = (0..INSTANCES).map(|n| {
-        let (client, base, key) = (
-            client.clone(),
-            bases[(first + n) % INSTANCES].clone(),
-            key.clone(),
-        );
+        let (api, key) = (servers[(first + n) % INSTANCES].clone(), key.clone());
         async move {
             tokio::time::sleep(Duration::from_millis(15 * n as u64)).await;
             let headers: &[(&str, &str)] = if n == 0 {
@@ -129,7 +127,7 @@ async fn spread(client: &reqwest::Client, bases: &[String], first: usize, key: S
             } else {
                 &[]
             };
-            client::post_charge(&client, &base, &key, headers).await
+            client::attempt(&api, &key, headers).await
         }
     });
     let mut attempts = join_all(concurrent).await;
@@ -143,8 +141,7 @@ async fn spread(client: &reqwest::Client, bases: &[String], first: usize, key: S
             deadline: Instant::now() + Duration::from_secs(10),
         };
         let rest = client::charge_until_answered(
-            client,
-            bases,
+            servers,
             first + INSTANCES,
             key.clone(),
             &retry,
@@ -159,31 +156,30 @@ async fn spread(client: &reqwest::Client, bases: &[String], first: usize, key: S
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_on_one_database_make_one_charge_per_key() {
     let started = Instant::now();
-    let db = TestDatabase::create();
+    let db = TestDatabase::create_for(TestBackend::Postgres);
     // The first start runs the migrations; the two others start together
     // (see the start-up tests below for all three at once).
-    let mut servers = vec![Server::start("instance 0", &db.url, &config())];
+    let mut servers = vec![server::start("instance 0", &db.url, &config())];
     for started in start_together(&db.url, 1..INSTANCES) {
         servers.push(started.unwrap_or_else(|e| panic!("{e}")));
     }
-    let bases: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
-    let client = client::client();
+    let clients: Vec<AppClient> = servers.iter().map(ServerProcess::client).collect();
 
     let charges: Vec<Charge> = within(
         Duration::from_secs(45),
         "the charges across three instances",
         futures::stream::iter(
-            (0..KEYS).map(|i| spread(&client, &bases, i % INSTANCES, client::new_key())),
+            (0..KEYS).map(|i| spread(&clients, i % INSTANCES, client::new_key())),
         )
         .buffer_unordered(CONCURRENCY)
         .collect(),
     )
     .await;
 
-    let rows = db.keys();
+    let rows = db.key_rows();
     let mut replays = 0;
     for charge in &charges {
-        let ok: Vec<&client::Reply> = charge
+        let ok: Vec<&Captured> = charge
             .attempts
             .iter()
             .filter_map(Attempt::reply)
@@ -203,11 +199,11 @@ async fn three_instances_on_one_database_make_one_charge_per_key() {
             );
         }
         assert!(
-            ok.iter().filter(|r| !r.replayed).count() <= 1,
+            ok.iter().filter(|r| !r.replayed()).count() <= 1,
             "{}: executed twice",
             charge.key
         );
-        replays += ok.iter().filter(|r| r.replayed).count();
+        replays += ok.iter().filter(|r| r.replayed()).count();
         // Nothing but 201s and the lost response.
         for attempt in &charge.attempts {
             let summary = attempt.summary();

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 
 use crate::client::{self, Attempt, Retry};
-use crate::db::TestDatabase;
 use crate::proxy::{LossyProxy, Stats};
-use crate::server::{Config, Server};
+use crate::server::{self, Config};
+use crate::support::{AppClient, TestBackend, TestDatabase};
 use crate::within;
 
 const CHARGES: usize = 1_000;
@@ -22,8 +22,8 @@ const MAX_ATTEMPTS: usize = 20;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_responses_retried_with_the_same_key_make_exactly_one_charge_each() {
     let started = Instant::now();
-    let db = TestDatabase::create();
-    let mut server = Server::start(
+    let db = TestDatabase::create_for(TestBackend::Postgres);
+    let mut server = server::start(
         "server",
         &db.url,
         &Config {
@@ -33,9 +33,8 @@ async fn lost_responses_retried_with_the_same_key_make_exactly_one_charge_each()
             demo_max_delayed: 4,
         },
     );
-    let proxy = LossyProxy::start(server.addr, LOSE_PER_MILLE, 0x5eed_0001).await;
-    let client = client::one_connection_per_request_client();
-    let bases = vec![proxy.url.clone()];
+    let proxy = LossyProxy::start(server.addr(), LOSE_PER_MILLE, 0x5eed_0001).await;
+    let through_proxy = vec![AppClient::one_connection_per_request(&proxy.url)];
     let retry = Retry {
         max_attempts: MAX_ATTEMPTS,
         backoff: Duration::from_millis(5),
@@ -45,7 +44,7 @@ async fn lost_responses_retried_with_the_same_key_make_exactly_one_charge_each()
         Duration::from_secs(45),
         "1 000 charges through the lossy proxy",
         futures::stream::iter((0..CHARGES).map(|_| {
-            client::charge_until_answered(&client, &bases, 0, client::new_key(), &retry, |_| {
+            client::charge_until_answered(&through_proxy, 0, client::new_key(), &retry, |_| {
                 vec![("connection", "close")]
             })
         }))
@@ -83,11 +82,11 @@ async fn lost_responses_retried_with_the_same_key_make_exactly_one_charge_each()
         // lost, the server had executed it, and the answer is its replay.
         let first_lost = charge.attempts.len() > 1;
         assert_eq!(
-            answer.replayed,
+            answer.replayed(),
             first_lost,
             "{}: answered {} after {}",
             charge.key,
-            if answer.replayed {
+            if answer.replayed() {
                 "as a replay"
             } else {
                 "as executed"
@@ -114,7 +113,7 @@ async fn lost_responses_retried_with_the_same_key_make_exactly_one_charge_each()
         CHARGES as i64,
         "exactly one charge per logical charge"
     );
-    let keys = db.keys();
+    let keys = db.key_rows();
     assert_eq!(keys.len(), CHARGES);
     for charge in &charges {
         let row = &keys[&charge.key];

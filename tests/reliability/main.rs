@@ -17,10 +17,11 @@
 //! that says so.
 #![cfg_attr(not(postgres_tests), allow(dead_code, unused_imports))]
 
+#[path = "../support/mod.rs"]
+mod support;
+
 #[cfg(postgres_tests)]
 mod client;
-#[cfg(postgres_tests)]
-mod db;
 #[cfg(postgres_tests)]
 mod proxy;
 #[cfg(postgres_tests)]

@@ -1,0 +1,103 @@
+//! `spawn_app`: a fresh database and the real application in this process,
+//! on port 0, with two workers.
+
+use std::ops::Deref;
+use std::time::{Duration, Instant};
+
+use charges::api::Application;
+use charges::config::Settings;
+
+use super::TestBackend;
+use super::client::AppClient;
+use super::db::TestDatabase;
+
+/// The running app: a client of it (every [`AppClient`] method works on a
+/// `TestApp`: `app.charge(key, &body)`) and its database.
+pub struct TestApp {
+    client: AppClient,
+    pub db: TestDatabase,
+}
+
+impl Deref for TestApp {
+    type Target = AppClient;
+
+    fn deref(&self) -> &AppClient {
+        &self.client
+    }
+}
+
+/// The app with the test defaults, on the backend of the running test.
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+/// The app with the test defaults changed by `configure`.
+pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
+    let db = TestDatabase::create();
+    let mut settings = Settings::with_database_url(&db.url);
+    settings.bind = "127.0.0.1:0".to_owned();
+    settings.workers = Some(2);
+    settings.pool_size = 20;
+    configure(&mut settings);
+    let app = Application::build(settings).expect("the app starts");
+    let client = AppClient::new(&app.url());
+    tokio::spawn(app.run_until_stopped());
+    TestApp { client, db }
+}
+
+impl TestApp {
+    pub fn backend(&self) -> TestBackend {
+        self.db.backend()
+    }
+
+    /// `SELECT count(*) FROM <from_where>` in the app's database.
+    pub fn count(&self, from_where: &str) -> i64 {
+        self.db.count(from_where)
+    }
+
+    pub fn charges(&self) -> i64 {
+        self.db.charges()
+    }
+
+    pub fn keys(&self) -> i64 {
+        self.db.keys()
+    }
+
+    pub fn execute(&self, sql: &str) -> usize {
+        self.db.execute(sql)
+    }
+
+    /// SQL for "`offset_secs` from now" on this app's backend.
+    pub fn at(&self, offset_secs: i64) -> String {
+        self.db.at(offset_secs)
+    }
+
+    /// An account other than the demo's, with a key the test chooses.
+    pub fn create_account(&self, name: &str, api_key: &str) -> i64 {
+        self.db.create_account(name, api_key)
+    }
+
+    /// PostgreSQL only: waits (bounded) until `n` of the app's sessions have
+    /// held an open transaction for 200 ms: delayed charges
+    /// (`Demo-Fault: delay-commit`) are inside their hold, not between two
+    /// statements of their transaction.
+    pub async fn until_held(&self, n: i64) {
+        assert_eq!(
+            self.backend(),
+            TestBackend::Postgres,
+            "pg_stat_activity is PostgreSQL's"
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.count(
+            "pg_stat_activity WHERE datname = current_database() \
+             AND state = 'idle in transaction' AND state_change < now() - interval '200 ms'",
+        ) < n
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the delayed charges never held their transactions"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

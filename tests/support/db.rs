@@ -1,0 +1,338 @@
+//! One database per test: a PostgreSQL database created on
+//! `TEST_DATABASE_URL`'s server and dropped `WITH (FORCE)` when the guard
+//! drops, or an SQLite file deleted then; plus the SQL the tests check with.
+//!
+//! Everything here is plain SQL on a fresh connection per call (so a test
+//! never holds a session of its own on the database it watches). The two
+//! things that would repeat what the crate owns come from it, and only here:
+//! [`at`] (how SQLite stores a time) and [`TestDatabase::create_account`]
+//! (how an API key is stored).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use diesel::connection::SimpleConnection;
+use diesel::pg::Pg;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Text};
+use diesel::sqlite::Sqlite;
+use uuid::Uuid;
+
+use super::{TestBackend, backend};
+
+/// The PostgreSQL server the test databases are created on.
+pub fn server_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// SQL for "`offset_secs` from now" in the backend's own time representation,
+/// e.g. `at(TestBackend::Sqlite, -1)` for one second ago.
+pub fn at(backend: TestBackend, offset_secs: i64) -> String {
+    match backend {
+        TestBackend::Postgres => format!("(now() + interval '{offset_secs} seconds')"),
+        TestBackend::Sqlite => format!(
+            "'{}'",
+            charges::store::time_text(chrono::Utc::now() + chrono::Duration::seconds(offset_secs))
+        ),
+    }
+}
+
+/// A database that exists for one test (see the module's doc).
+pub struct TestDatabase {
+    /// What the app's `DATABASE_URL` is.
+    pub url: String,
+    kind: Kind,
+}
+
+enum Kind {
+    Postgres { name: String, admin_url: String },
+    Sqlite { path: PathBuf },
+}
+
+enum AnyConn {
+    Pg(PgConnection),
+    Sqlite(SqliteConnection),
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// One row of `idempotency_keys`.
+#[derive(Debug, Clone)]
+pub struct KeyRow {
+    pub key: String,
+    pub status: String,
+    pub charge_id: Option<Uuid>,
+}
+
+impl TestDatabase {
+    /// A fresh, empty database on the backend of the running test.
+    pub fn create() -> TestDatabase {
+        TestDatabase::create_for(backend())
+    }
+
+    /// A fresh, empty database on `backend` (the app migrates it).
+    pub fn create_for(backend: TestBackend) -> TestDatabase {
+        let db = TestDatabase::reserve_for(backend);
+        if let Kind::Postgres { name, .. } = &db.kind {
+            diesel::sql_query(format!("CREATE DATABASE {name}"))
+                .execute(&mut db.admin())
+                .expect("create the test database");
+        }
+        db
+    }
+
+    /// A name and URL for a database that does not exist yet (the app or
+    /// `charges migrate` creates it); dropped all the same with the guard.
+    pub fn reserve_for(backend: TestBackend) -> TestDatabase {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "charges_test_{}_{}_{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed),
+            &Uuid::new_v4().simple().to_string()[..8]
+        );
+        match backend {
+            TestBackend::Sqlite => {
+                let path = std::env::temp_dir().join(format!("{name}.db"));
+                TestDatabase {
+                    url: format!("sqlite://{}", path.display()),
+                    kind: Kind::Sqlite { path },
+                }
+            }
+            TestBackend::Postgres => {
+                let mut admin_url =
+                    url::Url::parse(&server_url()).expect("TEST_DATABASE_URL is a URL");
+                admin_url.set_path("/postgres");
+                let mut url = admin_url.clone();
+                url.set_path(&format!("/{name}"));
+                TestDatabase {
+                    url: url.to_string(),
+                    kind: Kind::Postgres {
+                        name,
+                        admin_url: admin_url.to_string(),
+                    },
+                }
+            }
+        }
+    }
+
+    pub fn backend(&self) -> TestBackend {
+        match self.kind {
+            Kind::Postgres { .. } => TestBackend::Postgres,
+            Kind::Sqlite { .. } => TestBackend::Sqlite,
+        }
+    }
+
+    /// SQL for "`offset_secs` from now" on this database's backend.
+    pub fn at(&self, offset_secs: i64) -> String {
+        at(self.backend(), offset_secs)
+    }
+
+    /// A connection of its own (the schema must exist: start the app first).
+    fn connect(&self) -> AnyConn {
+        match &self.kind {
+            Kind::Postgres { .. } => AnyConn::Pg(
+                PgConnection::establish(&self.url).expect("connect to the test database"),
+            ),
+            Kind::Sqlite { path } => {
+                let mut conn = SqliteConnection::establish(&path.to_string_lossy())
+                    .expect("open the test database");
+                // Wait for the app's write lock as the app does, not fail.
+                conn.batch_execute("PRAGMA busy_timeout = 5000")
+                    .expect("set busy_timeout");
+                AnyConn::Sqlite(conn)
+            }
+        }
+    }
+
+    /// The PostgreSQL server's `postgres` database, for what a test does to
+    /// its own database from outside.
+    fn admin(&self) -> PgConnection {
+        let Kind::Postgres { admin_url, .. } = &self.kind else {
+            panic!("only a PostgreSQL test database has a server to administer");
+        };
+        PgConnection::establish(admin_url).expect("connect to the test PostgreSQL server")
+    }
+
+    fn load<T>(&self, sql: &str) -> Vec<T>
+    where
+        T: QueryableByName<Pg> + QueryableByName<Sqlite> + 'static,
+    {
+        match self.connect() {
+            AnyConn::Pg(mut c) => diesel::sql_query(sql).load(&mut c),
+            AnyConn::Sqlite(mut c) => diesel::sql_query(sql).load(&mut c),
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// Runs one statement; the number of rows it changed.
+    pub fn execute(&self, sql: &str) -> usize {
+        match self.connect() {
+            AnyConn::Pg(mut c) => diesel::sql_query(sql).execute(&mut c),
+            AnyConn::Sqlite(mut c) => diesel::sql_query(sql).execute(&mut c),
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// `SELECT count(*) FROM <from_where>`.
+    pub fn count(&self, from_where: &str) -> i64 {
+        let rows: Vec<Count> = self.load(&format!("SELECT count(*) AS n FROM {from_where}"));
+        rows[0].n
+    }
+
+    pub fn charges(&self) -> i64 {
+        self.count("charges")
+    }
+
+    pub fn keys(&self) -> i64 {
+        self.count("idempotency_keys")
+    }
+
+    /// Every row of `idempotency_keys`, by key.
+    pub fn key_rows(&self) -> HashMap<String, KeyRow> {
+        #[derive(QueryableByName)]
+        struct Row {
+            #[diesel(sql_type = Text)]
+            key: String,
+            #[diesel(sql_type = Text)]
+            status: String,
+            #[diesel(sql_type = Nullable<Text>)]
+            charge_id: Option<String>,
+        }
+        self.load::<Row>(
+            "SELECT key, status, CAST(charge_id AS TEXT) AS charge_id FROM idempotency_keys",
+        )
+        .into_iter()
+        .map(|row| {
+            let charge_id = row.charge_id.map(|id| {
+                id.parse()
+                    .unwrap_or_else(|e| panic!("charge_id {id:?} is not a UUID: {e}"))
+            });
+            let key = KeyRow {
+                key: row.key,
+                status: row.status,
+                charge_id,
+            };
+            (key.key.clone(), key)
+        })
+        .collect()
+    }
+
+    /// An account other than the demo's, with an API key the test chooses;
+    /// its id. Stored as the app stores one: the key's SHA-256, never the key.
+    pub fn create_account(&self, name: &str, api_key: &str) -> i64 {
+        #[derive(QueryableByName)]
+        struct Id {
+            #[diesel(sql_type = BigInt)]
+            id: i64,
+        }
+        let digest = charges::accounts::hash_api_key(api_key);
+        let sql = format!(
+            "INSERT INTO accounts (name, api_key_sha256, demo, created_at) \
+             VALUES ('{}', '{digest}', false, {}) RETURNING id",
+            name.replace('\'', "''"),
+            self.at(0)
+        );
+        self.load::<Id>(&sql)[0].id
+    }
+
+    /// The invariants that hold after any failure: no charge without the key
+    /// row that points at it (such a charge is the one a retry would repeat),
+    /// no completed key without its charge, no key that committed half-done,
+    /// no charge shared by two keys.
+    #[track_caller]
+    pub fn assert_consistent(&self) {
+        let orphans = self.count(
+            "charges c LEFT JOIN idempotency_keys k ON k.charge_id = c.id WHERE k.id IS NULL",
+        );
+        assert_eq!(orphans, 0, "charges without a key row pointing at them");
+        let hollow = self.count(
+            "idempotency_keys k LEFT JOIN charges c ON c.id = k.charge_id \
+             WHERE k.status = 'completed' AND c.id IS NULL",
+        );
+        assert_eq!(hollow, 0, "completed keys without their charge");
+        let in_progress = self.count("idempotency_keys WHERE status <> 'completed'");
+        assert_eq!(
+            in_progress, 0,
+            "committed key rows not completed (the key row, the charge and the response commit together)"
+        );
+        let shared = self.count(
+            "(SELECT charge_id FROM idempotency_keys WHERE charge_id IS NOT NULL \
+             GROUP BY charge_id HAVING count(*) > 1) s",
+        );
+        assert_eq!(shared, 0, "charges that two keys point at");
+    }
+
+    fn pg_name(&self) -> &str {
+        match &self.kind {
+            Kind::Postgres { name, .. } => name,
+            Kind::Sqlite { .. } => panic!("sessions are PostgreSQL's"),
+        }
+    }
+
+    /// PostgreSQL: sessions of this database in `state` (`active`, `idle in
+    /// transaction`, …), seen from outside it.
+    pub fn sessions(&self, state: &str) -> i64 {
+        let sql = format!(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = '{}' AND state = '{}'",
+            self.pg_name(),
+            state
+        );
+        diesel::sql_query(sql)
+            .get_result::<Count>(&mut self.admin())
+            .expect("read pg_stat_activity")
+            .n
+    }
+
+    /// PostgreSQL: terminates every backend connected to this test's
+    /// database (and no other): what a failover or an administrator does to
+    /// the app's pool. Returns how many were terminated in each state
+    /// (`idle`, `active`, `idle in transaction`, …).
+    pub fn terminate_connections(&self) -> BTreeMap<String, i64> {
+        #[derive(QueryableByName)]
+        struct ByState {
+            #[diesel(sql_type = Text)]
+            state: String,
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        let sql = format!(
+            "SELECT coalesce(state, '?') AS state, count(*) AS n FROM \
+             (SELECT state, pg_terminate_backend(pid) AS t FROM pg_stat_activity \
+              WHERE datname = '{}' AND pid <> pg_backend_pid()) s \
+             WHERE t GROUP BY 1",
+            self.pg_name()
+        );
+        diesel::sql_query(sql)
+            .load::<ByState>(&mut self.admin())
+            .expect("pg_terminate_backend")
+            .into_iter()
+            .map(|r| (r.state, r.n))
+            .collect()
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        match &self.kind {
+            Kind::Postgres { name, admin_url } => {
+                if let Ok(mut admin) = PgConnection::establish(admin_url) {
+                    let _ =
+                        diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                            .execute(&mut admin);
+                }
+            }
+            Kind::Sqlite { path } => {
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! The real `charges` binary (the one Cargo built for this package) as a
+//! child process on `127.0.0.1:0`, killed (SIGKILL) when its guard drops.
+//! Its stderr (the log) goes to a file, its stdout after the ready line is
+//! kept; both are printed when the test fails, and searched for panics.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::client::AppClient;
+
+const READY: &str = "charges is ready: open ";
+const STARTUP_LIMIT: Duration = Duration::from_secs(30);
+/// How much of a log a failing test prints (its end).
+const PRINTED_LOG: usize = 16 * 1024;
+
+pub struct ServerProcess {
+    /// What the test calls it in messages (`server`, `instance 2`, …).
+    pub name: String,
+    /// `http://HOST:PORT`, as the server printed it.
+    pub address: String,
+    port: u16,
+    child: Option<Child>,
+    log: PathBuf,
+    stdout: Arc<Mutex<String>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl ServerProcess {
+    /// Starts the binary on `database_url` with `env` added to its
+    /// environment, and waits (bounded) for its ready line. Blocking: call
+    /// it from a thread to start several at once.
+    pub fn start(database_url: &str, env: &[(&str, &str)]) -> ServerProcess {
+        ServerProcess::start_named("server", database_url, env)
+    }
+
+    /// [`ServerProcess::start`] under a name of the test's choosing.
+    pub fn start_named(name: &str, database_url: &str, env: &[(&str, &str)]) -> ServerProcess {
+        ServerProcess::try_start(name, database_url, env).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`ServerProcess::start_named`], but a server that exits or hangs
+    /// before its ready line is an `Err` with its output.
+    pub fn try_start(
+        name: &str,
+        database_url: &str,
+        env: &[(&str, &str)],
+    ) -> Result<ServerProcess, String> {
+        let log = std::env::temp_dir().join(format!(
+            "charges-test-{}.log",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_charges"))
+            .env("DATABASE_URL", database_url)
+            .env("BIND", "127.0.0.1:0")
+            .env("WORKERS", "2")
+            .env("RUST_LOG", "warn")
+            .env("RUST_BACKTRACE", "1")
+            .env_remove("IDEMPOTENCY_TTL")
+            .env_remove("REQUIRE_IDEMPOTENCY_KEY")
+            .env_remove("WEB_DIR")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("create the server's log file"))
+            .spawn()
+            .expect("spawn the charges binary");
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let reader = {
+            let (out, stdout) = (child.stdout.take().unwrap(), stdout.clone());
+            // Keeps reading what it prints, so that it never writes to a
+            // closed pipe; the first line says where it listens.
+            std::thread::spawn(move || {
+                let mut ready = Some(ready_tx);
+                for line in BufReader::new(out).lines() {
+                    let Ok(line) = line else { break };
+                    if let Some(url) = line.strip_prefix(READY)
+                        && let Some(tx) = ready.take()
+                    {
+                        let _ = tx.send(url.trim().trim_end_matches('/').to_owned());
+                        continue;
+                    }
+                    let mut stdout = stdout.lock().unwrap();
+                    stdout.push_str(&line);
+                    stdout.push('\n');
+                }
+            })
+        };
+        let mut server = ServerProcess {
+            name: name.to_owned(),
+            address: String::new(),
+            port: 0,
+            child: Some(child),
+            log,
+            stdout,
+            reader: Some(reader),
+        };
+        match ready_rx.recv_timeout(STARTUP_LIMIT) {
+            Ok(url) => {
+                server.port = url
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or_else(|| panic!("{name}: unexpected ready URL {url:?}"));
+                server.address = url;
+                Ok(server)
+            }
+            Err(e) => {
+                // Exited (its stdout closed) or hung: say which.
+                let mut status = server.exited();
+                if matches!(e, mpsc::RecvTimeoutError::Disconnected) {
+                    let deadline = Instant::now() + Duration::from_secs(5);
+                    while status.is_none() && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(10));
+                        status = server.exited();
+                    }
+                }
+                server.kill();
+                let how = match status {
+                    Some(status) => format!("exited ({status}) before its ready line"),
+                    None => format!("printed no ready line within {STARTUP_LIMIT:?}"),
+                };
+                Err(format!("{name} {how}; its output:\n{}", server.output()))
+            }
+        }
+    }
+
+    /// A client of this server.
+    pub fn client(&self) -> AppClient {
+        AppClient::new(&self.address)
+    }
+
+    /// Where to reach it on loopback (whatever address it was bound to).
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the server runs").id()
+    }
+
+    /// `kill -9`: no shutdown, no flush, open transactions left to the
+    /// database.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            // The pipe is closed now: let the reader take the last lines.
+            if let Some(reader) = self.reader.take() {
+                let _ = reader.join();
+            }
+        }
+    }
+
+    /// Whether the process has exited on its own, and how.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Waits (bounded) for the process to exit by itself; its exit status.
+    pub fn wait_for_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.exited() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// What the process wrote to stderr so far: its log.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Log lines containing `needle`.
+    pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        self.logs()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Its log, then what it printed on stdout after the ready line.
+    fn output(&self) -> String {
+        let stdout = self.stdout.lock().unwrap();
+        if stdout.is_empty() {
+            return self.logs();
+        }
+        format!("{}----- stdout -----\n{stdout}", self.logs())
+    }
+
+    /// The server is still running (unless the test killed it), and nothing
+    /// in it panicked.
+    #[track_caller]
+    pub fn assert_healthy(&mut self) {
+        if let Some(status) = self.exited() {
+            panic!(
+                "{} exited on its own ({status}); its output:\n{}",
+                self.name,
+                self.output()
+            );
+        }
+        let panics = self.log_lines("panicked");
+        assert!(
+            panics.is_empty(),
+            "{} panicked: {panics:#?}\nits output:\n{}",
+            self.name,
+            self.output()
+        );
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let started = Instant::now();
+        self.kill();
+        if std::thread::panicking() {
+            let output = self.output();
+            let cut = output.len().saturating_sub(PRINTED_LOG);
+            let cut = (cut..=output.len())
+                .find(|i| output.is_char_boundary(*i))
+                .unwrap_or(0);
+            eprintln!(
+                "----- {} ({}) output{} -----\n{}\n----- end of {} output (killed in {:?}) -----",
+                self.name,
+                self.address,
+                if cut > 0 { ", last 16 KiB" } else { "" },
+                &output[cut..],
+                self.name,
+                started.elapsed()
+            );
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}

@@ -6,6 +6,7 @@ mod charges;
 mod contract;
 mod demo;
 mod ecosystem;
+mod exact;
 mod fuzz;
 mod hardening;
 mod idempotency;

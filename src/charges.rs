@@ -7,20 +7,21 @@ use std::collections::BTreeMap;
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use chrono::{Timelike, Utc};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::domain::NewCharge;
-use crate::hooks::RequestHooks;
+use crate::hooks::{Moment, RequestHooks};
 use crate::idempotency::{
     self, Created, Fingerprint, IdempotencyKey, KeyedRequest, Mode, Outcome, SavedResponse,
 };
 use crate::metrics::METRICS;
 use crate::problem::{ApiError, Problem};
 use crate::state::AppState;
-use crate::store::{Charge, Store, time_text};
+use crate::store::{Charge, time_text};
 use crate::telemetry;
 
 pub const PATH: &str = "/charges";
@@ -130,16 +131,20 @@ pub async fn create(
         ..
     } = request;
     let pool = state.pool.clone();
+    // The charge and its 201 are decided before anything is written.
+    let created = new_charge_for(account_id, &new_charge);
 
     let (Some(key), Some(fingerprint)) = (key, fingerprint) else {
-        // No key: nothing can tell a retry from a new charge.
+        // No key: nothing can tell a retry from a new charge. One INSERT.
         let created = web::block(move || -> Result<Created, ApiError> {
             let mut conn = pool.checkout()?;
-            let created = conn.store().transaction(|tx| {
-                let created = create_charge(tx, account_id, &new_charge)?;
-                hooks.0.after_operation()?;
-                Ok::<_, idempotency::Error>(created)
-            })?;
+            hooks
+                .0
+                .run(conn.store(), Moment::AfterWrites, &mut |s| {
+                    s.insert_charge(&created.charge)?;
+                    Ok(true)
+                })
+                .map_err(idempotency::Error::from)?;
             Ok(created)
         })
         .await??;
@@ -169,7 +174,7 @@ pub async fn create(
             mode,
             &request,
             hooks.0.as_ref(),
-            |tx| create_charge(tx, account_id, &new_charge),
+            &created,
         )?)
     })
     .await??;
@@ -192,25 +197,32 @@ fn record_outcome(outcome: &'static str, mode: &str) {
         .inc();
 }
 
-/// Inserts the charge and renders the 201 that is sent and stored.
-pub fn create_charge(
-    store: &mut dyn Store,
-    account_id: i64,
-    new: &NewCharge,
-) -> Result<Created, diesel::result::Error> {
-    let charge = store.insert_charge(account_id, new)?;
+/// A new charge, its id and time chosen now, and the 201 that is sent and
+/// stored: all of it known before anything is written, so that the atomic
+/// design can write the key row completed in the charge's own statement.
+/// The time is the app's clock to the microsecond (what the database keeps).
+pub fn new_charge_for(account_id: i64, new: &NewCharge) -> Created {
+    let now = Utc::now();
+    let charge = Charge {
+        id: Uuid::new_v4(),
+        account_id,
+        amount: new.amount.get(),
+        currency: new.currency.code().to_owned(),
+        description: new.description.as_ref().map(|d| d.as_str().to_owned()),
+        created_at: now
+            .with_nanosecond(now.nanosecond() / 1000 * 1000)
+            .unwrap_or(now),
+    };
     let headers = BTreeMap::from([
         ("content-type".to_owned(), "application/json".to_owned()),
         ("location".to_owned(), format!("{PATH}/{}", charge.id)),
     ]);
-    Ok(Created {
-        resource_id: Some(charge.id),
-        response: SavedResponse {
-            status: StatusCode::CREATED.as_u16(),
-            headers,
-            body: charge_json(&charge),
-        },
-    })
+    let response = SavedResponse {
+        status: StatusCode::CREATED.as_u16(),
+        headers,
+        body: charge_json(&charge),
+    };
+    Created { charge, response }
 }
 
 /// A charge as the API shows it.

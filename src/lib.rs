@@ -31,10 +31,12 @@ pub mod telemetry;
 /// below its own.
 pub const LAYERS: &[&[&str]] = &[
     // Leaves: the schema, the validated domain types, strict JSON, the
-    // metrics registry, the seam for faults inside a transaction.
-    &["schema", "domain", "json", "metrics", "hooks"],
+    // metrics registry.
+    &["schema", "domain", "json", "metrics"],
     // The database, one store per backend; logging.
     &["store", "telemetry"],
+    // The seam around a request's writes, where the demo injects faults.
+    &["hooks"],
     // The Idempotency-Key protocol, over the store.
     &["idempotency"],
     // Settings (they name the protocol's modes and the pool's size).

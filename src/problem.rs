@@ -336,6 +336,15 @@ impl From<HookFailure> for ApiError {
     }
 }
 
+impl From<crate::hooks::WriteError> for ApiError {
+    fn from(e: crate::hooks::WriteError) -> Self {
+        match e {
+            crate::hooks::WriteError::Database(e) => e.into(),
+            crate::hooks::WriteError::Hook(e) => e.into(),
+        }
+    }
+}
+
 impl From<idempotency::Error> for ApiError {
     fn from(e: idempotency::Error) -> Self {
         match e {

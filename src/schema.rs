@@ -35,8 +35,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    idempotency_keys (id) {
-        id -> Int8,
+    idempotency_keys (account_id, key) {
         account_id -> Int8,
         key -> Text,
         fingerprint -> Text,

@@ -16,10 +16,11 @@ use super::{
     MODE_HEADER, Sandbox,
 };
 use crate::accounts;
-use crate::hooks::{HookFailure, RequestHooks, TxHooks};
+use crate::hooks::{HookFailure, Moment, RequestHooks, TxHooks, WriteError, Writes};
 use crate::idempotency::Mode;
 use crate::problem::{self, ApiError};
 use crate::state::AppState;
+use crate::store::Store;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Faults {
@@ -69,7 +70,48 @@ struct DemoHooks {
 }
 
 impl TxHooks for DemoHooks {
-    fn after_operation(&self) -> Result<(), HookFailure> {
+    /// The writes, and if a fault must act inside the transaction, the same
+    /// writes wrapped in one: held open, or failed, after they wrote.
+    fn run(
+        &self,
+        store: &mut dyn Store,
+        moment: Moment,
+        writes: &mut Writes<'_>,
+    ) -> Result<(), WriteError> {
+        if self.faults.delay_commit.is_none() && !self.faults.fail_before_commit {
+            writes(store)?;
+            return Ok(());
+        }
+        store.transaction(|tx| {
+            match moment {
+                Moment::AfterWrites => {
+                    if writes(tx)? {
+                        self.before_commit()?;
+                    }
+                }
+                Moment::BeforeWrites => {
+                    self.before_commit()?;
+                    writes(tx)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn after_key_committed(&self) {
+        if self.faults.crash_after_key {
+            tracing::warn!("Demo-Fault: crash-after-key: killing this process with SIGKILL");
+            // SIGKILL: no unwinding, no destructors, no rollback: a real crash.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+    }
+}
+
+impl DemoHooks {
+    /// Inside the transaction, before COMMIT. The delay slot is taken here,
+    /// by the request that really holds a transaction: a duplicate waiting
+    /// on the key holds none.
+    fn before_commit(&self) -> Result<(), HookFailure> {
         if let Some(delay) = self.faults.delay_commit {
             let Some(_slot) = self.delayed.take() else {
                 return Err(HookFailure::Overloaded(format!(
@@ -85,14 +127,6 @@ impl TxHooks for DemoHooks {
             ));
         }
         Ok(())
-    }
-
-    fn after_key_committed(&self) {
-        if self.faults.crash_after_key {
-            tracing::warn!("Demo-Fault: crash-after-key: killing this process with SIGKILL");
-            // SIGKILL: no unwinding, no destructors, no rollback: a real crash.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-        }
     }
 }
 

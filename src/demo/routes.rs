@@ -10,6 +10,7 @@ use super::{
 };
 use crate::charges::{self, ChargeRequest};
 use crate::config::Settings;
+use crate::hooks::Moment;
 use crate::http::{get, resource};
 use crate::idempotency::{IdempotencyKey, SavedResponse};
 use crate::problem::ApiError;
@@ -77,17 +78,18 @@ async fn check_then_insert(
         // One transaction for the charge and the unguarded key row, after
         // the look-up rather than around it, and no unique constraint: a
         // concurrent request that also found nothing inserts too.
-        let created = store.transaction(|tx| {
-            let created = charges::create_charge(tx, account_id, &new_charge)?;
-            let charge_id = created.resource_id.expect("a charge has an id");
-            let row = Unguarded {
-                key: key.as_str().to_owned(),
-                fingerprint: fingerprint.as_str().to_owned(),
-                response_body: created.response.body.clone(),
-            };
-            tx.insert_unguarded(account_id, &row, charge_id)?;
-            hooks.0.after_operation()?;
-            Ok::<_, crate::idempotency::Error>(created)
+        let created = charges::new_charge_for(account_id, &new_charge);
+        let row = Unguarded {
+            key: key.as_str().to_owned(),
+            fingerprint: fingerprint.as_str().to_owned(),
+            response_body: created.response.body.clone(),
+        };
+        store.transaction(|tx| {
+            hooks.0.run(tx, Moment::AfterWrites, &mut |s| {
+                s.insert_charge(&created.charge)?;
+                s.insert_unguarded(account_id, &row, created.charge.id)?;
+                Ok(true)
+            })
         })?;
         Ok((created.response, false))
     })

@@ -1,35 +1,41 @@
 //! The Idempotency-Key protocol (IETF draft-ietf-httpapi-idempotency-key-header-07).
 //!
-//! [`execute`] runs an operation at most once per (account, key), in one of
+//! [`execute`] creates a charge at most once per (account, key), in one of
 //! the two designs the article compares:
 //!
 //! ```text
-//! Atomic (default): one transaction (PostgreSQL: READ COMMITTED; SQLite: BEGIN IMMEDIATE)
-//!   BEGIN
-//!     claim the key (INSERT ... ON CONFLICT DO UPDATE WHERE takeable)
-//!       claimed    -> run the operation, store its response, COMMIT -> Executed
-//!       not claimed-> read the live row -> Mismatch | Replayed | InFlight
+//! Atomic (default): one statement (PostgreSQL; SQLite: two in BEGIN IMMEDIATE)
+//!   read the live row; if there is none (or it may be taken over), write the
+//!   key row completed with the 201, and the charge
+//!     written      -> Executed
+//!     found a row  -> Mismatch | Replayed | InFlight
+//!     lost it      -> (a concurrent request took the key while we waited) read it again
 //!
-//! Key-first: two transactions
-//!   1. claim the key under a lease, COMMIT  (others now see "in progress")
-//!   2. run the operation, complete the row if we still hold the lease, COMMIT
+//! Key-first: two steps
+//!   1. claim the key under a lease, committed  (others now see "in progress")
+//!   2. the charge, and the row completed if we still hold the lease
 //!      on failure: release the row, so the retry runs as the first
 //! ```
 //!
-//! Atomic: the key row, the operation's writes and the stored response commit
-//! together or not at all, and a concurrent request with the same key waits
-//! on the unique index until the first commits (then replays its response) or
-//! rolls back (then runs as the first). It never sees "in progress". (On
-//! SQLite the wait is for the database's write lock, at BEGIN.)
+//! Atomic: the response to a first request is known before anything is
+//! written (the charge's id and time are chosen first), so the key row is
+//! written already completed, with its stored response, in the same
+//! statement as the charge: "register the key, record the charge, store the
+//! 201, in one transaction" is literally one statement, and a statement is
+//! atomic. A key row exists completed, or not at all. A concurrent request
+//! with the same key waits on the unique index entry until the first
+//! commits (then replays its response) or rolls back (then runs as the
+//! first). It never sees "in progress". (On SQLite the wait is for the
+//! database's write lock.)
 //!
 //! Key-first: a concurrent request sees the committed in-progress row and gets
 //! `InFlight` (409) at once instead of waiting. The price is the window
-//! between the two transactions: if the process dies there, the row stays in
+//! between the two steps: if the process dies there, the row stays in
 //! progress until its lease runs out, and then the next request with the
-//! same key takes it over (see [`KeyStore::claim_key`]).
+//! same key takes it over (see [`KeyStore::charge_once`](crate::store::KeyStore::charge_once)).
 //!
-//! The module knows nothing about charges: the operation hands back a
-//! framework-neutral [`SavedResponse`].
+//! The protocol's one write is the store's: a charge with its key. What
+//! makes it a protocol is here: the modes, the typed decision, the retries.
 
 pub mod fingerprint;
 pub mod key;
@@ -37,15 +43,14 @@ pub mod key;
 use std::time::Duration;
 
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
-use uuid::Uuid;
 
 pub use crate::store::SavedResponse;
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 
-use crate::hooks::{HookFailure, TxHooks};
+use crate::hooks::{HookFailure, Moment, TxHooks, WriteError};
 use crate::metrics::METRICS;
-use crate::store::{Claim, KeyRecord, KeyState, NewClaim, Store};
+use crate::store::{Charge, FirstWrite, KeyRecord, KeyState, NewClaim, Store};
 
 /// How often a transaction that failed with a serialization failure or a
 /// deadlock is tried in all before the error is returned.
@@ -78,10 +83,10 @@ impl SavedResponse {
     }
 }
 
-/// What the operation created: the resource it points the key row at, and
-/// the response to send now and replay later.
+/// A first request, decided before anything is written: the charge (its id
+/// and time chosen already) and the response to send now and replay later.
 pub struct Created {
-    pub resource_id: Option<Uuid>,
+    pub charge: Charge,
     pub response: SavedResponse,
 }
 
@@ -106,6 +111,15 @@ pub enum Outcome {
     Mismatch,
     /// The key's first request is still being processed (draft: 409).
     InFlight,
+}
+
+impl From<WriteError> for Error {
+    fn from(e: WriteError) -> Self {
+        match e {
+            WriteError::Database(e) => Error::Database(e),
+            WriteError::Hook(e) => Error::Hook(e),
+        }
+    }
 }
 
 impl Outcome {
@@ -183,48 +197,81 @@ pub fn execute(
     mode: Mode,
     request: &KeyedRequest,
     hooks: &dyn TxHooks,
-    mut operation: impl FnMut(&mut dyn Store) -> Result<Created, DieselError>,
+    first: &Created,
 ) -> Result<Outcome, Error> {
-    // A completed key's replay needs one indexed read and no lock.
-    let row = store.find_live_key(request.account_id, request.key.as_str())?;
-    if let Decision::Answer(outcome) = decide(row, request.fingerprint, Read::FastPath) {
-        return Ok(outcome);
-    }
+    let claim = NewClaim {
+        account_id: request.account_id,
+        key: request.key.as_str(),
+        fingerprint: request.fingerprint.as_str(),
+        ttl: request.ttl,
+        lease: request.lease,
+    };
     match mode {
-        Mode::Atomic => with_transient_retries(|| {
-            // On SQLite the wait is at BEGIN IMMEDIATE, so the clock starts here.
+        Mode::Atomic => {
+            // The clock starts before the statement: a concurrent request
+            // makes it wait on the key's index entry (SQLite: at BEGIN).
             let started = std::time::Instant::now();
-            store.transaction(|tx| {
-                let Some(claim) = claim(tx, request)? else {
-                    // The fast path saw no finished row, so a concurrent
-                    // request held the key and we waited for its commit. The
-                    // conflicting row is now committed and locked by our
-                    // INSERT: this read sees its final state.
+            let mut result = None;
+            with_transient_retries(|| {
+                Ok(hooks.run(store, Moment::AfterWrites, &mut |s| {
+                    let written = s.charge_once(&claim, &first.charge, &first.response)?;
+                    let wrote = written == FirstWrite::Written;
+                    result = Some(written);
+                    Ok(wrote)
+                })?)
+            })?;
+            match result.expect("the writes ran") {
+                FirstWrite::Written => Ok(Outcome::Executed(first.response.clone())),
+                FirstWrite::Found(row) => {
+                    // The statement's own read: one round trip for a replay.
+                    match decide(Some(row), request.fingerprint, Read::FastPath) {
+                        Decision::Answer(outcome) => Ok(outcome),
+                        // Rows that may be taken over are not returned.
+                        Decision::Claim => Ok(Outcome::InFlight),
+                    }
+                }
+                FirstWrite::Lost => {
+                    // We waited for a concurrent request's commit; its row
+                    // is committed now.
                     METRICS
                         .concurrent_key_waits
                         .observe(started.elapsed().as_secs_f64());
-                    return read_after_lost_claim(tx, request);
-                };
-                let response = run_and_complete(tx, claim, hooks, &mut operation)?;
-                Ok(Outcome::Executed(response))
-            })
-        }),
+                    read_after_lost_claim(store, request)
+                }
+            }
+        }
         Mode::KeyFirst => {
-            let claimed = with_transient_retries(|| Ok(claim(store, request)?))?;
+            // A completed key never changes until it expires, so its replay
+            // needs one indexed read and no lock; an in-progress row under a
+            // live lease is answered the same way, without queueing.
+            let row = store.find_live_key(request.account_id, request.key.as_str())?;
+            if let Decision::Answer(outcome) = decide(row, request.fingerprint, Read::FastPath) {
+                return Ok(outcome);
+            }
+            let claimed = with_transient_retries(|| Ok(store.claim_key(&claim)?))?;
             let Some(claim) = claimed else {
                 return read_after_lost_claim(store, request);
             };
             hooks.after_key_committed();
+            let mut completed = false;
             let result = with_transient_retries(|| {
-                store.transaction(|tx| run_and_complete(tx, claim, hooks, &mut operation))
+                hooks.run(store, Moment::BeforeWrites, &mut |s| {
+                    completed = s.complete_with_charge(&claim, &first.charge, &first.response)?;
+                    Ok(completed)
+                })?;
+                if completed {
+                    Ok(())
+                } else {
+                    Err(Error::LeaseLost)
+                }
             });
             match result {
-                Ok(response) => Ok(Outcome::Executed(response)),
+                Ok(()) => Ok(Outcome::Executed(first.response.clone())),
                 // Someone else holds the row now: answer as they will.
                 Err(Error::LeaseLost) => read_after_lost_claim(store, request),
                 Err(e) => {
                     // If this fails too, the lease running out frees the key.
-                    if let Err(release_error) = store.release_key(claim) {
+                    if let Err(release_error) = store.release_key(&claim) {
                         tracing::warn!(error = %release_error, "could not release the idempotency key");
                     }
                     Err(e)
@@ -232,30 +279,6 @@ pub fn execute(
             }
         }
     }
-}
-
-fn claim(store: &mut dyn Store, request: &KeyedRequest) -> Result<Option<Claim>, DieselError> {
-    store.claim_key(&NewClaim {
-        account_id: request.account_id,
-        key: request.key.as_str(),
-        fingerprint: request.fingerprint.as_str(),
-        ttl: request.ttl,
-        lease: request.lease,
-    })
-}
-
-fn run_and_complete(
-    tx: &mut dyn Store,
-    claim: Claim,
-    hooks: &dyn TxHooks,
-    operation: &mut impl FnMut(&mut dyn Store) -> Result<Created, DieselError>,
-) -> Result<SavedResponse, Error> {
-    let created = operation(tx)?;
-    hooks.after_operation()?;
-    if !tx.complete_key(claim, created.resource_id, &created.response)? {
-        return Err(Error::LeaseLost);
-    }
-    Ok(created.response)
 }
 
 fn read_after_lost_claim(store: &mut dyn Store, request: &KeyedRequest) -> Result<Outcome, Error> {

@@ -25,8 +25,6 @@ use diesel::result::Error as DieselError;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::domain::NewCharge;
-
 pub use diesel::result::Error as QueryError;
 pub use pool::{Backend, Connection, DbPool, PoolSettings, PoolTimeout, PooledStore, SetupError};
 
@@ -89,53 +87,79 @@ impl dyn Store + '_ {
 
 /// The `charges` table.
 pub trait ChargeStore {
-    /// Inserts a new charge with a fresh id and returns it as stored.
-    fn insert_charge(&mut self, account_id: i64, new: &NewCharge) -> QueryResult<Charge>;
+    /// Inserts a charge whose id and time were chosen by the caller: one
+    /// statement (a charge without an Idempotency-Key).
+    fn insert_charge(&mut self, charge: &Charge) -> QueryResult<()>;
     fn find_charge(&mut self, account_id: i64, id: Uuid) -> QueryResult<Option<Charge>>;
     /// Newest first.
     fn list_charges(&mut self, account_id: i64, limit: i64) -> QueryResult<Vec<Charge>>;
 }
 
-/// The `idempotency_keys` table: one row per (account, key).
+/// The `idempotency_keys` table: one row per (account, key), its primary key.
 pub trait KeyStore {
     /// The live (unexpired) row for a key, decoded, read without a lock.
     fn find_live_key(&mut self, account_id: i64, key: &str) -> QueryResult<Option<KeyRecord>>;
 
-    /// Registers the key as in progress under a fresh lease, or returns
-    /// `None` when a live row for it exists that may not be taken over. One
-    /// statement, so it is atomic whichever transaction it runs in.
+    /// The atomic design's first request, whole: unless a live row for the
+    /// key exists that may not be taken over, write the key row already
+    /// completed with `response`, and the charge it points at, together.
+    /// On PostgreSQL one statement (a data-modifying CTE that also reads
+    /// the live row, so a replay is one round trip and takes no lock); on
+    /// SQLite two statements in one `BEGIN IMMEDIATE` transaction.
     ///
-    /// The takeover rule (each backend writes it once, in its `ON CONFLICT
-    /// ... DO UPDATE ... WHERE`): an existing row is taken over, as if it
-    /// were absent, when it has expired (the purge has not removed it yet),
-    /// or when it is a stuck in-progress row of the same request whose
-    /// lease has run out (its worker died between the key-first design's
-    /// two transactions). Of several requests racing for one row, the row
-    /// lock lets exactly one take it; the others see the new lease.
+    /// A concurrent request with the same key that has not committed yet
+    /// makes this wait on the key's unique index entry until it commits
+    /// (then: [`FirstWrite::Lost`], read the row again) or rolls back (then
+    /// this runs as the first). On SQLite the wait happens at
+    /// `BEGIN IMMEDIATE`, for the whole database.
     ///
-    /// In the atomic design this INSERT also makes a concurrent request with
-    /// the same key wait on the unique index until the first transaction
-    /// commits (we get `None`) or rolls back (we insert and go on as the
-    /// first). On SQLite the wait happens earlier, at `BEGIN IMMEDIATE`, for
-    /// the whole database.
+    /// The takeover rule (each backend writes it once): an existing row is
+    /// taken over, as if it were absent, when it has expired (the purge has
+    /// not removed it yet), or when it is a stuck in-progress row of the
+    /// same request whose lease has run out (its worker died between the
+    /// key-first design's two transactions). Of several requests racing for
+    /// one row, the row lock lets exactly one take it.
+    fn charge_once(
+        &mut self,
+        claim: &NewClaim<'_>,
+        charge: &Charge,
+        response: &SavedResponse,
+    ) -> QueryResult<FirstWrite>;
+
+    /// Key-first, its first transaction: registers the key as in progress
+    /// under a fresh lease, or returns `None` when a live row for it exists
+    /// that may not be taken over (the same rule). One statement.
     fn claim_key(&mut self, claim: &NewClaim<'_>) -> QueryResult<Option<Claim>>;
 
-    /// Marks the key completed with the response to replay and the resource
-    /// it created. `false` when the lease was lost: another request took the
-    /// row over, so this one must not complete it.
-    fn complete_key(
+    /// Key-first, its second: the charge, and the key row completed with
+    /// `response`, if this request still holds the lease. `false` when the
+    /// lease was lost (another request took the row over): then nothing is
+    /// written. One statement on PostgreSQL.
+    fn complete_with_charge(
         &mut self,
-        claim: Claim,
-        resource_id: Option<Uuid>,
+        claim: &Claim,
+        charge: &Charge,
         response: &SavedResponse,
     ) -> QueryResult<bool>;
 
     /// Deletes a claimed, still in-progress row (key-first: the operation
     /// failed, so the retry must run as the first).
-    fn release_key(&mut self, claim: Claim) -> QueryResult<usize>;
+    fn release_key(&mut self, claim: &Claim) -> QueryResult<usize>;
 
     /// Deletes up to `batch` expired rows in one short statement.
     fn purge_expired_keys(&mut self, batch: i64) -> QueryResult<usize>;
+}
+
+/// What came of [`KeyStore::charge_once`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum FirstWrite {
+    /// The key row and the charge are written.
+    Written,
+    /// A live row for the key was there already: nothing was written.
+    Found(KeyRecord),
+    /// The key was taken by a concurrent request while this one waited for
+    /// it: nothing was written; read the row to learn its answer.
+    Lost,
 }
 
 /// The `accounts` table. Keys are stored only as SHA-256 digests.
@@ -285,9 +309,10 @@ pub struct NewClaim<'a> {
 }
 
 /// The row a request registered, and the lease that lets it complete it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
-    pub id: i64,
+    pub account_id: i64,
+    pub key: String,
     pub lease_token: Uuid,
 }
 

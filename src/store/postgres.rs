@@ -2,6 +2,7 @@
 //! `schema.rs`. Every time is the database's clock (`now()`), so several app
 //! instances agree on what has expired.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -9,18 +10,18 @@ use diesel::dsl::{now, sql};
 use diesel::pg::PgConnection;
 use diesel::pg::data_types::PgInterval;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool, Interval, Timestamptz};
-use diesel::upsert::excluded;
+use diesel::sql_types::{
+    BigInt, Bool, Interval, Jsonb, Nullable, SmallInt, Text, Timestamptz, Uuid as SqlUuid,
+};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::{
-    AccountRecord, AccountStore, Backend, Charge, ChargeStore, Claim, KeyRecord, KeyStatus,
-    KeyStore, KeyView, NewClaim, QueryResult, RawKeyRow, SandboxStore, SavedResponse, Store,
-    Unguarded, UnguardedView, time_text,
+    AccountRecord, AccountStore, Backend, Charge, ChargeStore, Claim, FirstWrite, KeyRecord,
+    KeyStatus, KeyStore, KeyView, NewClaim, QueryResult, RawKeyRow, SandboxStore, SavedResponse,
+    Store, Unguarded, UnguardedView, time_text,
 };
-use crate::domain::NewCharge;
 use crate::schema::{
     accounts, charges, demo_unguarded_keys as unguarded, idempotency_keys as keys,
 };
@@ -41,7 +42,14 @@ impl Store for PgConnection {
         &mut self,
         work: &mut dyn FnMut(&mut dyn Store) -> QueryResult<()>,
     ) -> QueryResult<()> {
-        self.build_transaction().read_committed().run(|tx| work(tx))
+        use diesel::connection::{AnsiTransactionManager, TransactionManager};
+        let depth =
+            AnsiTransactionManager::transaction_manager_status_mut(self).transaction_depth()?;
+        match depth {
+            None => self.build_transaction().read_committed().run(|tx| work(tx)),
+            // Inside a transaction already (a demo hook's): a savepoint.
+            Some(_) => self.transaction(|tx| work(tx)),
+        }
     }
 
     fn migrate(&mut self) -> Result<Vec<String>, String> {
@@ -90,18 +98,17 @@ impl From<ChargeRow> for Charge {
 }
 
 impl ChargeStore for PgConnection {
-    fn insert_charge(&mut self, account_id: i64, new: &NewCharge) -> QueryResult<Charge> {
-        diesel::insert_into(charges::table)
-            .values((
-                charges::id.eq(Uuid::new_v4()),
-                charges::account_id.eq(account_id),
-                charges::amount.eq(new.amount.get()),
-                charges::currency.eq(new.currency.code()),
-                charges::description.eq(new.description.as_ref().map(|d| d.as_str())),
-            ))
-            .returning(ChargeRow::as_returning())
-            .get_result(self)
-            .map(Charge::from)
+    fn insert_charge(&mut self, charge: &Charge) -> QueryResult<()> {
+        Prepared(diesel::insert_into(charges::table).values((
+            charges::id.eq(charge.id),
+            charges::account_id.eq(charge.account_id),
+            charges::amount.eq(charge.amount),
+            charges::currency.eq(&charge.currency),
+            charges::description.eq(charge.description.as_deref()),
+            charges::created_at.eq(charge.created_at),
+        )))
+        .execute(self)
+        .map(|_| ())
     }
 
     fn find_charge(&mut self, account_id: i64, id: Uuid) -> QueryResult<Option<Charge>> {
@@ -139,9 +146,128 @@ struct KeyRow {
     lease_live: bool,
 }
 
+impl From<KeyRow> for RawKeyRow {
+    fn from(r: KeyRow) -> RawKeyRow {
+        RawKeyRow {
+            fingerprint: r.fingerprint,
+            status: r.status,
+            lease_live: r.lease_live,
+            response_status: r.response_status.map(i32::from),
+            response_headers: r.response_headers,
+            response_body: r.response_body,
+        }
+    }
+}
+
 /// A duration as a bind parameter, added to `now()` on the database's clock.
 fn interval(d: Duration) -> PgInterval {
     PgInterval::from_microseconds(i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+/// The takeover rule over the key row `k` (see `KeyStore::charge_once`),
+/// written once: `fingerprint` is the new request's.
+fn takeable(fingerprint: &str) -> String {
+    format!(
+        "(k.expires_at <= now() OR (k.status = '{IN_PROGRESS}' AND k.locked_until < now() AND k.fingerprint = {fingerprint}))"
+    )
+}
+
+/// What a claim's `DO UPDATE` writes over a taken row: everything the new
+/// row would have had.
+const TAKE_OVER: &str = "fingerprint = excluded.fingerprint, status = excluded.status, \
+    response_status = excluded.response_status, response_headers = excluded.response_headers, \
+    response_body = excluded.response_body, charge_id = excluded.charge_id, \
+    created_at = excluded.created_at, expires_at = excluded.expires_at, \
+    locked_until = excluded.locked_until, lease_token = excluded.lease_token";
+
+/// The atomic first request in one statement: read the live row that may
+/// not be taken over; only if there is none, write the key row completed
+/// (or take an expired or stuck one over) and, only if that wrote a row,
+/// the charge. The foreign key from the key row to the charge is checked at
+/// the end of the statement, when both exist.
+static CHARGE_ONCE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH existing AS (\
+           SELECT k.fingerprint, k.status, k.response_status, k.response_headers, k.response_body, \
+                  k.locked_until > now() AS lease_live \
+           FROM idempotency_keys k WHERE k.account_id = $1 AND k.key = $2 AND NOT {live_rule}), \
+         claimed AS (\
+           INSERT INTO idempotency_keys AS k (account_id, key, fingerprint, status, response_status, \
+             response_headers, response_body, charge_id, created_at, expires_at, locked_until, lease_token) \
+           SELECT $1, $2, $3, '{COMPLETED}', $13, $4, $5, $6, now(), now() + $7, now(), $8 \
+           WHERE NOT EXISTS (SELECT 1 FROM existing) \
+           ON CONFLICT (account_id, key) DO UPDATE SET {TAKE_OVER} WHERE {rule} \
+           RETURNING 1), \
+         charge AS (\
+           INSERT INTO charges (id, account_id, amount, currency, description, created_at) \
+           SELECT $6, $1, $9, $10, $11, $12 FROM claimed RETURNING 1) \
+         SELECT (SELECT count(*) FROM charge) AS written, e.fingerprint, e.status, e.response_status, \
+                e.response_headers, e.response_body, e.lease_live \
+         FROM (SELECT 1) AS one LEFT JOIN existing e ON true",
+        live_rule = takeable("$3"),
+        rule = takeable("excluded.fingerprint"),
+    )
+});
+
+/// Key-first's first transaction: the key in progress under a lease.
+static CLAIM: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO idempotency_keys AS k (account_id, key, fingerprint, status, created_at, \
+           expires_at, locked_until, lease_token) \
+         VALUES ($1, $2, $3, '{IN_PROGRESS}', now(), now() + $4, now() + $5, $6) \
+         ON CONFLICT (account_id, key) DO UPDATE SET {TAKE_OVER} WHERE {rule} \
+         RETURNING 1::bigint AS written",
+        rule = takeable("excluded.fingerprint"),
+    )
+});
+
+/// Key-first's second: the key completed under the lease guard, and the
+/// charge only if that happened.
+static COMPLETE_WITH_CHARGE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH done AS (\
+           UPDATE idempotency_keys SET status = '{COMPLETED}', response_status = $11, \
+             response_headers = $4, response_body = $5, charge_id = $6 \
+           WHERE account_id = $1 AND key = $2 AND status = '{IN_PROGRESS}' AND lease_token = $3 \
+           RETURNING 1), \
+         charge AS (\
+           INSERT INTO charges (id, account_id, amount, currency, description, created_at) \
+           SELECT $6, $1, $7, $8, $9, $10 FROM done RETURNING 1) \
+         SELECT count(*) AS written FROM charge"
+    )
+});
+
+#[derive(QueryableByName)]
+struct Written {
+    #[diesel(sql_type = BigInt)]
+    written: i64,
+}
+
+#[derive(QueryableByName)]
+struct FirstWriteRow {
+    #[diesel(sql_type = BigInt)]
+    written: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    fingerprint: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    status: Option<String>,
+    #[diesel(sql_type = Nullable<SmallInt>)]
+    response_status: Option<i16>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    response_headers: Option<Value>,
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    response_body: Option<Value>,
+    #[diesel(sql_type = Nullable<Bool>)]
+    lease_live: Option<bool>,
+}
+
+fn response_status(response: &SavedResponse) -> QueryResult<i16> {
+    i16::try_from(response.status)
+        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
+}
+
+fn headers_json(response: &SavedResponse) -> Value {
+    serde_json::to_value(&response.headers).expect("a string map serializes")
 }
 
 impl KeyStore for PgConnection {
@@ -153,106 +279,113 @@ impl KeyStore for PgConnection {
             .select(KeyRow::as_select())
             .first(self)
             .optional()?;
-        row.map(|r| {
-            RawKeyRow {
-                fingerprint: r.fingerprint,
-                status: r.status,
-                lease_live: r.lease_live,
-                response_status: r.response_status.map(i32::from),
-                response_headers: r.response_headers,
-                response_body: r.response_body,
-            }
-            .decode()
-        })
-        .transpose()
+        row.map(|r| RawKeyRow::from(r).decode()).transpose()
+    }
+
+    fn charge_once(
+        &mut self,
+        claim: &NewClaim<'_>,
+        charge: &Charge,
+        response: &SavedResponse,
+    ) -> QueryResult<FirstWrite> {
+        let row: FirstWriteRow = Prepared(
+            diesel::sql_query(CHARGE_ONCE.as_str())
+                .bind::<BigInt, _>(claim.account_id)
+                .bind::<Text, _>(claim.key)
+                .bind::<Text, _>(claim.fingerprint)
+                .bind::<Jsonb, _>(headers_json(response))
+                .bind::<Jsonb, _>(&response.body)
+                .bind::<SqlUuid, _>(charge.id)
+                .bind::<Interval, _>(interval(claim.ttl))
+                .bind::<SqlUuid, _>(Uuid::new_v4())
+                .bind::<BigInt, _>(charge.amount)
+                .bind::<Text, _>(&charge.currency)
+                .bind::<Nullable<Text>, _>(charge.description.as_deref())
+                .bind::<Timestamptz, _>(charge.created_at)
+                .bind::<SmallInt, _>(response_status(response)?),
+        )
+        .get_result(self)?;
+        if row.written == 1 {
+            return Ok(FirstWrite::Written);
+        }
+        let (Some(fingerprint), Some(status)) = (row.fingerprint, row.status) else {
+            return Ok(FirstWrite::Lost);
+        };
+        let found = RawKeyRow {
+            fingerprint,
+            status,
+            lease_live: row.lease_live.unwrap_or(false),
+            response_status: row.response_status.map(i32::from),
+            response_headers: row.response_headers,
+            response_body: row.response_body,
+        };
+        Ok(FirstWrite::Found(found.decode()?))
     }
 
     fn claim_key(&mut self, claim: &NewClaim<'_>) -> QueryResult<Option<Claim>> {
         let lease_token = Uuid::new_v4();
-        let upsert = diesel::insert_into(keys::table)
-            .values((
-                keys::account_id.eq(claim.account_id),
-                keys::key.eq(claim.key),
-                keys::fingerprint.eq(claim.fingerprint),
-                keys::status.eq(IN_PROGRESS),
-                keys::created_at.eq(now),
-                keys::expires_at
-                    .eq(sql::<Timestamptz>("now() + ").bind::<Interval, _>(interval(claim.ttl))),
-                keys::locked_until
-                    .eq(sql::<Timestamptz>("now() + ").bind::<Interval, _>(interval(claim.lease))),
-                keys::lease_token.eq(lease_token),
-            ))
-            .on_conflict((keys::account_id, keys::key))
-            .do_update()
-            .set((
-                keys::fingerprint.eq(excluded(keys::fingerprint)),
-                keys::status.eq(excluded(keys::status)),
-                keys::response_status.eq(None::<i16>),
-                keys::response_headers.eq(None::<Value>),
-                keys::response_body.eq(None::<Value>),
-                keys::charge_id.eq(None::<Uuid>),
-                keys::created_at.eq(excluded(keys::created_at)),
-                keys::expires_at.eq(excluded(keys::expires_at)),
-                keys::locked_until.eq(excluded(keys::locked_until)),
-                keys::lease_token.eq(excluded(keys::lease_token)),
-            ));
-        // The takeover rule (see `KeyStore::claim_key`): expired, or stuck.
-        let expired = keys::expires_at.le(now);
-        let stuck = keys::status
-            .eq(IN_PROGRESS)
-            .and(keys::locked_until.lt(now))
-            .and(keys::fingerprint.eq(excluded(keys::fingerprint)));
-        let id: Option<i64> = Prepared(
-            diesel::query_dsl::methods::FilterDsl::filter(upsert, expired.or(stuck))
-                .returning(keys::id),
+        let written: Option<Written> = Prepared(
+            diesel::sql_query(CLAIM.as_str())
+                .bind::<BigInt, _>(claim.account_id)
+                .bind::<Text, _>(claim.key)
+                .bind::<Text, _>(claim.fingerprint)
+                .bind::<Interval, _>(interval(claim.ttl))
+                .bind::<Interval, _>(interval(claim.lease))
+                .bind::<SqlUuid, _>(lease_token),
         )
         .get_result(self)
         .optional()?;
-        Ok(id.map(|id| Claim { id, lease_token }))
+        Ok(written.map(|_| Claim {
+            account_id: claim.account_id,
+            key: claim.key.to_owned(),
+            lease_token,
+        }))
     }
 
-    fn complete_key(
+    fn complete_with_charge(
         &mut self,
-        claim: Claim,
-        resource_id: Option<Uuid>,
+        claim: &Claim,
+        charge: &Charge,
         response: &SavedResponse,
     ) -> QueryResult<bool> {
-        let headers = serde_json::to_value(&response.headers).expect("a string map serializes");
-        // RETURNING, so that Diesel prepares it through its load path (its
-        // execute path never caches an UPDATE, wrapper or not).
-        let updated: Option<i64> = Prepared(
-            diesel::update(keys::table.find(claim.id))
-                .filter(keys::status.eq(IN_PROGRESS))
-                .filter(keys::lease_token.eq(claim.lease_token))
-                .set((
-                    keys::status.eq(COMPLETED),
-                    keys::response_status.eq(response.status as i16),
-                    keys::response_headers.eq(&headers),
-                    keys::response_body.eq(&response.body),
-                    keys::charge_id.eq(resource_id),
-                ))
-                .returning(keys::id),
+        let row: Written = Prepared(
+            diesel::sql_query(COMPLETE_WITH_CHARGE.as_str())
+                .bind::<BigInt, _>(claim.account_id)
+                .bind::<Text, _>(&claim.key)
+                .bind::<SqlUuid, _>(claim.lease_token)
+                .bind::<Jsonb, _>(headers_json(response))
+                .bind::<Jsonb, _>(&response.body)
+                .bind::<SqlUuid, _>(charge.id)
+                .bind::<BigInt, _>(charge.amount)
+                .bind::<Text, _>(&charge.currency)
+                .bind::<Nullable<Text>, _>(charge.description.as_deref())
+                .bind::<Timestamptz, _>(charge.created_at)
+                .bind::<SmallInt, _>(response_status(response)?),
         )
-        .get_result(self)
-        .optional()?;
-        Ok(updated.is_some())
+        .get_result(self)?;
+        Ok(row.written == 1)
     }
 
-    fn release_key(&mut self, claim: Claim) -> QueryResult<usize> {
-        diesel::delete(keys::table.find(claim.id))
-            .filter(keys::status.eq(IN_PROGRESS))
-            .filter(keys::lease_token.eq(claim.lease_token))
-            .execute(self)
+    fn release_key(&mut self, claim: &Claim) -> QueryResult<usize> {
+        diesel::delete(
+            keys::table
+                .filter(keys::account_id.eq(claim.account_id))
+                .filter(keys::key.eq(&claim.key))
+                .filter(keys::status.eq(IN_PROGRESS))
+                .filter(keys::lease_token.eq(claim.lease_token)),
+        )
+        .execute(self)
     }
 
     /// `SKIP LOCKED` keeps the purge off rows a request is taking over right
     /// now, and lets several instances purge at once without waiting on
-    /// each other.
+    /// each other. No `ORDER BY`: any expired rows will do, found through
+    /// the BRIN index on `expires_at` without sorting them.
     fn purge_expired_keys(&mut self, batch: i64) -> QueryResult<usize> {
         diesel::sql_query(
-            "DELETE FROM idempotency_keys WHERE id IN (\
-               SELECT id FROM idempotency_keys WHERE expires_at <= now() \
-               ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
+            "DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(\
+               SELECT ctid FROM idempotency_keys WHERE expires_at <= now() \
+               LIMIT $1 FOR UPDATE SKIP LOCKED))",
         )
         .bind::<BigInt, _>(batch)
         .execute(self)
@@ -335,7 +468,7 @@ impl SandboxStore for PgConnection {
         );
         let rows: Vec<Row> = keys::table
             .filter(keys::account_id.eq(account_id))
-            .order((keys::created_at.desc(), keys::id.desc()))
+            .order((keys::created_at.desc(), keys::key.desc()))
             .limit(limit)
             .select((
                 keys::key,

@@ -4,6 +4,7 @@
 //! fixed-width RFC 3339 text ([`time_text`]), so comparing the text compares
 //! the times.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -14,11 +15,10 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use uuid::Uuid;
 
 use super::{
-    AccountRecord, AccountStore, Backend, Charge, ChargeStore, Claim, KeyRecord, KeyStatus,
-    KeyStore, KeyView, NewClaim, QueryResult, RawKeyRow, SandboxStore, SavedResponse, Store,
-    Unguarded, UnguardedView, json_column, time_text,
+    AccountRecord, AccountStore, Backend, Charge, ChargeStore, Claim, FirstWrite, KeyRecord,
+    KeyStatus, KeyStore, KeyView, NewClaim, QueryResult, RawKeyRow, SandboxStore, SavedResponse,
+    Store, Unguarded, UnguardedView, json_column, time_text,
 };
-use crate::domain::NewCharge;
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 
@@ -50,6 +50,21 @@ struct Id {
     id: i64,
 }
 
+/// One write transaction: `BEGIN IMMEDIATE`, which takes the database's
+/// write lock up front, so a concurrent writer waits (busy timeout) for the
+/// whole transaction rather than failing halfway; inside one already (a
+/// demo hook's), a savepoint.
+fn write_transaction<T>(
+    conn: &mut SqliteConnection,
+    work: impl FnOnce(&mut SqliteConnection) -> QueryResult<T>,
+) -> QueryResult<T> {
+    use diesel::connection::{AnsiTransactionManager, TransactionManager};
+    match AnsiTransactionManager::transaction_manager_status_mut(conn).transaction_depth()? {
+        None => conn.immediate_transaction(work),
+        Some(_) => conn.transaction(work),
+    }
+}
+
 impl Store for SqliteConnection {
     fn backend(&self) -> Backend {
         Backend::Sqlite
@@ -59,7 +74,7 @@ impl Store for SqliteConnection {
         &mut self,
         work: &mut dyn FnMut(&mut dyn Store) -> QueryResult<()>,
     ) -> QueryResult<()> {
-        self.immediate_transaction(|tx| work(tx))
+        write_transaction(self, |tx| work(tx))
     }
 
     /// SQLite's write lock makes instances starting at once take turns.
@@ -106,18 +121,18 @@ impl ChargeRow {
 }
 
 impl ChargeStore for SqliteConnection {
-    fn insert_charge(&mut self, account_id: i64, new: &NewCharge) -> QueryResult<Charge> {
+    fn insert_charge(&mut self, charge: &Charge) -> QueryResult<()> {
         diesel::sql_query(format!(
-            "INSERT INTO charges ({CHARGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) RETURNING {CHARGE_COLUMNS}"
+            "INSERT INTO charges ({CHARGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
         ))
-        .bind::<Text, _>(Uuid::new_v4().to_string())
-        .bind::<BigInt, _>(account_id)
-        .bind::<BigInt, _>(new.amount.get())
-        .bind::<Text, _>(new.currency.code())
-        .bind::<Nullable<Text>, _>(new.description.as_ref().map(|d| d.as_str()))
-        .bind::<Text, _>(now_text())
-        .get_result::<ChargeRow>(self)?
-        .decode()
+        .bind::<Text, _>(charge.id.to_string())
+        .bind::<BigInt, _>(charge.account_id)
+        .bind::<BigInt, _>(charge.amount)
+        .bind::<Text, _>(&charge.currency)
+        .bind::<Nullable<Text>, _>(charge.description.as_deref())
+        .bind::<Text, _>(time_text(charge.created_at))
+        .execute(self)
+        .map(|_| ())
     }
 
     fn find_charge(&mut self, account_id: i64, id: Uuid) -> QueryResult<Option<Charge>> {
@@ -162,6 +177,111 @@ struct KeyRow {
     lease_live: bool,
 }
 
+/// The takeover rule over the key row `k` (see `KeyStore::charge_once`),
+/// written once; its `?`s are now, the status in progress, now, and the new
+/// request's fingerprint (`fingerprint` names it).
+fn takeable(fingerprint: &str) -> String {
+    format!(
+        "(k.expires_at <= ? OR (k.status = ? AND k.locked_until < ? AND k.fingerprint = {fingerprint}))"
+    )
+}
+
+/// Binds the rule's parameters after the ones before it.
+macro_rules! bind_rule {
+    ($query:expr, $now:expr) => {
+        $query
+            .bind::<Text, _>($now)
+            .bind::<Text, _>(IN_PROGRESS)
+            .bind::<Text, _>($now)
+    };
+}
+
+static LIVE_ROW: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT fingerprint, status, response_status, response_headers, response_body,                 locked_until > ? AS lease_live          FROM idempotency_keys k WHERE account_id = ? AND key = ? AND NOT {}",
+        takeable("?")
+    )
+});
+
+/// A claim: the key row, in progress or completed, over a row that may be
+/// taken over. `RETURNING 1` when it wrote.
+static CLAIM: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO idempotency_keys AS k (account_id, key, fingerprint, status, response_status,            response_headers, response_body, charge_id, created_at, expires_at, locked_until, lease_token)          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)          ON CONFLICT (account_id, key) DO UPDATE SET            fingerprint = excluded.fingerprint, status = excluded.status,            response_status = excluded.response_status, response_headers = excluded.response_headers,            response_body = excluded.response_body, charge_id = excluded.charge_id,            created_at = excluded.created_at, expires_at = excluded.expires_at,            locked_until = excluded.locked_until, lease_token = excluded.lease_token          WHERE {}          RETURNING 1 AS id",
+        takeable("excluded.fingerprint")
+    )
+});
+
+/// A claim's row: what the key row is written as.
+struct ClaimRow<'a> {
+    claim: &'a NewClaim<'a>,
+    status: &'static str,
+    response: Option<(&'a SavedResponse, Uuid)>,
+    locked_until: String,
+    lease_token: Uuid,
+}
+
+fn write_claim(conn: &mut SqliteConnection, row: ClaimRow<'_>) -> QueryResult<bool> {
+    let now = now_text();
+    let (status, headers, body, charge_id) = match row.response {
+        Some((response, charge_id)) => (
+            Some(i32::from(response.status)),
+            Some(serde_json::to_string(&response.headers).expect("a string map serializes")),
+            Some(response.body.to_string()),
+            Some(charge_id.to_string()),
+        ),
+        None => (None, None, None, None),
+    };
+    let written = bind_rule!(
+        diesel::sql_query(CLAIM.as_str())
+            .bind::<BigInt, _>(row.claim.account_id)
+            .bind::<Text, _>(row.claim.key)
+            .bind::<Text, _>(row.claim.fingerprint)
+            .bind::<Text, _>(row.status)
+            .bind::<Nullable<Integer>, _>(status)
+            .bind::<Nullable<Text>, _>(headers)
+            .bind::<Nullable<Text>, _>(body)
+            .bind::<Nullable<Text>, _>(charge_id)
+            .bind::<Text, _>(&now)
+            .bind::<Text, _>(from_now(row.claim.ttl))
+            .bind::<Text, _>(row.locked_until)
+            .bind::<Text, _>(row.lease_token.to_string()),
+        &now
+    )
+    .get_result::<Id>(conn)
+    .optional()?;
+    Ok(written.is_some())
+}
+
+fn live_row(conn: &mut SqliteConnection, claim: &NewClaim<'_>) -> QueryResult<Option<KeyRecord>> {
+    let now = now_text();
+    let row: Option<KeyRow> = bind_rule!(
+        diesel::sql_query(LIVE_ROW.as_str())
+            .bind::<Text, _>(&now)
+            .bind::<BigInt, _>(claim.account_id)
+            .bind::<Text, _>(claim.key),
+        &now
+    )
+    .bind::<Text, _>(claim.fingerprint)
+    .get_result(conn)
+    .optional()?;
+    row.map(KeyRow::decode).transpose()
+}
+
+impl KeyRow {
+    fn decode(self) -> QueryResult<KeyRecord> {
+        RawKeyRow {
+            fingerprint: self.fingerprint,
+            status: self.status,
+            lease_live: self.lease_live,
+            response_status: self.response_status,
+            response_headers: json_column(self.response_headers)?,
+            response_body: json_column(self.response_body)?,
+        }
+        .decode()
+    }
+}
+
 impl KeyStore for SqliteConnection {
     fn find_live_key(&mut self, account_id: i64, key: &str) -> QueryResult<Option<KeyRecord>> {
         let now = now_text();
@@ -176,86 +296,100 @@ impl KeyStore for SqliteConnection {
         .bind::<Text, _>(&now)
         .get_result(self)
         .optional()?;
-        row.map(|r| {
-            RawKeyRow {
-                fingerprint: r.fingerprint,
-                status: r.status,
-                lease_live: r.lease_live,
-                response_status: r.response_status,
-                response_headers: json_column(r.response_headers)?,
-                response_body: json_column(r.response_body)?,
+        row.map(KeyRow::decode).transpose()
+    }
+
+    /// Two statements in one `BEGIN IMMEDIATE` transaction (SQLite has no
+    /// data-modifying CTEs): the live row that may not be taken over, or
+    /// else the key row completed and the charge. Foreign keys are checked
+    /// at COMMIT, so the key row may name the charge written after it.
+    fn charge_once(
+        &mut self,
+        claim: &NewClaim<'_>,
+        charge: &Charge,
+        response: &SavedResponse,
+    ) -> QueryResult<FirstWrite> {
+        write_transaction(self, |tx| {
+            if let Some(found) = live_row(tx, claim)? {
+                return Ok(FirstWrite::Found(found));
             }
-            .decode()
+            diesel::sql_query("PRAGMA defer_foreign_keys = ON").execute(tx)?;
+            let written = write_claim(
+                tx,
+                ClaimRow {
+                    claim,
+                    status: COMPLETED,
+                    response: Some((response, charge.id)),
+                    locked_until: now_text(),
+                    lease_token: Uuid::new_v4(),
+                },
+            )?;
+            if !written {
+                return Ok(FirstWrite::Lost);
+            }
+            tx.insert_charge(charge)?;
+            Ok(FirstWrite::Written)
         })
-        .transpose()
     }
 
     fn claim_key(&mut self, claim: &NewClaim<'_>) -> QueryResult<Option<Claim>> {
         let lease_token = Uuid::new_v4();
-        let now = now_text();
-        // The takeover rule (see `KeyStore::claim_key`): expired, or stuck.
-        let id = diesel::sql_query(
-            "INSERT INTO idempotency_keys \
-               (account_id, key, fingerprint, status, created_at, expires_at, locked_until, lease_token) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?) \
-             ON CONFLICT (account_id, key) DO UPDATE SET \
-               fingerprint = excluded.fingerprint, status = excluded.status, \
-               response_status = NULL, response_headers = NULL, response_body = NULL, charge_id = NULL, \
-               created_at = excluded.created_at, expires_at = excluded.expires_at, \
-               locked_until = excluded.locked_until, lease_token = excluded.lease_token \
-             WHERE idempotency_keys.expires_at <= ? \
-                OR (idempotency_keys.status = ? AND idempotency_keys.locked_until < ? \
-                    AND idempotency_keys.fingerprint = excluded.fingerprint) \
-             RETURNING id",
-        )
-        .bind::<BigInt, _>(claim.account_id)
-        .bind::<Text, _>(claim.key)
-        .bind::<Text, _>(claim.fingerprint)
-        .bind::<Text, _>(IN_PROGRESS)
-        .bind::<Text, _>(&now)
-        .bind::<Text, _>(from_now(claim.ttl))
-        .bind::<Text, _>(from_now(claim.lease))
-        .bind::<Text, _>(lease_token.to_string())
-        .bind::<Text, _>(&now)
-        .bind::<Text, _>(IN_PROGRESS)
-        .bind::<Text, _>(&now)
-        .get_result::<Id>(self)
-        .optional()?;
-        Ok(id.map(|r| Claim {
-            id: r.id,
+        let written = write_claim(
+            self,
+            ClaimRow {
+                claim,
+                status: IN_PROGRESS,
+                response: None,
+                locked_until: from_now(claim.lease),
+                lease_token,
+            },
+        )?;
+        Ok(written.then(|| Claim {
+            account_id: claim.account_id,
+            key: claim.key.to_owned(),
             lease_token,
         }))
     }
 
-    fn complete_key(
+    fn complete_with_charge(
         &mut self,
-        claim: Claim,
-        resource_id: Option<Uuid>,
+        claim: &Claim,
+        charge: &Charge,
         response: &SavedResponse,
     ) -> QueryResult<bool> {
-        let headers = serde_json::to_string(&response.headers).expect("a string map serializes");
-        let updated = diesel::sql_query(
-            "UPDATE idempotency_keys SET status = ?, response_status = ?, response_headers = ?, \
-               response_body = ?, charge_id = ? \
-             WHERE id = ? AND status = ? AND lease_token = ?",
-        )
-        .bind::<Text, _>(COMPLETED)
-        .bind::<Integer, _>(i32::from(response.status))
-        .bind::<Text, _>(headers)
-        .bind::<Text, _>(response.body.to_string())
-        .bind::<Nullable<Text>, _>(resource_id.map(|id| id.to_string()))
-        .bind::<BigInt, _>(claim.id)
-        .bind::<Text, _>(IN_PROGRESS)
-        .bind::<Text, _>(claim.lease_token.to_string())
-        .execute(self)?;
-        Ok(updated == 1)
+        write_transaction(self, |tx| {
+            diesel::sql_query("PRAGMA defer_foreign_keys = ON").execute(tx)?;
+            let headers =
+                serde_json::to_string(&response.headers).expect("a string map serializes");
+            let updated = diesel::sql_query(
+                "UPDATE idempotency_keys SET status = ?, response_status = ?, response_headers = ?, \
+                   response_body = ?, charge_id = ? \
+                 WHERE account_id = ? AND key = ? AND status = ? AND lease_token = ?",
+            )
+            .bind::<Text, _>(COMPLETED)
+            .bind::<Integer, _>(i32::from(response.status))
+            .bind::<Text, _>(headers)
+            .bind::<Text, _>(response.body.to_string())
+            .bind::<Text, _>(charge.id.to_string())
+            .bind::<BigInt, _>(claim.account_id)
+            .bind::<Text, _>(&claim.key)
+            .bind::<Text, _>(IN_PROGRESS)
+            .bind::<Text, _>(claim.lease_token.to_string())
+            .execute(tx)?;
+            if updated != 1 {
+                return Ok(false);
+            }
+            tx.insert_charge(charge)?;
+            Ok(true)
+        })
     }
 
-    fn release_key(&mut self, claim: Claim) -> QueryResult<usize> {
+    fn release_key(&mut self, claim: &Claim) -> QueryResult<usize> {
         diesel::sql_query(
-            "DELETE FROM idempotency_keys WHERE id = ? AND status = ? AND lease_token = ?",
+            "DELETE FROM idempotency_keys WHERE account_id = ? AND key = ? AND status = ? AND lease_token = ?",
         )
-        .bind::<BigInt, _>(claim.id)
+        .bind::<BigInt, _>(claim.account_id)
+        .bind::<Text, _>(&claim.key)
         .bind::<Text, _>(IN_PROGRESS)
         .bind::<Text, _>(claim.lease_token.to_string())
         .execute(self)
@@ -263,8 +397,8 @@ impl KeyStore for SqliteConnection {
 
     fn purge_expired_keys(&mut self, batch: i64) -> QueryResult<usize> {
         diesel::sql_query(
-            "DELETE FROM idempotency_keys WHERE id IN (\
-               SELECT id FROM idempotency_keys WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)",
+            "DELETE FROM idempotency_keys WHERE rowid IN (\
+               SELECT rowid FROM idempotency_keys WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)",
         )
         .bind::<Text, _>(now_text())
         .bind::<BigInt, _>(batch)
@@ -385,7 +519,7 @@ impl SandboxStore for SqliteConnection {
         let rows: Vec<KeyViewRow> = diesel::sql_query(
             "SELECT key, status, fingerprint, response_status, charge_id, created_at, expires_at, \
                     expires_at <= ? AS expired, locked_until, locked_until > ? AS lease_live \
-             FROM idempotency_keys WHERE account_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+             FROM idempotency_keys WHERE account_id = ? ORDER BY created_at DESC, key DESC LIMIT ?",
         )
         .bind::<Text, _>(&now)
         .bind::<Text, _>(&now)

@@ -249,7 +249,7 @@ impl TestDatabase {
     #[track_caller]
     pub fn assert_consistent(&self) {
         let orphans = self.count(
-            "charges c LEFT JOIN idempotency_keys k ON k.charge_id = c.id WHERE k.id IS NULL",
+            "charges c LEFT JOIN idempotency_keys k ON k.charge_id = c.id WHERE k.key IS NULL",
         );
         assert_eq!(orphans, 0, "charges without a key row pointing at them");
         let hollow = self.count(

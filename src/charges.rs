@@ -399,12 +399,11 @@ pub struct ListQuery {
     ),
     security(("api_key" = []))
 )]
-pub async fn list(
-    req: HttpRequest,
-    query: web::Query<ListQuery>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
+pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let account_id = state.accounts.authenticate(&req, &state.pool).await?;
+    // Read after authentication, so an unknown caller hears 401 first.
+    let query = web::Query::<ListQuery>::from_query(req.query_string())
+        .map_err(|e| ApiError::invalid(format!("Bad query string: {e}.")))?;
     let limit = query.limit.unwrap_or(DEFAULT_LIST_LIMIT);
     if !(1..=MAX_LIST_LIMIT).contains(&limit) {
         return Err(ApiError::invalid(format!(

@@ -174,6 +174,8 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
         "default_idempotency_lease_seconds": crate::config::DEFAULT_IDEMPOTENCY_LEASE.as_secs(),
         "in_flight_retry_after_seconds": crate::problem::IN_FLIGHT_RETRY_AFTER_SECS,
         "purge_batch": s.purge_batch,
+        "purge_interval_seconds": s.purge_interval.as_secs(),
+        "default_purge_interval_seconds": crate::config::DEFAULT_PURGE_INTERVAL.as_secs(),
         "max_delay_commit_ms": MAX_DELAY.as_millis() as u64,
         "max_delayed_transactions": sandbox.delayed.max,
         "check_then_insert_pause_ms": CHECK_THEN_INSERT_PAUSE.as_millis() as u64,

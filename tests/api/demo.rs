@@ -55,6 +55,8 @@ crate::on_both_backends! {
         assert_eq!(config["max_delay_commit_ms"], 15_000);
         assert_eq!(config["max_delayed_transactions"], 3);
         assert_eq!(config["in_flight_retry_after_seconds"], 1);
+        assert_eq!(config["default_purge_interval_seconds"], 60);
+        assert_eq!(config["purge_interval_seconds"], config["default_purge_interval_seconds"]);
         assert_eq!(config["account"]["api_key"], "sk_test_demo");
         // Every type listed is served at its URI with the same status and title.
         let types = config["problem_types"].as_array().unwrap();

@@ -193,6 +193,8 @@ crate::on_both_backends! {
             r.assert_problem(400, "invalid-request");
         }
         app.get_as(DEMO_KEY, "/charges/not-a-uuid").await.assert_problem(404, "not-found");
+        // Authentication comes first: an unknown caller hears 401, not about the query.
+        app.get("/charges?limit=abc").await.assert_problem(401, "unauthorized");
         app.get_as(DEMO_KEY, "/nothing/here").await.assert_problem(404, "not-found");
     }
 

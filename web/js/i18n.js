@@ -133,6 +133,9 @@ export function fmtDuration(seconds) {
     const h = seconds / 3600;
     return ja ? `${h} 時間` : `${h} ${h === 1 ? 'hour' : 'hours'}`;
   }
-  if (seconds % 60 === 0) return ja ? `${seconds / 60} 分間` : `${seconds / 60} minutes`;
-  return ja ? `${seconds} 秒間` : `${seconds} seconds`;
+  if (seconds % 60 === 0) {
+    const m = seconds / 60;
+    return ja ? `${m} 分間` : `${m} ${m === 1 ? 'minute' : 'minutes'}`;
+  }
+  return ja ? `${seconds} 秒間` : `${seconds} ${seconds === 1 ? 'second' : 'seconds'}`;
 }

@@ -658,6 +658,10 @@ export function renderServerFacts(root) {
   renderLesson4(root);
   const ttl = config ? fmtDuration(config.idempotency_ttl_seconds) : '…';
   setText(root.querySelector('[data-role="l5-ttl"]'), t('l5.p1', { ttl }));
-  setHtml(root.querySelector('[data-role="l5-purge"]'), tHtml('l5.purge.p1.html', { batch: config ? fmtInt(config.purge_batch) : '…' }));
+  setHtml(root.querySelector('[data-role="l5-purge"]'), tHtml('l5.purge.p1.html', {
+    batch: config ? fmtInt(config.purge_batch) : '…',
+    every: config ? fmtDuration(config.purge_interval_seconds) : '…',
+    defaultEvery: config ? fmtDuration(config.default_purge_interval_seconds) : '…',
+  }));
   setText(root.querySelector('[data-role="l5-retention"]'), t('l5.purge.p2', { ttl }));
 }

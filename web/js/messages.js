@@ -173,7 +173,7 @@ const en = {
   'l5.expire.verdict.bad.html': p =>
     `Expected the purge to remove the expired key row and keep the charge, and the retry to make a second charge. Purged: ${p.purged}; key row still there: ${p.keyLeft}; charges after the purge: ${p.kept}; new charges: ${p.n} (last status ${p.status}).`,
   'l5.purge.p1.html':
-    'Expiring a key does not delete its row. The row stays in <code>idempotency_keys</code>, marked expired, until the purge removes it. Even before that the server treats an expired row as if it were not there, so without step 3 the retry would have been a new charge just the same. The server runs the purge by itself, every 60 seconds by default (<code>PURGE_INTERVAL</code>), and deletes expired key rows in batches of {batch} (<code>PURGE_BATCH</code>): short statements that never hold locks for long. It deletes key rows only; the charges stay.',
+    'Expiring a key does not delete its row. The row stays in <code>idempotency_keys</code>, marked expired, until the purge removes it. Even before that the server treats an expired row as if it were not there, so without step 3 the retry would have been a new charge just the same. The server runs the purge by itself, every {every} on this server (<code>PURGE_INTERVAL</code>, {defaultEvery} by default), and deletes expired key rows in batches of {batch} (<code>PURGE_BATCH</code>): short statements that never hold locks for long. It deletes key rows only; the charges stay.',
   'l5.purge.p2': p =>
     `The purge only tidies up. What decides is the retention, ${p.ttl} here: a client that keeps retrying for longer than that gets its late retries through as new charges. So the retention has to outlast every client’s retry window; making it longer costs nothing but more rows.`,
   'l5.reuse.title': 'The same key with a different request',
@@ -493,7 +493,7 @@ const ja = {
   'l5.expire.verdict.bad.html': p =>
     `パージが期限切れのキーの行を消して課金は残し、その後の再送で課金が 2 件目になることを期待していました。実際は削除 ${p.purged} 行、キーの行が残っている: ${p.keyLeft}、パージ後の課金 ${p.kept} 件、増えた課金 ${p.n} 件（最後のステータス ${p.status}）でした。`,
   'l5.purge.p1.html':
-    '期限切れにしても、キーの行はすぐには消えません。パージが削除するまでは、期限切れの印が付いたまま <code>idempotency_keys</code> に残ります。それでもサーバーは期限切れの行を無いものとして扱うので、手順 3 を飛ばして再送しても、やはり新しい課金になっていました。パージはサーバーが自分で定期的に（既定では 60 秒ごと、<code>PURGE_INTERVAL</code>）実行し、期限切れのキーの行を {batch} 行ずつ（<code>PURGE_BATCH</code>）削除します。1 回の文が短いので、ロックを長く握ることはありません。消すのはキーの行だけで、課金は残ります。',
+    '期限切れにしても、キーの行はすぐには消えません。パージが削除するまでは、期限切れの印が付いたまま <code>idempotency_keys</code> に残ります。それでもサーバーは期限切れの行を無いものとして扱うので、手順 3 を飛ばして再送しても、やはり新しい課金になっていました。パージはサーバーが自分で定期的に（このサーバーでは {every}ごと、<code>PURGE_INTERVAL</code>、既定は {defaultEvery}ごと）実行し、期限切れのキーの行を {batch} 行ずつ（<code>PURGE_BATCH</code>）削除します。1 回の文が短いので、ロックを長く握ることはありません。消すのはキーの行だけで、課金は残ります。',
   'l5.purge.p2': p =>
     `パージは後片付けにすぎません。重複を防げる範囲を決めるのは保持期間（このサーバーでは ${p.ttl}）で、クライアントがそれより長く送り直しを続けると、遅れて届いた再送は新しい課金として通ってしまいます。保持期間はどのクライアントの再試行期間よりも長くとる必要があり、長くしても増えるのは行の数だけです。`,
   'l5.reuse.title': '同じキーで別のリクエスト',

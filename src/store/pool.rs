@@ -58,11 +58,19 @@ impl Target {
             }
             return Ok(Target::Sqlite(PathBuf::from(path)));
         }
-        match url::Url::parse(url) {
-            Ok(u) if matches!(u.scheme(), "postgres" | "postgresql") => {
-                Ok(Target::Postgres(url.to_owned()))
-            }
-            _ => Err(SetupError::BadUrl(redact(url))),
+        // libpq reads the URL itself, including multi-host ones
+        // (`postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write`),
+        // which are no valid URL to a URL parser: only the scheme is ours to check.
+        let postgres = ["postgres://", "postgresql://"].iter().any(|scheme| {
+            url.len() > scheme.len()
+                && url
+                    .get(..scheme.len())
+                    .is_some_and(|p| p.eq_ignore_ascii_case(scheme))
+        });
+        if postgres {
+            Ok(Target::Postgres(url.to_owned()))
+        } else {
+            Err(SetupError::BadUrl(redact(url)))
         }
     }
 }
@@ -291,14 +299,19 @@ impl CustomizeConnection<SqliteConnection, diesel::r2d2::Error> for SqlitePragma
 /// server's `postgres` database first.
 pub fn connect_or_create(url: &str) -> Result<PgConnection, SetupError> {
     let shown = redact(url);
-    let parsed = url::Url::parse(url).map_err(|_| SetupError::BadUrl(shown.clone()))?;
-    if !matches!(parsed.scheme(), "postgres" | "postgresql") {
-        return Err(SetupError::BadUrl(shown));
-    }
-    let name = parsed.path().trim_start_matches('/').to_owned();
+    // A multi-host URL is libpq's to read; such a database is not created
+    // here (which server would it be created on?).
+    let parsed = url::Url::parse(url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "postgres" | "postgresql"));
+    let name = parsed
+        .as_ref()
+        .map(|u| u.path().trim_start_matches('/').to_owned())
+        .unwrap_or_default();
     match PgConnection::establish(url) {
         Ok(conn) => Ok(conn),
         Err(e) if !name.is_empty() && e.to_string().contains("does not exist") => {
+            let parsed = parsed.expect("a database name comes from a parsed URL");
             let mut admin_url = parsed.clone();
             admin_url.set_path("/postgres");
             let mut admin =
@@ -418,6 +431,17 @@ mod tests {
             redact("postgresql://db/charges?sslmode=verify-full&sslpassword=pw"),
             "postgresql://db/charges?sslmode=verify-full&sslpassword=***"
         );
+    }
+
+    #[test]
+    fn a_multi_host_url_is_a_postgresql_target() {
+        let url = "postgres://app@127.0.0.1:5432,127.0.0.1:5433/db?target_session_attrs=read-write";
+        assert_eq!(
+            super::Target::parse(url).unwrap(),
+            super::Target::Postgres(url.to_owned())
+        );
+        assert!(super::Target::parse("mysql://db/x").is_err());
+        assert!(super::Target::parse("postgres://").is_err());
     }
 
     #[test]

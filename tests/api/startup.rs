@@ -133,3 +133,34 @@ fn without_database_url_it_serves_from_charges_db_in_the_working_directory() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A libpq multi-host URL (the shape a primary with a standby is named by):
+/// the first host refuses connections, libpq goes on to the next, and the
+/// server migrates and serves there.
+#[cfg(postgres_tests)]
+#[tokio::test]
+async fn a_multi_host_url_reaches_the_host_that_answers() {
+    let db = TestDatabase::create_for(crate::support::TestBackend::Postgres);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let at = db.url.find('@').expect("a user in TEST_DATABASE_URL") + 1;
+    let url = format!(
+        "{}127.0.0.1:{closed},{}?target_session_attrs=read-write",
+        &db.url[..at],
+        &db.url[at..]
+    );
+    let mut settings = Settings::with_database_url(&url);
+    settings.bind = "127.0.0.1:0".into();
+    let app = Application::build(settings).expect("starts on the second host");
+    assert_eq!(app.pool().backend().as_str(), "postgresql");
+    let client = crate::support::AppClient::new(&app.url());
+    tokio::spawn(app.run_until_stopped());
+    let r = client
+        .charge("k-multi-host", &crate::support::charge_body())
+        .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(db.charges(), 1);
+}

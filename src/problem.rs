@@ -293,14 +293,16 @@ impl ResponseError for ApiError {
 
 impl From<diesel::result::Error> for ApiError {
     fn from(e: diesel::result::Error) -> Self {
-        use diesel::result::{DatabaseErrorKind, Error};
+        // The connection is gone, or reached a read-only server (a failover
+        // in progress): the pool replaces it; the client retries shortly.
+        if crate::store::is_connection_lost(&e) {
+            return ApiError::Unavailable(e.to_string());
+        }
         match e {
-            Error::DatabaseError(
-                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
-                info,
-            ) => ApiError::Unavailable(info.message().to_owned()),
             // SQLite's write lock stayed taken past the busy timeout.
-            Error::DatabaseError(_, info) if info.message().starts_with("database is locked") => {
+            diesel::result::Error::DatabaseError(_, info)
+                if info.message().starts_with("database is locked") =>
+            {
                 ApiError::Unavailable(info.message().to_owned())
             }
             other => ApiError::internal(other),

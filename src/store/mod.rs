@@ -27,6 +27,7 @@ use uuid::Uuid;
 
 pub use diesel::result::Error as QueryError;
 pub use pool::{Backend, Connection, DbPool, PoolSettings, PoolTimeout, PooledStore, SetupError};
+pub use postgres::is_connection_lost;
 
 pub type QueryResult<T> = Result<T, DieselError>;
 

@@ -272,9 +272,13 @@ impl r2d2::ManageConnection for PgManager {
         }
     }
 
+    /// Also broken: a connection whose query just found it lost (dead, cut
+    /// by the server, or on a server that is now read-only). Dropped here,
+    /// it is replaced by a new one, which libpq opens on the host that is
+    /// the primary now (`target_session_attrs=read-write`).
     fn has_broken(&self, pooled: &mut PgPooled) -> bool {
         pooled.returned = std::time::Instant::now();
-        self.0.has_broken(&mut pooled.conn)
+        super::postgres::take_connection_suspect() || self.0.has_broken(&mut pooled.conn)
     }
 }
 

@@ -31,6 +31,48 @@ const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 const MIGRATION_LOCK: i64 = 0x0063_6861_7267_6573;
 
 const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
+
+thread_local! {
+    /// A query on this thread failed in a way that says its connection is
+    /// no longer usable for writes: dead, cut by the server, or now a read-only
+    /// standby. The pool reads it when the connection comes back (on the same
+    /// thread: a connection is used by one `web::block` closure at a time).
+    static CONNECTION_SUSPECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether `error` means the connection must not be used again: it went
+/// away (a failover, `pg_terminate_backend`, a restart) or reached a server
+/// that refuses writes (a standby, a demoted primary).
+pub fn is_connection_lost(error: &diesel::result::Error) -> bool {
+    use diesel::result::{DatabaseErrorKind as Kind, Error};
+    match error {
+        Error::DatabaseError(
+            Kind::ClosedConnection | Kind::UnableToSendCommand | Kind::ReadOnlyTransaction,
+            _,
+        ) => true,
+        // SQLSTATE 57P01 (admin shutdown), 57P02/57P03 (crash, cannot connect
+        // now), which Diesel has no kinds for; PostgreSQL's texts are stable.
+        Error::DatabaseError(_, info) => {
+            let message = info.message();
+            message.starts_with("terminating connection")
+                || message.starts_with("the database system is")
+                || message.contains("read-only transaction")
+        }
+        _ => false,
+    }
+}
+
+fn note(error: &diesel::result::Error) {
+    if is_connection_lost(error) {
+        CONNECTION_SUSPECT.with(|s| s.set(true));
+    }
+}
+
+/// Whether a query on this thread found its connection lost since the last
+/// call (and forgets it).
+pub(super) fn take_connection_suspect() -> bool {
+    CONNECTION_SUSPECT.with(|s| s.replace(false))
+}
 const COMPLETED: &str = KeyStatus::Completed.as_str();
 
 impl Store for PgConnection {
@@ -46,9 +88,13 @@ impl Store for PgConnection {
         let depth =
             AnsiTransactionManager::transaction_manager_status_mut(self).transaction_depth()?;
         match depth {
-            None => self.build_transaction().read_committed().run(|tx| work(tx)),
+            None => self
+                .build_transaction()
+                .read_committed()
+                .run(|tx| work(tx))
+                .inspect_err(note),
             // Inside a transaction already (a demo hook's): a savepoint.
-            Some(_) => self.transaction(|tx| work(tx)),
+            Some(_) => self.transaction(|tx| work(tx)).inspect_err(note),
         }
     }
 
@@ -69,7 +115,10 @@ impl Store for PgConnection {
     }
 
     fn ping(&mut self) -> QueryResult<()> {
-        diesel::sql_query("SELECT 1").execute(self).map(|_| ())
+        diesel::sql_query("SELECT 1")
+            .execute(self)
+            .inspect_err(note)
+            .map(|_| ())
     }
 }
 
@@ -108,6 +157,7 @@ impl ChargeStore for PgConnection {
             charges::created_at.eq(charge.created_at),
         )))
         .execute(self)
+        .inspect_err(note)
         .map(|_| ())
     }
 
@@ -117,6 +167,7 @@ impl ChargeStore for PgConnection {
             .filter(charges::account_id.eq(account_id))
             .select(ChargeRow::as_select())
             .first(self)
+            .inspect_err(note)
             .optional()
             .map(|row| row.map(Charge::from))
     }
@@ -127,7 +178,8 @@ impl ChargeStore for PgConnection {
             .order((charges::created_at.desc(), charges::id.desc()))
             .limit(limit)
             .select(ChargeRow::as_select())
-            .load(self)?;
+            .load(self)
+            .inspect_err(note)?;
         Ok(rows.into_iter().map(Charge::from).collect())
     }
 }
@@ -278,6 +330,7 @@ impl KeyStore for PgConnection {
             .filter(keys::expires_at.gt(now))
             .select(KeyRow::as_select())
             .first(self)
+            .inspect_err(note)
             .optional()?;
         row.map(|r| RawKeyRow::from(r).decode()).transpose()
     }
@@ -304,7 +357,8 @@ impl KeyStore for PgConnection {
                 .bind::<Timestamptz, _>(charge.created_at)
                 .bind::<SmallInt, _>(response_status(response)?),
         )
-        .get_result(self)?;
+        .get_result(self)
+        .inspect_err(note)?;
         if row.written == 1 {
             return Ok(FirstWrite::Written);
         }
@@ -334,6 +388,7 @@ impl KeyStore for PgConnection {
                 .bind::<SqlUuid, _>(lease_token),
         )
         .get_result(self)
+        .inspect_err(note)
         .optional()?;
         Ok(written.map(|_| Claim {
             account_id: claim.account_id,
@@ -362,7 +417,8 @@ impl KeyStore for PgConnection {
                 .bind::<Timestamptz, _>(charge.created_at)
                 .bind::<SmallInt, _>(response_status(response)?),
         )
-        .get_result(self)?;
+        .get_result(self)
+        .inspect_err(note)?;
         Ok(row.written == 1)
     }
 
@@ -375,6 +431,7 @@ impl KeyStore for PgConnection {
                 .filter(keys::lease_token.eq(claim.lease_token)),
         )
         .execute(self)
+        .inspect_err(note)
     }
 
     /// `SKIP LOCKED` keeps the purge off rows a request is taking over right
@@ -389,6 +446,7 @@ impl KeyStore for PgConnection {
         )
         .bind::<BigInt, _>(batch)
         .execute(self)
+        .inspect_err(note)
     }
 }
 
@@ -402,6 +460,7 @@ impl AccountStore for PgConnection {
             ))
             .returning(accounts::id)
             .get_result(self)
+            .inspect_err(note)
     }
 
     fn revoke_account(&mut self, name: &str) -> QueryResult<Option<i64>> {
@@ -414,6 +473,7 @@ impl AccountStore for PgConnection {
         .set(accounts::revoked_at.eq(now.into_sql::<Timestamptz>().nullable()))
         .returning(accounts::id)
         .get_result(self)
+        .inspect_err(note)
         .optional()
     }
 
@@ -428,7 +488,8 @@ impl AccountStore for PgConnection {
                 accounts::revoked_at,
                 accounts::demo,
             ))
-            .load(self)?;
+            .load(self)
+            .inspect_err(note)?;
         Ok(rows
             .into_iter()
             .map(|(id, name, created, revoked, demo)| AccountRecord {
@@ -448,6 +509,7 @@ impl AccountStore for PgConnection {
             .filter(accounts::demo.eq(false).or(include_demo.into_sql::<Bool>()))
             .select(accounts::id)
             .first(self)
+            .inspect_err(note)
             .optional()
     }
 }
@@ -482,7 +544,8 @@ impl SandboxStore for PgConnection {
                 keys::locked_until,
                 keys::locked_until.gt(now),
             ))
-            .load(self)?;
+            .load(self)
+            .inspect_err(note)?;
         Ok(rows
             .into_iter()
             .map(
@@ -521,7 +584,8 @@ impl SandboxStore for PgConnection {
             .order((unguarded::created_at.desc(), unguarded::id.desc()))
             .limit(limit)
             .select((unguarded::key, unguarded::charge_id, unguarded::created_at))
-            .load(self)?;
+            .load(self)
+            .inspect_err(note)?;
         Ok(rows
             .into_iter()
             .map(|(key, charge_id, created)| UnguardedView {
@@ -542,6 +606,7 @@ impl SandboxStore for PgConnection {
                 unguarded::response_body,
             ))
             .first(self)
+            .inspect_err(note)
             .optional()?;
         Ok(row.map(|(key, fingerprint, response_body)| Unguarded {
             key,
@@ -565,14 +630,20 @@ impl SandboxStore for PgConnection {
                 unguarded::response_body.eq(&row.response_body),
             ))
             .execute(self)
+            .inspect_err(note)
             .map(|_| ())
     }
 
     fn delete_account_rows(&mut self, account_id: i64) -> QueryResult<()> {
-        diesel::delete(keys::table.filter(keys::account_id.eq(account_id))).execute(self)?;
+        diesel::delete(keys::table.filter(keys::account_id.eq(account_id)))
+            .execute(self)
+            .inspect_err(note)?;
         diesel::delete(unguarded::table.filter(unguarded::account_id.eq(account_id)))
-            .execute(self)?;
-        diesel::delete(charges::table.filter(charges::account_id.eq(account_id))).execute(self)?;
+            .execute(self)
+            .inspect_err(note)?;
+        diesel::delete(charges::table.filter(charges::account_id.eq(account_id)))
+            .execute(self)
+            .inspect_err(note)?;
         Ok(())
     }
 
@@ -583,6 +654,7 @@ impl SandboxStore for PgConnection {
                 .filter(keys::expires_at.le(now)),
         )
         .execute(self)
+        .inspect_err(note)
     }
 
     fn expire_key(&mut self, account_id: i64, key: &str) -> QueryResult<usize> {
@@ -593,6 +665,7 @@ impl SandboxStore for PgConnection {
         )
         .set(keys::expires_at.eq(sql::<Timestamptz>("now() - interval '1 second'")))
         .execute(self)
+        .inspect_err(note)
     }
 }
 

@@ -21,6 +21,25 @@ fn main() {
     if !available && std::env::var("BROWSER_TESTS").as_deref() != Ok("required") {
         println!("cargo::rustc-cfg=browser_tests_unavailable");
     }
+    // The failover test starts its own primary and standby: it needs the
+    // server binaries and root (initdb runs as `postgres` through runuser).
+    println!("cargo::rustc-check-cfg=cfg(replication_tests_unavailable)");
+    let server_binaries = std::fs::read_dir("/usr/lib/postgresql").is_ok_and(|dirs| {
+        dirs.filter_map(Result::ok).any(|d| {
+            d.path().join("bin/pg_basebackup").exists() && d.path().join("bin/initdb").exists()
+        })
+    });
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    let runuser = std::process::Command::new("runuser")
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !(server_binaries && root && runuser) {
+        println!("cargo::rustc-cfg=replication_tests_unavailable");
+    }
     println!("cargo::rerun-if-env-changed=TEST_DATABASE_URL");
     if std::env::var_os("TEST_DATABASE_URL").is_some_and(|v| !v.is_empty()) {
         println!("cargo::rustc-cfg=postgres_tests");

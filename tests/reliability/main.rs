@@ -32,6 +32,8 @@ mod crash;
 #[cfg(postgres_tests)]
 mod db_cut;
 #[cfg(postgres_tests)]
+mod failover;
+#[cfg(postgres_tests)]
 mod instances;
 #[cfg(postgres_tests)]
 mod lossy_network;

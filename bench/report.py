@@ -157,6 +157,12 @@ def load(workdir):
     if os.path.exists(ppath):
         with open(ppath) as f:
             purge = json.load(f)
+    failover = None
+    fpath = os.path.join(workdir, "failover.json")
+    if os.path.exists(fpath):
+        with open(fpath) as f:
+            failover = json.load(f)
+    meta["failover"] = failover
     return meta, phases, purge
 
 
@@ -317,6 +323,16 @@ def table(workdir, out):
               "; backlog cleared" if purge.get("remaining", 1) == 0 else
               "; %s left when the time ran out" % f"{purge['remaining']:,}"))
     w("")
+
+    fo = meta.get("failover")
+    if fo and "skipped" not in fo:
+        w("failover (kill -9 of the primary under load, promote of its synchronous standby 0.5 s later):"
+          " first new 201 %.2f s after the kill; %s non-2xx (503) of %s requests meanwhile, %s socket errors"
+          % (fo["kill_to_first_201_s"], fo.get("non_2xx"), fo.get("requests"), fo.get("socket_errors")))
+        w("")
+    elif fo:
+        w("failover: skipped (%s)" % fo["skipped"])
+        w("")
 
     if per_round:
         w("rounds (each one: 3, 1, 0, then 2)    %s %10s" % (

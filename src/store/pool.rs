@@ -149,14 +149,18 @@ impl DbPool {
                 ))
             }
             Target::Sqlite(path) => {
+                // Migrated on one connection first, as on PostgreSQL: that
+                // also switches a new file to WAL once, before the pool opens
+                // its connections at once (a switch racing others fails with
+                // "database is locked" without waiting).
+                Connection::open(&settings.url)?
+                    .store()
+                    .migrate()
+                    .map_err(migrate_error)?;
                 let pool = builder(settings)
                     .connection_customizer(Box::new(SqlitePragmas))
                     .build(ConnectionManager::new(path.to_string_lossy()))
                     .map_err(connect_error)?;
-                pool.get()
-                    .map_err(connect_error)?
-                    .migrate()
-                    .map_err(migrate_error)?;
                 Ok(DbPool::Sqlite(pool))
             }
         }

@@ -88,7 +88,7 @@ pub struct Settings {
     #[arg(long, env = "DEMO_ALLOW_CRASH", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub demo_allow_crash: bool,
 
-    /// Demo mode: transactions `delay-commit` may hold open at once (at most half of POOL_SIZE).
+    /// Demo mode: transactions `delay-commit` may hold open at once (at most half of POOL_SIZE; 1 on SQLite).
     #[arg(long, env = "DEMO_MAX_DELAYED", default_value_t = DEFAULT_DEMO_MAX_DELAYED)]
     pub demo_max_delayed: u32,
 
@@ -139,9 +139,7 @@ impl Settings {
         }
     }
 
-    /// Whether demo mode is on for a server listening on `ip`: as set, or,
-    /// when unset, only on a loopback address, where no other machine can
-    /// reach the demo's powers.
+    /// What the store's pool is built from.
     pub fn pool(&self) -> PoolSettings {
         PoolSettings {
             url: self.database_url.clone(),
@@ -150,6 +148,9 @@ impl Settings {
         }
     }
 
+    /// Whether demo mode is on for a server listening on `ip`: as set, or,
+    /// when unset, only on a loopback address, where no other machine can
+    /// reach the demo's powers.
     pub fn demo_enabled(&self, ip: IpAddr) -> bool {
         !self.no_demo && self.demo.unwrap_or(ip.is_loopback())
     }

@@ -114,8 +114,16 @@ impl DemoHooks {
     fn before_commit(&self) -> Result<(), HookFailure> {
         if let Some(delay) = self.faults.delay_commit {
             let Some(_slot) = self.delayed.take() else {
+                let gap = if self.delayed.gap.is_zero() {
+                    String::new()
+                } else {
+                    format!(
+                        ", or one ended less than {} ms ago (SQLite's write lock is every account's: the writes a delay held go first)",
+                        self.delayed.gap.as_millis()
+                    )
+                };
                 return Err(HookFailure::Overloaded(format!(
-                    "Demo-Fault: delay-commit: {} transactions held open by the demo are already in flight, the most this server allows at once (so that the demo cannot take the database from other accounts). Nothing was done; retry after Retry-After.",
+                    "Demo-Fault: delay-commit: {} transaction(s) held open by the demo are already in flight, the most this server allows at once{gap}, so that the demo cannot take the database from other accounts. Nothing was done; retry after Retry-After.",
                     self.delayed.max
                 )));
             };

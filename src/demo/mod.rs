@@ -29,20 +29,22 @@
 //! (after authentication, so 401 comes first); the demo account's requests
 //! on `/charges` hold at most half the connection pool, and at most
 //! `DEMO_MAX_DELAYED` of them hold a transaction open, so that on PostgreSQL
-//! no other account waits for the demo.
+//! no other account waits for the demo. On SQLite, whose write lock is
+//! global, one at a time with a gap after each: another account's write
+//! waits for at most one delay and is never refused for it.
 
 mod faults;
 mod routes;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
 use crate::accounts;
 use crate::config::Settings;
-use crate::store::{DbPool, Store};
+use crate::store::{Backend, DbPool, Store};
 
 pub use faults::{Faults, faults};
 pub use routes::{check_then_insert_route, routes};
@@ -62,6 +64,10 @@ pub const CHECK_THEN_INSERT: &str = "check-then-insert";
 pub const MAX_DELAY: Duration = Duration::from_secs(15);
 /// The pause between the check and the insert that makes the race reliable.
 pub const CHECK_THEN_INSERT_PAUSE: Duration = Duration::from_millis(300);
+/// SQLite: after a delayed transaction, how long until the next may start.
+/// SQLite's busy handler retries every 100 ms at most, so every writer the
+/// delay held retries within it and takes the write lock first.
+pub const SQLITE_DELAY_GAP: Duration = Duration::from_millis(300);
 
 /// The demo account and the walls around it, shared by every worker.
 pub struct Sandbox {
@@ -81,12 +87,20 @@ impl Sandbox {
         let account_id = seed(pool.checkout().map_err(|e| e.to_string())?.store())
             .map_err(|e| format!("cannot seed the demo account: {e}"))?;
         let half_pool = (settings.pool_size / 2).max(1);
-        let max_delayed = settings.demo_max_delayed.min(half_pool);
+        // SQLite's write lock is global: a delayed transaction holds every
+        // account's writes, and a second one would only queue behind the
+        // first and hold them again. One at a time there, and a gap after
+        // each, so that the writers it held take the lock before the next.
+        let (ceiling, gap, why) = match pool.backend() {
+            Backend::Postgres => (half_pool, Duration::ZERO, "half of POOL_SIZE"),
+            Backend::Sqlite => (1, SQLITE_DELAY_GAP, "1 on SQLite"),
+        };
+        let max_delayed = settings.demo_max_delayed.min(ceiling);
         if max_delayed < settings.demo_max_delayed {
             tracing::warn!(
                 requested = settings.demo_max_delayed,
                 allowed = max_delayed,
-                "DEMO_MAX_DELAYED is capped at half of POOL_SIZE"
+                "DEMO_MAX_DELAYED is capped at {why}"
             );
         }
         Ok(Sandbox {
@@ -95,6 +109,8 @@ impl Sandbox {
             delayed: Arc::new(DelaySlots {
                 open: AtomicU32::new(0),
                 max: max_delayed,
+                gap,
+                last_release: Mutex::new(None),
             }),
             in_flight: Semaphore::new(half_pool as usize),
             in_flight_limit: half_pool as usize,
@@ -125,12 +141,19 @@ fn seed(store: &mut dyn Store) -> Result<i64, accounts::AccountError> {
 pub(crate) struct DelaySlots {
     open: AtomicU32,
     pub(crate) max: u32,
+    /// After a slot is given back, no delay starts for this long (SQLite).
+    pub(crate) gap: Duration,
+    last_release: Mutex<Option<Instant>>,
 }
 
 pub(crate) struct DelaySlot<'a>(&'a DelaySlots);
 
 impl DelaySlots {
     pub(crate) fn take(&self) -> Option<DelaySlot<'_>> {
+        let last_release = self.last_release.lock().unwrap_or_else(|e| e.into_inner());
+        if last_release.is_some_and(|at| at.elapsed() < self.gap) {
+            return None;
+        }
         self.open
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < self.max).then_some(n + 1)
@@ -142,6 +165,11 @@ impl DelaySlots {
 
 impl Drop for DelaySlot<'_> {
     fn drop(&mut self) {
+        *self
+            .0
+            .last_release
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         self.0.open.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -178,6 +178,7 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
         "default_purge_interval_seconds": crate::config::DEFAULT_PURGE_INTERVAL.as_secs(),
         "max_delay_commit_ms": MAX_DELAY.as_millis() as u64,
         "max_delayed_transactions": sandbox.delayed.max,
+        "delayed_transaction_gap_ms": sandbox.delayed.gap.as_millis() as u64,
         "check_then_insert_pause_ms": CHECK_THEN_INSERT_PAUSE.as_millis() as u64,
         "account": {"name": DEMO_ACCOUNT_NAME, "api_key": DEMO_API_KEY},
         "problem_types": crate::problem::TYPES.iter().map(|(slug, status, title)| json!({

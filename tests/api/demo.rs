@@ -53,7 +53,13 @@ crate::on_both_backends! {
         assert_eq!(config["idempotency_ttl_seconds"], 600);
         assert_eq!(config["default_idempotency_ttl_seconds"], 86_400);
         assert_eq!(config["max_delay_commit_ms"], 15_000);
-        assert_eq!(config["max_delayed_transactions"], 3);
+        // SQLite's write lock is global: one delay at a time, a gap after it.
+        let (places, gap) = match app.backend() {
+            crate::support::TestBackend::Postgres => (3, 0),
+            crate::support::TestBackend::Sqlite => (1, 300),
+        };
+        assert_eq!(config["max_delayed_transactions"], places);
+        assert_eq!(config["delayed_transaction_gap_ms"], gap);
         assert_eq!(config["in_flight_retry_after_seconds"], 1);
         assert_eq!(config["default_purge_interval_seconds"], 60);
         assert_eq!(config["purge_interval_seconds"], config["default_purge_interval_seconds"]);
@@ -284,46 +290,38 @@ crate::on_both_backends! {
     }
 }
 
-/// A server bound to a non-loopback address with default settings is not in
-/// demo mode; with `DEMO=true` it is, and logs a warning saying what that
-/// exposes.
-#[test]
-fn a_server_on_a_network_address_has_no_demo_unless_told_and_then_warns() {
-    let db = crate::support::TestDatabase::create_for(crate::support::TestBackend::Sqlite);
-    let server = crate::support::ServerProcess::start(&db.url, &[("BIND", "0.0.0.0:0")]);
-    let port = server.address.rsplit(':').next().unwrap().to_owned();
-    let local = format!("http://127.0.0.1:{port}");
-    let status_line = |path: &str| {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(local.trim_start_matches("http://")).unwrap();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).unwrap();
-        answer.lines().next().unwrap_or_default().to_owned()
-    };
-    assert!(
-        status_line("/demo/state").starts_with("HTTP/1.1 404"),
-        "no /demo/* on a network address by default"
-    );
-    assert!(status_line("/healthz").starts_with("HTTP/1.1 200"));
-    assert!(!server.logs().contains("DEMO=true on an address"));
-    drop(server);
+crate::on_both_backends! {
+    /// A server bound to a non-loopback address with default settings has no
+    /// demo behaviour and no demo account; with `DEMO=true` it has both, and
+    /// logs a warning saying what that exposes.
+    async fn a_server_on_a_network_address_has_no_demo_unless_told_and_then_warns() {
+        let db = crate::support::TestDatabase::create_for(crate::support::backend());
+        let server = crate::support::ServerProcess::start(&db.url, &[("BIND", "0.0.0.0:0")]);
+        let app = crate::support::AppClient::new(&format!("http://{}", server.addr()));
+        for path in ["/demo/state", "/demo/config", "/"] {
+            app.get(path).await.assert_problem(404, "not-found");
+        }
+        assert_eq!(app.post("/demo/reset").await.status, 404);
+        app.charge("k-net", &charge_body()).await.assert_problem(401, "unauthorized");
+        let naive = [("demo-mode", "check-then-insert"), ("demo-fault", "crash-after-key")];
+        app.charge_with("k-net", &charge_body(), &naive).await.assert_problem(401, "unauthorized");
+        let doc = app.get("/openapi.json").await.body;
+        assert!(!doc.contains("/demo/") && !doc.contains("sk_test_demo"), "the document offers demo powers");
+        assert_eq!(db.count("accounts"), 0, "no demo account is seeded");
+        assert!(!server.logs().contains("DEMO=true on an address"));
+        assert!(app.get("/healthz").await.status == 200);
+        drop(server);
 
-    let server =
-        crate::support::ServerProcess::start(&db.url, &[("BIND", "0.0.0.0:0"), ("DEMO", "true")]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !server.logs().contains("DEMO=true on an address") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
+        let server = crate::support::ServerProcess::start(&db.url, &[("BIND", "0.0.0.0:0"), ("DEMO", "true")]);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !server.logs().contains("DEMO=true on an address") && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(server.logs().contains("DEMO=true on an address"), "{}", server.logs());
+        let app = crate::support::AppClient::new(&format!("http://{}", server.addr()));
+        assert_eq!(app.charge("k-net", &charge_body()).await.status, 201, "told, it is a demo");
+        assert_eq!(db.count("accounts WHERE demo"), 1);
     }
-    assert!(
-        server.logs().contains("DEMO=true on an address"),
-        "{}",
-        server.logs()
-    );
 }
 
 /// PostgreSQL only: SQLite's global write lock admits one delayed
@@ -390,4 +388,74 @@ async fn delayed_transactions_beyond_the_cap_get_503_and_other_accounts_do_not_w
             assert_eq!(retry.status, 201);
         })
         .await
+}
+
+/// SQLite only: its write lock is global, so a delayed transaction holds
+/// every account's writes. One delay at a time, and none starts within a
+/// gap after one ends: another account's write waits for at most one delay,
+/// however many the demo sends, and is never refused for it.
+#[tokio::test]
+async fn on_sqlite_delays_go_one_at_a_time_and_another_account_waits_for_one_at_most() {
+    let app = spawn_app_with(|s| s.demo_max_delayed = 2).await;
+    assert_eq!(app.backend(), crate::support::TestBackend::Sqlite);
+    app.create_account("Shop", SHOP_KEY);
+    const HOLD_MS: u64 = 2500;
+    let held = [("demo-fault", "delay-commit=2500")];
+    let started = Instant::now();
+    let (first, (others, shop)) =
+        tokio::join!(app.charge_with("k-d0", &charge_body(), &held), async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            // Four more delays queue for the write lock behind the first…
+            let app = &app;
+            let others: Vec<_> = (1..=4)
+                .map(|i| async move {
+                    let key = format!("k-d{i}");
+                    app.charge_with(key.as_str(), &charge_body(), &held).await
+                })
+                .collect();
+            let others = futures::future::join_all(others);
+            // …and so does another account's charge, sent after them.
+            let shop = async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let sent = Instant::now();
+                let r = app.charge_as(SHOP_KEY, "k-shop", &charge_body(), &[]).await;
+                (r.status, sent.elapsed())
+            };
+            tokio::join!(others, shop)
+        },);
+    assert_eq!(first.status, 201);
+    assert_eq!(shop.0, 201, "another account's write is not refused");
+    assert!(
+        shop.1 < Duration::from_millis(HOLD_MS + 1000),
+        "another account waited {:?}: more than the one delay it was sent into",
+        shop.1
+    );
+    for other in &others {
+        match other.status {
+            503 => {
+                other.assert_problem(503, "service-unavailable");
+                assert!(
+                    other.json()["detail"]
+                        .as_str()
+                        .unwrap()
+                        .contains("delay-commit"),
+                    "{}",
+                    other.body
+                );
+            }
+            201 => {}
+            status => panic!("a queued delay answered {status}: {}", other.body),
+        }
+    }
+    let refused = others.iter().filter(|r| r.status == 503).count();
+    assert!(
+        refused >= 3,
+        "the delays that queued behind the first were refused: {refused} of 4"
+    );
+    assert_eq!(
+        app.charges(),
+        2 + (4 - refused as i64),
+        "refused delays rolled back"
+    );
+    assert!(started.elapsed() < Duration::from_millis(3 * HOLD_MS));
 }

@@ -1,6 +1,6 @@
 //! Hardening: accounts made and revoked from the command line, one
-//! `Authorization` header, bounded metric labels, a deadline for the body,
-//! and passwords kept out of what the binary prints.
+//! `Authorization` header, bounded metric labels, a deadline for the body, a
+//! cap on connections, and passwords kept out of what the binary prints.
 
 use std::time::{Duration, Instant};
 
@@ -119,6 +119,42 @@ crate::on_both_backends! {
         assert_eq!(app.charges(), 0);
         let documented = app.get_json("/problems/request-timeout").await;
         assert_eq!(documented["status"], 408);
+    }
+
+    async fn connections_beyond_the_cap_wait_until_one_closes() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // One worker, so that the per-worker count actix keeps is the cap.
+        let app = spawn_app_with(|s| {
+            s.workers = Some(1);
+            s.max_connections = 2;
+        })
+        .await;
+        let address = app.url("").trim_start_matches("http://").trim_end_matches('/').to_owned();
+        let healthz = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+        // Reads until one whole (small) answer is in, or `limit` passes.
+        async fn answer(stream: &mut tokio::net::TcpStream, limit: Duration) -> Option<String> {
+            let mut buf = vec![0u8; 4096];
+            let n = tokio::time::timeout(limit, stream.read(&mut buf)).await.ok()?.ok()?;
+            (n > 0).then(|| String::from_utf8_lossy(&buf[..n]).into_owned())
+        }
+        let mut open = Vec::new();
+        for _ in 0..2 {
+            let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+            stream.write_all(healthz).await.unwrap();
+            let first = answer(&mut stream, Duration::from_secs(5)).await;
+            assert!(first.is_some_and(|a| a.starts_with("HTTP/1.1 200")), "within the cap");
+            open.push(stream); // kept alive
+        }
+        let mut third = tokio::net::TcpStream::connect(&address).await.unwrap();
+        third.write_all(healthz).await.unwrap();
+        assert_eq!(
+            answer(&mut third, Duration::from_millis(800)).await,
+            None,
+            "a third connection is not served while two are open"
+        );
+        drop(open.pop());
+        let late = answer(&mut third, Duration::from_secs(5)).await;
+        assert!(late.is_some_and(|a| a.starts_with("HTTP/1.1 200")), "served once one closed");
     }
 }
 

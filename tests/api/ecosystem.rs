@@ -1,5 +1,5 @@
 //! What operators and integrators rely on: metrics, request ids, structured
-//! logs, the command line, and a graceful shutdown.
+//! logs, the command line, a graceful shutdown, and the compose file.
 
 use std::time::Duration;
 
@@ -225,4 +225,52 @@ fn example(name: &str) -> std::path::PathBuf {
         assert!(built.success());
     }
     path
+}
+
+/// `docker compose up` must not put the demo's powers on a network: the
+/// image leaves demo mode to its default (off on 0.0.0.0), and compose turns
+/// it on explicitly, publishes on loopback only, and restarts the app (a
+/// crash-after-key is refused, but any other death must not leave it down).
+#[test]
+fn compose_turns_demo_mode_on_only_behind_a_loopback_port_and_restarts_the_app() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let compose = std::fs::read_to_string(root.join("docker-compose.yml")).unwrap();
+    let app = compose
+        .split("\n  app:\n")
+        .nth(1)
+        .expect("an app service")
+        .split("\nvolumes:")
+        .next()
+        .unwrap();
+    let setting = |name: &str| {
+        app.lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{name}:")))
+            .map(|v| v.trim().trim_matches('"').to_owned())
+    };
+    assert_eq!(
+        setting("DEMO").as_deref(),
+        Some("true"),
+        "demo mode on explicitly"
+    );
+    assert_eq!(setting("restart").as_deref(), Some("unless-stopped"));
+    let ports: Vec<&str> = app
+        .split("ports:\n")
+        .nth(1)
+        .expect("published ports")
+        .lines()
+        .map_while(|l| l.trim().strip_prefix("- "))
+        .collect();
+    assert!(!ports.is_empty());
+    for port in ports {
+        assert!(
+            port.trim_matches('"').starts_with("127.0.0.1:"),
+            "published beyond loopback: {port}"
+        );
+    }
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).unwrap();
+    let sets_demo = dockerfile
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .any(|l| l.contains("DEMO"));
+    assert!(!sets_demo, "the image must leave demo mode to its default");
 }

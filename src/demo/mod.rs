@@ -36,7 +36,6 @@
 mod faults;
 mod routes;
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -106,12 +105,7 @@ impl Sandbox {
         Ok(Sandbox {
             account_id,
             allow_crash: settings.demo_allow_crash,
-            delayed: Arc::new(DelaySlots {
-                open: AtomicU32::new(0),
-                max: max_delayed,
-                gap,
-                last_release: Mutex::new(None),
-            }),
+            delayed: Arc::new(DelaySlots::new(max_delayed, gap)),
             in_flight: Semaphore::new(half_pool as usize),
             in_flight_limit: half_pool as usize,
             wait: settings.pool_timeout,
@@ -139,37 +133,48 @@ fn seed(store: &mut dyn Store) -> Result<i64, accounts::AccountError> {
 /// it may. Taken inside the transaction, by the request that really runs
 /// it: a duplicate waiting on the key's index entry holds none.
 pub(crate) struct DelaySlots {
-    open: AtomicU32,
     pub(crate) max: u32,
     /// After a slot is given back, no delay starts for this long (SQLite).
     pub(crate) gap: Duration,
-    last_release: Mutex<Option<Instant>>,
+    held: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    open: u32,
+    last_release: Option<Instant>,
 }
 
 pub(crate) struct DelaySlot<'a>(&'a DelaySlots);
 
 impl DelaySlots {
+    fn new(max: u32, gap: Duration) -> DelaySlots {
+        DelaySlots {
+            max,
+            gap,
+            held: Mutex::default(),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub(crate) fn take(&self) -> Option<DelaySlot<'_>> {
-        let last_release = self.last_release.lock().unwrap_or_else(|e| e.into_inner());
-        if last_release.is_some_and(|at| at.elapsed() < self.gap) {
+        let mut held = self.held();
+        let too_soon = held.last_release.is_some_and(|at| at.elapsed() < self.gap);
+        if too_soon || held.open >= self.max {
             return None;
         }
-        self.open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| DelaySlot(self))
+        held.open += 1;
+        Some(DelaySlot(self))
     }
 }
 
 impl Drop for DelaySlot<'_> {
     fn drop(&mut self) {
-        *self
-            .0
-            .last_release
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        let mut held = self.0.held();
+        held.open -= 1;
+        held.last_release = Some(Instant::now());
     }
 }

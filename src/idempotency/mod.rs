@@ -4,7 +4,7 @@
 //! the two designs the article compares:
 //!
 //! ```text
-//! Atomic (default): one statement (PostgreSQL; SQLite: two in BEGIN IMMEDIATE)
+//! Atomic (default): one statement (PostgreSQL; SQLite: three in BEGIN IMMEDIATE)
 //!   read the live row; if there is none (or it may be taken over), write the
 //!   key row completed with the 201, and the charge
 //!     written      -> Executed

@@ -106,7 +106,8 @@ pub trait KeyStore {
     /// completed with `response`, and the charge it points at, together.
     /// On PostgreSQL one statement (a data-modifying CTE that also reads
     /// the live row, so a replay is one round trip and takes no lock); on
-    /// SQLite two statements in one `BEGIN IMMEDIATE` transaction.
+    /// SQLite three (a read, the key row, the charge) in one `BEGIN IMMEDIATE`
+    /// transaction.
     ///
     /// A concurrent request with the same key that has not committed yet
     /// makes this wait on the key's unique index entry until it commits

@@ -299,7 +299,7 @@ impl KeyStore for SqliteConnection {
         row.map(KeyRow::decode).transpose()
     }
 
-    /// Two statements in one `BEGIN IMMEDIATE` transaction (SQLite has no
+    /// Three statements in one `BEGIN IMMEDIATE` transaction (SQLite has no
     /// data-modifying CTEs): the live row that may not be taken over, or
     /// else the key row completed and the charge. Foreign keys are checked
     /// at COMMIT, so the key row may name the charge written after it.

@@ -101,6 +101,8 @@ pub struct Authenticator {
     cache: RwLock<HashMap<String, (i64, Instant)>>,
     ttl: Duration,
     include_demo: bool,
+    /// The request deadline (REQUEST_TIMEOUT) a look-up waits within.
+    request_timeout: Duration,
 }
 
 /// Entries kept at most; past it the cache is emptied (keys are few, so
@@ -110,11 +112,12 @@ const CACHE_CAPACITY: usize = 10_000;
 impl Authenticator {
     /// `include_demo`: whether the demo account's public key is accepted
     /// (demo mode).
-    pub fn new(ttl: Duration, include_demo: bool) -> Authenticator {
+    pub fn new(ttl: Duration, include_demo: bool, request_timeout: Duration) -> Authenticator {
         Authenticator {
             cache: RwLock::default(),
             ttl,
             include_demo,
+            request_timeout,
         }
     }
 
@@ -127,16 +130,14 @@ impl Authenticator {
         {
             return Ok(*id);
         }
-        let pool = pool.clone();
         let include_demo = self.include_demo;
         let lookup = digest.clone();
-        let found = actix_web::web::block(move || -> Result<Option<i64>, ApiError> {
-            Ok(pool
-                .checkout()?
-                .store()
-                .find_account(&lookup, include_demo)?)
-        })
-        .await??;
+        let left = crate::deadline::remaining(req, self.request_timeout);
+        let found = pool
+            .run(left, move |store| -> Result<Option<i64>, ApiError> {
+                Ok(store.find_account(&lookup, include_demo)?)
+            })
+            .await?;
         let mut cache = self.cache.write().expect("cache lock");
         let Some(id) = found else {
             cache.remove(&digest);

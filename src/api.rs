@@ -41,6 +41,7 @@ pub struct Application {
     pool: DbPool,
     purge_interval: Duration,
     purge_batch: i64,
+    request_timeout: Duration,
 }
 
 impl Application {
@@ -71,6 +72,7 @@ impl Application {
             None
         };
         let (purge_interval, purge_batch) = (settings.purge_interval, settings.purge_batch);
+        let request_timeout = settings.request_timeout;
         let web_dir = settings.web_dir.clone();
         let workers = settings
             .workers
@@ -79,7 +81,11 @@ impl Application {
         let max_connections = settings.max_connections.div_ceil(workers).max(1);
         let state = web::Data::new(AppState {
             pool: pool.clone(),
-            accounts: Authenticator::new(settings.account_cache_ttl, demo),
+            accounts: Authenticator::new(
+                settings.account_cache_ttl,
+                demo,
+                settings.request_timeout,
+            ),
             demo,
             settings: Arc::new(settings),
         });
@@ -122,6 +128,7 @@ impl Application {
             pool,
             purge_interval,
             purge_batch,
+            request_timeout,
         })
     }
 
@@ -150,6 +157,7 @@ impl Application {
                 self.pool.clone(),
                 self.purge_interval,
                 self.purge_batch,
+                self.purge_interval.max(self.request_timeout),
             ))
         });
         let result = self.server.await;
@@ -161,20 +169,21 @@ impl Application {
 }
 
 /// Deletes expired idempotency keys every `interval`, in batches.
-async fn purge_periodically(pool: DbPool, interval: Duration, batch: i64) {
+async fn purge_periodically(pool: DbPool, interval: Duration, batch: i64, deadline: Duration) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let pool = pool.clone();
-        let purged = web::block(move || -> Result<usize, ApiError> {
-            Ok(idempotency::purge_expired(pool.checkout()?.store(), batch)?)
-        })
-        .await;
+        // Bounded like a request (a frozen database stops one pass, not the
+        // task), but a long backlog may take until the next tick.
+        let purged = pool
+            .run(deadline, move |store| -> Result<usize, ApiError> {
+                Ok(idempotency::purge_expired(store, batch)?)
+            })
+            .await;
         match purged {
-            Ok(Ok(0)) => {}
-            Ok(Ok(n)) => tracing::info!(purged = n, "purged expired idempotency keys"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "purge failed; will retry"),
+            Ok(0) => {}
+            Ok(n) => tracing::info!(purged = n, "purged expired idempotency keys"),
             Err(e) => tracing::warn!(error = %e, "purge failed; will retry"),
         }
     }

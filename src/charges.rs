@@ -106,15 +106,12 @@ pub async fn create(
         // No key: nothing can tell a retry from a new charge. One INSERT.
         None => {
             let JsonRequest { hooks, .. } = request;
-            let pool = state.pool.clone();
-            let response = web::block(move || -> Result<SavedResponse, ApiError> {
-                let mut conn = pool.checkout()?;
-                write_alone(conn.store(), hooks.0.as_ref(), |s| {
-                    s.insert_charge(&create.charge)
-                })?;
-                Ok(create.response)
-            })
-            .await??;
+            let response = state
+                .db(&req, move |store| {
+                    write_alone(store, hooks.0.as_ref(), |s| s.insert_charge(&create.charge))?;
+                    Ok(create.response)
+                })
+                .await?;
             record_outcome("no_key", "none");
             Ok(respond(&response, false))
         }
@@ -228,11 +225,12 @@ pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRe
             "`limit` must be between 1 and {MAX_LIST_LIMIT}."
         )));
     }
-    let pool = state.pool.clone();
-    let charges = web::block(move || -> Result<Vec<Charge>, ApiError> {
-        Ok(pool.checkout()?.store().list_charges(account_id, limit)?)
-    })
-    .await??;
+    let charges = state
+        .db(
+            &req,
+            move |store| Ok(store.list_charges(account_id, limit)?),
+        )
+        .await?;
     Ok(HttpResponse::Ok().json(ChargeList {
         object: "list",
         data: charges.iter().map(ChargeView::from).collect(),
@@ -257,12 +255,10 @@ pub async fn get(
 ) -> Result<HttpResponse, ApiError> {
     let account_id = state.accounts.authenticate(&req, &state.pool).await?;
     let id = charge_id(&path)?;
-    let pool = state.pool.clone();
-    let charge = web::block(move || -> Result<Option<Charge>, ApiError> {
-        Ok(pool.checkout()?.store().find_charge(account_id, id)?)
-    })
-    .await??
-    .ok_or(ApiError::NotFound)?;
+    let charge = state
+        .db(&req, move |store| Ok(store.find_charge(account_id, id)?))
+        .await?
+        .ok_or(ApiError::NotFound)?;
     Ok(HttpResponse::Ok().json(charge_json(&charge)))
 }
 

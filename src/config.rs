@@ -32,6 +32,22 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Demo mode: transactions held open by `Demo-Fault: delay-commit` at once.
 pub const DEFAULT_DEMO_MAX_DELAYED: u32 = 2;
 
+// The deadlines, nested so that each wait ends before the one around it: a
+// demo delay (at most DB_LOCK_TIMEOUT - 1 s) < a wait for a lock < one
+// statement < the whole request. Lesson 4 holds its first request 5 s.
+/// How long a request may wait for the database in all before it is answered
+/// 503 (outcome unknown; a retry with the same key is safe).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one statement may run (PostgreSQL `statement_timeout`).
+pub const DEFAULT_DB_STATEMENT_TIMEOUT: Duration = Duration::from_secs(8);
+/// How long a statement may wait for a lock: PostgreSQL `lock_timeout` (a
+/// duplicate waiting on a key's index entry then hears 409), SQLite's busy
+/// timeout (the write lock).
+pub const DEFAULT_DB_LOCK_TIMEOUT: Duration = Duration::from_secs(7);
+/// How long a session may sit idle inside a transaction before PostgreSQL
+/// ends it (`idle_in_transaction_session_timeout`).
+pub const DEFAULT_DB_IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(10);
+
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
     /// postgres://user@host/db (created if missing) or sqlite://path/to/file.db.
@@ -50,6 +66,22 @@ pub struct Settings {
     /// How long a request waits for a free connection before it gets 503.
     #[arg(long, env = "POOL_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub pool_timeout: Duration,
+
+    /// How long a request may wait for the database in all (then 503: outcome unknown, retry with the same key).
+    #[arg(long, env = "REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// PostgreSQL statement_timeout on the server's connections.
+    #[arg(long, env = "DB_STATEMENT_TIMEOUT", default_value = "8s", value_parser = parse_duration)]
+    pub db_statement_timeout: Duration,
+
+    /// PostgreSQL lock_timeout (a duplicate waiting on its key longer hears 409); SQLite's busy timeout.
+    #[arg(long, env = "DB_LOCK_TIMEOUT", default_value = "7s", value_parser = parse_duration)]
+    pub db_lock_timeout: Duration,
+
+    /// PostgreSQL idle_in_transaction_session_timeout on the server's connections.
+    #[arg(long, env = "DB_IDLE_IN_TRANSACTION_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub db_idle_in_transaction_timeout: Duration,
 
     /// How long an idempotency key is remembered (e.g. 24h, 30m, 90s).
     #[arg(long, env = "IDEMPOTENCY_TTL", default_value = "24h", value_parser = parse_duration)]
@@ -121,6 +153,10 @@ impl Settings {
             bind: DEFAULT_BIND.to_owned(),
             pool_size: DEFAULT_POOL_SIZE,
             pool_timeout: DEFAULT_POOL_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            db_statement_timeout: DEFAULT_DB_STATEMENT_TIMEOUT,
+            db_lock_timeout: DEFAULT_DB_LOCK_TIMEOUT,
+            db_idle_in_transaction_timeout: DEFAULT_DB_IDLE_IN_TRANSACTION_TIMEOUT,
             idempotency_ttl: DEFAULT_IDEMPOTENCY_TTL,
             idempotency_mode: Mode::Atomic,
             idempotency_lease: DEFAULT_IDEMPOTENCY_LEASE,
@@ -145,6 +181,9 @@ impl Settings {
             url: self.database_url.clone(),
             size: self.pool_size,
             timeout: self.pool_timeout,
+            statement_timeout: self.db_statement_timeout,
+            lock_timeout: self.db_lock_timeout,
+            idle_in_transaction_timeout: self.db_idle_in_transaction_timeout,
         }
     }
 

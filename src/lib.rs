@@ -14,6 +14,7 @@ pub mod accounts;
 pub mod api;
 pub mod charges;
 pub mod config;
+pub mod deadline;
 pub mod demo;
 pub mod domain;
 pub mod hooks;
@@ -35,8 +36,8 @@ pub mod telemetry;
 /// below its own.
 pub const LAYERS: &[&[&str]] = &[
     // Leaves: the schema, the validated domain types, strict JSON, the
-    // metrics registry.
-    &["schema", "domain", "json", "metrics"],
+    // metrics registry, the request deadline.
+    &["schema", "domain", "json", "metrics", "deadline"],
     // The database, one store per backend; logging.
     &["store", "telemetry"],
     // The seam around a request's writes, where the demo injects faults.

@@ -23,7 +23,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the migrations, then serve the API and the teaching page (the default).
-    Serve(Settings),
+    Serve(Box<Settings>),
     /// Run the pending migrations and exit.
     Migrate(DatabaseArgs),
     /// Delete expired idempotency keys once, print how many, and exit.
@@ -77,7 +77,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Migrate(args)) => migrate(&args.database_url),
         Some(Command::PurgeExpired(args)) => purge(&args.database.database_url, args.purge_batch),
-        Some(Command::Serve(settings)) => serve(settings),
+        Some(Command::Serve(settings)) => serve(*settings),
         Some(Command::Account(command)) => account(command),
         None => serve(cli.serve),
     };

@@ -18,6 +18,7 @@ pub struct Metrics {
     pub purged_keys: IntCounter,
     pub pool_waits: Histogram,
     pub pool_timeouts: IntCounter,
+    pub deadlines_exceeded: IntCounter,
     pool_connections: IntGaugeVec,
 }
 
@@ -57,6 +58,11 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         .buckets(LATENCY_BUCKETS.to_vec()),
     )
     .unwrap();
+    let deadlines_exceeded = IntCounter::new(
+        "db_deadline_exceeded_total",
+        "Requests answered 503 because the database did not answer within REQUEST_TIMEOUT (their connection is dropped, not reused).",
+    )
+    .unwrap();
     let purged_keys = IntCounter::new(
         "idempotency_keys_purged_total",
         "Expired idempotency keys deleted.",
@@ -89,6 +95,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         Box::new(idempotency_outcomes.clone()),
         Box::new(key_conflicts.clone()),
         Box::new(purged_keys.clone()),
+        Box::new(deadlines_exceeded.clone()),
         Box::new(pool_waits.clone()),
         Box::new(pool_timeouts.clone()),
         Box::new(pool_connections.clone()),
@@ -102,6 +109,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         idempotency_outcomes,
         key_conflicts,
         purged_keys,
+        deadlines_exceeded,
         pool_waits,
         pool_timeouts,
         pool_connections,

@@ -65,6 +65,7 @@ problem_types! {
     IDEMPOTENCY_KEY_REUSED = ("idempotency-key-reused", 422, "The Idempotency-Key was used with a different request");
     INTERNAL = ("internal", 500, "Internal server error");
     SERVICE_UNAVAILABLE = ("service-unavailable", 503, "The service is temporarily unavailable");
+    DEADLINE_EXCEEDED = ("deadline-exceeded", 503, "The request did not finish in time; its outcome is unknown");
     // Demo mode only (src/demo/).
     DEMO_ACCOUNT_ONLY = ("demo-account-only", 400, "Demo-* headers act only on the demo account");
     SIMULATED_LOST_RESPONSE = ("simulated-lost-response", 504, "The response was lost on purpose (Demo-Fault)");
@@ -105,6 +106,9 @@ pub enum ApiError {
     IdempotencyKeyReused,
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// The database did not answer within REQUEST_TIMEOUT.
+    #[error("the database did not answer within {secs} s")]
+    DeadlineExceeded { secs: u64 },
     /// Refused for lack of capacity that this server keeps for others.
     #[error("overloaded: {detail}")]
     Overloaded { detail: String },
@@ -141,6 +145,7 @@ impl ApiError {
             ApiError::UnsupportedContentEncoding(_) => &UNSUPPORTED_CONTENT_ENCODING,
             ApiError::IdempotencyKeyReused => &IDEMPOTENCY_KEY_REUSED,
             ApiError::Unavailable(_) | ApiError::Overloaded { .. } => &SERVICE_UNAVAILABLE,
+            ApiError::DeadlineExceeded { .. } => &DEADLINE_EXCEEDED,
             ApiError::BodyTimeout { .. } => &REQUEST_TIMEOUT,
             ApiError::Internal(_) => &INTERNAL,
         }
@@ -171,6 +176,7 @@ impl ApiError {
             }
             ApiError::Unavailable(_) => "The database cannot be reached right now. Retry the same request (with the same Idempotency-Key) shortly.".into(),
             ApiError::Overloaded { detail } => detail.clone(),
+            ApiError::DeadlineExceeded { secs } => format!("The database did not answer within {secs} s, so this request was given up. Whether it took effect is unknown: retry it with the same Idempotency-Key, which replays its result if it took effect and runs it once if it did not."),
             ApiError::BodyTimeout { secs } => format!("The request body did not arrive within {secs} s. Nothing was done; send the request again."),
             ApiError::Internal(_) => "Something went wrong on our side. Retrying with the same Idempotency-Key is safe.".into(),
         }
@@ -243,6 +249,12 @@ impl ResponseError for ApiError {
         match self {
             ApiError::Internal(cause) => tracing::error!(%cause, "request failed"),
             ApiError::Unavailable(cause) => tracing::warn!(%cause, "database unavailable"),
+            ApiError::DeadlineExceeded { secs } => {
+                tracing::warn!(
+                    secs,
+                    "the database did not answer in time; request given up"
+                )
+            }
             _ => {}
         }
         let errors = match self {
@@ -261,7 +273,9 @@ impl ResponseError for ApiError {
             ApiError::IdempotencyKeyInFlight { retry_after_secs } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
             }
-            ApiError::Unavailable(_) | ApiError::Overloaded { .. } => {
+            ApiError::Unavailable(_)
+            | ApiError::Overloaded { .. }
+            | ApiError::DeadlineExceeded { .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             // RFC 9110 §15.5.16: say which codings are accepted.
@@ -287,7 +301,9 @@ impl From<diesel::result::Error> for ApiError {
             // The connection is gone, or reached a read-only server (a
             // failover in progress): the pool replaces it; or SQLite's write
             // lock stayed taken past the busy timeout. The client retries.
-            Failure::ConnectionLost | Failure::Busy => ApiError::Unavailable(e.to_string()),
+            Failure::ConnectionLost | Failure::Busy | Failure::LockTimeout => {
+                ApiError::Unavailable(e.to_string())
+            }
             Failure::Transient | Failure::Other => ApiError::internal(e),
         }
     }
@@ -296,6 +312,18 @@ impl From<diesel::result::Error> for ApiError {
 impl From<crate::store::PoolTimeout> for ApiError {
     fn from(e: crate::store::PoolTimeout) -> Self {
         e.0.into()
+    }
+}
+
+impl From<crate::store::RunError> for ApiError {
+    fn from(e: crate::store::RunError) -> Self {
+        match e {
+            crate::store::RunError::Pool(e) => e.into(),
+            crate::store::RunError::Deadline(d) => ApiError::DeadlineExceeded {
+                secs: d.as_secs_f64().ceil() as u64,
+            },
+            e @ crate::store::RunError::Panicked => ApiError::internal(e),
+        }
     }
 }
 
@@ -335,6 +363,9 @@ impl From<idempotency::Error> for ApiError {
         match e {
             idempotency::Error::Database(e) => e.into(),
             idempotency::Error::Hook(e) => e.into(),
+            idempotency::Error::KeyLocked => ApiError::IdempotencyKeyInFlight {
+                retry_after_secs: IN_FLIGHT_RETRY_AFTER_SECS,
+            },
             e @ (idempotency::Error::LeaseLost | idempotency::Error::NotAsAnnounced) => {
                 ApiError::internal(e)
             }

@@ -172,17 +172,17 @@ pub async fn create(
         Some(key) => requests::run_keyed(&req, &state, request, key, operation).await,
         // No key: every retry refunds again (lesson 2 shows it).
         None => {
-            let (pool, hooks) = (state.pool.clone(), request.hooks);
-            let response = web::block(move || -> Result<SavedResponse, ApiError> {
-                let mut conn = pool.checkout()?;
-                // Two statements that must commit together: a transaction.
-                Ok(conn.store().transaction(|tx| {
-                    let response = refund(tx, account_id, charge, amount)?;
-                    hooks.0.before_commit()?;
-                    Ok::<_, idempotency::Error>(response)
-                })?)
-            })
-            .await??;
+            let hooks = request.hooks;
+            let response = state
+                .db(&req, move |store| {
+                    // Two statements that must commit together: a transaction.
+                    Ok(store.transaction(|tx| {
+                        let response = refund(tx, account_id, charge, amount)?;
+                        hooks.0.before_commit()?;
+                        Ok::<_, idempotency::Error>(response)
+                    })?)
+                })
+                .await?;
             record_outcome("no_key", "none");
             Ok(respond(&response, false))
         }
@@ -207,17 +207,18 @@ pub async fn list(
 ) -> Result<HttpResponse, ApiError> {
     let account_id = state.accounts.authenticate(&req, &state.pool).await?;
     let charge = charge_id(&path)?;
-    let pool = state.pool.clone();
-    let refunds = web::block(move || -> Result<Option<Vec<Refund>>, ApiError> {
-        let mut conn = pool.checkout()?;
-        let store = conn.store();
-        if store.find_charge(account_id, charge)?.is_none() {
-            return Ok(None);
-        }
-        Ok(Some(store.list_refunds(account_id, charge)?))
-    })
-    .await??
-    .ok_or(ApiError::NotFound)?;
+    let refunds = state
+        .db(
+            &req,
+            move |store| -> Result<Option<Vec<Refund>>, ApiError> {
+                if store.find_charge(account_id, charge)?.is_none() {
+                    return Ok(None);
+                }
+                Ok(Some(store.list_refunds(account_id, charge)?))
+            },
+        )
+        .await?
+        .ok_or(ApiError::NotFound)?;
     Ok(HttpResponse::Ok().json(RefundList {
         object: "list",
         data: refunds.iter().map(RefundView::from).collect(),

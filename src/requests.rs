@@ -112,25 +112,25 @@ pub async fn run_keyed(
         .extensions()
         .get::<Lease>()
         .map_or(state.settings.idempotency_lease, |l| l.0);
-    let (pool, account_id, hooks) = (state.pool.clone(), request.account_id, request.hooks);
-    let outcome = web::block(move || -> Result<Outcome, ApiError> {
-        let mut conn = pool.checkout()?;
-        let keyed = KeyedRequest {
-            account_id,
-            key: key.as_str(),
-            fingerprint: fingerprint.as_str(),
-            ttl,
-            lease,
-        };
-        Ok(idempotency::execute(
-            conn.store(),
-            mode,
-            &keyed,
-            hooks.0.as_ref(),
-            &mut operation,
-        )?)
-    })
-    .await??;
+    let (account_id, hooks) = (request.account_id, request.hooks);
+    let outcome = state
+        .db(req, move |store| {
+            let keyed = KeyedRequest {
+                account_id,
+                key: key.as_str(),
+                fingerprint: fingerprint.as_str(),
+                ttl,
+                lease,
+            };
+            Ok(idempotency::execute(
+                store,
+                mode,
+                &keyed,
+                hooks.0.as_ref(),
+                &mut operation,
+            )?)
+        })
+        .await?;
     record_outcome(outcome.label(), mode.as_str());
     match outcome {
         Outcome::Executed(response) => Ok(respond(&response, false)),

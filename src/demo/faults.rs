@@ -13,8 +13,8 @@ use actix_web::middleware::Next;
 use actix_web::{HttpMessage, web};
 
 use super::{
-    CHECK_THEN_INSERT, DEMO_API_KEY, DelaySlots, FAULT_HEADER, HEADER_PREFIX, MAX_DELAY, MAX_LEASE,
-    MIN_LEASE, MODE_HEADER, Sandbox,
+    CHECK_THEN_INSERT, DEMO_API_KEY, DelaySlots, FAULT_HEADER, HEADER_PREFIX, MAX_LEASE, MIN_LEASE,
+    MODE_HEADER, Sandbox,
 };
 use crate::accounts;
 use crate::hooks::{HookFailure, RequestHooks, TxHooks};
@@ -36,7 +36,8 @@ pub struct Faults {
 const KNOWN: &str = "lose-response, delay-commit=<ms>, fail-before-commit, crash-after-key, abandon, forget-commit, lease=<ms>";
 
 impl Faults {
-    pub fn parse(header: &str) -> Result<Faults, String> {
+    /// Parses the header; `max_delay` is the longest `delay-commit` accepted.
+    pub fn parse(header: &str, max_delay: Duration) -> Result<Faults, String> {
         let mut faults = Faults::default();
         let millis = |name: &str, ms: &str| -> Result<Duration, String> {
             ms.trim()
@@ -53,10 +54,10 @@ impl Faults {
                 None if item == "forget-commit" => faults.forget_commit = true,
                 Some(("delay-commit", ms)) => {
                     let delay = millis("delay-commit", ms)?;
-                    if delay > MAX_DELAY {
+                    if delay > max_delay {
                         return Err(format!(
-                            "delay-commit is at most {} ms",
-                            MAX_DELAY.as_millis()
+                            "delay-commit is at most {} ms on this server (well inside REQUEST_TIMEOUT, and on SQLite inside DB_LOCK_TIMEOUT, the write lock's wait)",
+                            max_delay.as_millis()
                         ));
                     }
                     faults.delay_commit = (!delay.is_zero()).then_some(delay);
@@ -197,7 +198,11 @@ pub async fn faults(
         .headers()
         .get(FAULT_HEADER)
         .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned());
-    let faults = match header.as_deref().map(Faults::parse).transpose() {
+    let faults = match header
+        .as_deref()
+        .map(|h| Faults::parse(h, sandbox.max_delay))
+        .transpose()
+    {
         Ok(f) => f.unwrap_or_default(),
         Err(detail) => return Ok(refuse(req, ApiError::invalid(detail))),
     };
@@ -263,19 +268,19 @@ pub async fn faults(
             .and_then(|l| l.rsplit('/').next())
             .and_then(|id| uuid::Uuid::parse_str(id).ok());
         if let Some(charge) = charge {
-            let (pool, account) = (state.pool.clone(), sandbox.account_id);
+            let account = sandbox.account_id;
             // The answer is out; then the database loses the commit.
-            web::block(move || -> Result<(), ApiError> {
-                let mut conn = pool.checkout()?;
-                Ok(super::queries::forget_charge(
-                    conn.store(),
-                    account,
-                    key.as_ref().map(IdempotencyKey::as_str),
-                    charge,
-                )?)
-            })
-            .await
-            .map_err(ApiError::from)??;
+            let request = response.request().clone();
+            state
+                .db(&request, move |store| {
+                    Ok(super::queries::forget_charge(
+                        store,
+                        account,
+                        key.as_ref().map(IdempotencyKey::as_str),
+                        charge,
+                    )?)
+                })
+                .await?;
         }
     }
     if !lose_response {

@@ -65,7 +65,8 @@ pub const MODE_HEADER: &str = "demo-mode";
 /// Every header whose name starts with this is a demo header.
 pub const HEADER_PREFIX: &str = "demo-";
 pub const CHECK_THEN_INSERT: &str = "check-then-insert";
-/// The longest `delay-commit` accepted: below the pool's and clients' timeouts.
+/// The longest `delay-commit` accepted at most; a server accepts less (see
+/// [`Sandbox::max_delay`]).
 pub const MAX_DELAY: Duration = Duration::from_secs(15);
 /// The range of `Demo-Fault: lease=<ms>`.
 pub const MIN_LEASE: Duration = Duration::from_secs(1);
@@ -80,6 +81,8 @@ pub const SQLITE_DELAY_GAP: Duration = Duration::from_millis(300);
 /// The demo account and the walls around it, shared by every worker.
 pub struct Sandbox {
     pub account_id: i64,
+    /// The longest `delay-commit` this server accepts.
+    pub max_delay: Duration,
     allow_crash: bool,
     delayed: Arc<DelaySlots>,
     /// The demo account's requests on `/charges` in flight: half the pool.
@@ -104,6 +107,22 @@ impl Sandbox {
             Backend::Sqlite => (1, SQLITE_DELAY_GAP),
         };
         let max_delayed = settings.demo_max_delayed.min(ceiling);
+        // A held transaction ends well inside the request deadline. On
+        // SQLite every writer waits for it, up to the busy timeout
+        // (DB_LOCK_TIMEOUT): it ends a second before that too, so that no
+        // other account's write is refused for it.
+        let mut max_delay = MAX_DELAY.min(
+            settings
+                .request_timeout
+                .saturating_sub(Duration::from_secs(2)),
+        );
+        if pool.backend() == Backend::Sqlite {
+            max_delay = max_delay.min(
+                settings
+                    .db_lock_timeout
+                    .saturating_sub(Duration::from_secs(1)),
+            );
+        }
         // SQLite's cap of 1 is by design (and documented), not a setting
         // gone wrong: only a value beyond half the pool is worth a warning.
         if settings.demo_max_delayed > half_pool {
@@ -115,6 +134,7 @@ impl Sandbox {
         }
         Ok(Sandbox {
             account_id,
+            max_delay,
             allow_crash: settings.demo_allow_crash,
             delayed: Arc::new(DelaySlots::new(max_delayed, gap)),
             in_flight: Semaphore::new(half_pool as usize),

@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 
 use super::queries::{self, Unguarded};
 use super::{
-    CHECK_THEN_INSERT, CHECK_THEN_INSERT_PAUSE, DEMO_ACCOUNT_NAME, DEMO_API_KEY, MAX_DELAY,
-    MAX_LEASE, MIN_LEASE, MODE_HEADER, Sandbox,
+    CHECK_THEN_INSERT, CHECK_THEN_INSERT_PAUSE, DEMO_ACCOUNT_NAME, DEMO_API_KEY, MAX_LEASE,
+    MIN_LEASE, MODE_HEADER, Sandbox,
 };
 use crate::charges;
 use crate::config::Settings;
@@ -57,43 +57,45 @@ async fn check_then_insert(
     let key = key.ok_or_else(|| {
         ApiError::invalid("Demo-Mode: check-then-insert needs an Idempotency-Key")
     })?;
-    let pool = state.pool.clone();
-    let (saved, replayed) = web::block(move || -> Result<(SavedResponse, bool), ApiError> {
-        let mut pooled = pool.checkout()?;
-        let store = pooled.store();
-        if let Some(found) = queries::find_unguarded(store, account_id, key.as_str())? {
-            if found.fingerprint != fingerprint.as_str() {
-                return Err(ApiError::IdempotencyKeyReused);
-            }
-            let headers = [("content-type".to_owned(), "application/json".to_owned())].into();
-            return Ok((
-                SavedResponse {
-                    status: 201,
-                    headers,
-                    body: found.response_body,
-                },
-                true,
-            ));
-        }
-        std::thread::sleep(CHECK_THEN_INSERT_PAUSE);
-        // One transaction for the charge and the unguarded key row, after
-        // the look-up rather than around it, and no unique constraint: a
-        // concurrent request that also found nothing inserts too.
-        let create = charges::CreateCharge::new(account_id, &new_charge);
-        let row = Unguarded {
-            key: key.as_str().to_owned(),
-            fingerprint: fingerprint.as_str().to_owned(),
-            response_body: create.response.body.clone(),
-        };
-        store.transaction(|tx| {
-            tx.insert_charge(&create.charge)?;
-            queries::insert_unguarded(tx, account_id, &row, create.charge.id)?;
-            hooks.0.before_commit()?;
-            Ok::<_, ApiError>(())
-        })?;
-        Ok((create.response, false))
-    })
-    .await??;
+    let (saved, replayed) = state
+        .db(
+            &req,
+            move |store| -> Result<(SavedResponse, bool), ApiError> {
+                if let Some(found) = queries::find_unguarded(store, account_id, key.as_str())? {
+                    if found.fingerprint != fingerprint.as_str() {
+                        return Err(ApiError::IdempotencyKeyReused);
+                    }
+                    let headers =
+                        [("content-type".to_owned(), "application/json".to_owned())].into();
+                    return Ok((
+                        SavedResponse {
+                            status: 201,
+                            headers,
+                            body: found.response_body,
+                        },
+                        true,
+                    ));
+                }
+                std::thread::sleep(CHECK_THEN_INSERT_PAUSE);
+                // One transaction for the charge and the unguarded key row, after
+                // the look-up rather than around it, and no unique constraint: a
+                // concurrent request that also found nothing inserts too.
+                let create = charges::CreateCharge::new(account_id, &new_charge);
+                let row = Unguarded {
+                    key: key.as_str().to_owned(),
+                    fingerprint: fingerprint.as_str().to_owned(),
+                    response_body: create.response.body.clone(),
+                };
+                store.transaction(|tx| {
+                    tx.insert_charge(&create.charge)?;
+                    queries::insert_unguarded(tx, account_id, &row, create.charge.id)?;
+                    hooks.0.before_commit()?;
+                    Ok::<_, ApiError>(())
+                })?;
+                Ok((create.response, false))
+            },
+        )
+        .await?;
     Ok(requests::respond(&saved, replayed))
 }
 
@@ -167,17 +169,18 @@ fn snapshot(
 /// Runs `work` on a pooled connection with the demo account's id, then
 /// answers the state after it.
 async fn on_demo_account<T: Send + 'static>(
+    req: &HttpRequest,
     app: web::Data<AppState>,
     sandbox: web::Data<Sandbox>,
     work: impl FnOnce(&mut dyn Store, i64, &Settings) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<(T, Value), ApiError> {
-    web::block(move || {
-        let mut pooled = app.pool.checkout()?;
-        let store = pooled.store();
-        let done = work(store, sandbox.account_id, &app.settings)?;
-        Ok((done, snapshot(store, sandbox.account_id, &app.settings)?))
+    let settings = app.settings.clone();
+    let account_id = sandbox.account_id;
+    app.db(req, move |store| {
+        let done = work(store, account_id, &settings)?;
+        Ok((done, snapshot(store, account_id, &settings)?))
     })
-    .await?
+    .await
 }
 
 /// Demo mode only: what the teaching page must know of this server instead
@@ -199,7 +202,9 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
         "purge_batch": s.purge_batch,
         "purge_interval_seconds": s.purge_interval.as_secs(),
         "default_purge_interval_seconds": crate::config::DEFAULT_PURGE_INTERVAL.as_secs(),
-        "max_delay_commit_ms": MAX_DELAY.as_millis() as u64,
+        "max_delay_commit_ms": sandbox.max_delay.as_millis() as u64,
+        "request_timeout_ms": s.request_timeout.as_millis() as u64,
+        "lock_timeout_ms": s.db_lock_timeout.as_millis() as u64,
         "max_delayed_transactions": sandbox.delayed.max,
         "delayed_transaction_gap_ms": sandbox.delayed.gap.as_millis() as u64,
         "check_then_insert_pause_ms": CHECK_THEN_INSERT_PAUSE.as_millis() as u64,
@@ -217,20 +222,22 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
 /// Demo mode only: the demo account's charges and key rows.
 #[utoipa::path(get, path = "/demo/state", tag = "demo", responses((status = 200, description = "The demo account's rows")))]
 pub async fn state(
+    req: HttpRequest,
     app: web::Data<AppState>,
     sandbox: web::Data<Sandbox>,
 ) -> Result<HttpResponse, ApiError> {
-    let ((), snapshot) = on_demo_account(app, sandbox, |_, _, _| Ok(())).await?;
+    let ((), snapshot) = on_demo_account(&req, app, sandbox, |_, _, _| Ok(())).await?;
     Ok(HttpResponse::Ok().json(snapshot))
 }
 
 /// Deletes the demo account's rows (keys first: they point at charges).
 #[utoipa::path(post, path = "/demo/reset", tag = "demo", responses((status = 200, description = "The emptied state")))]
 pub async fn reset(
+    req: HttpRequest,
     app: web::Data<AppState>,
     sandbox: web::Data<Sandbox>,
 ) -> Result<HttpResponse, ApiError> {
-    let ((), snapshot) = on_demo_account(app, sandbox, |store, account_id, _| {
+    let ((), snapshot) = on_demo_account(&req, app, sandbox, |store, account_id, _| {
         Ok(store.transaction(|tx| queries::delete_account_rows(tx, account_id))?)
     })
     .await?;
@@ -247,6 +254,7 @@ pub async fn reset(
         (status = 404, description = "No such key", body = crate::problem::Problem, content_type = "application/problem+json"),
     ))]
 pub async fn expire(
+    req: HttpRequest,
     path: web::Path<String>,
     app: web::Data<AppState>,
     sandbox: web::Data<Sandbox>,
@@ -255,6 +263,7 @@ pub async fn expire(
     let key = IdempotencyKey::from_value(&path.into_inner())?;
     let ((), snapshot) =
         on_demo_account(
+            &req,
             app,
             sandbox,
             move |store, account_id, _| match queries::expire_key(store, account_id, key.as_str())?
@@ -271,10 +280,11 @@ pub async fn expire(
 /// same for every account), with how many rows it removed.
 #[utoipa::path(post, path = "/demo/purge", tag = "demo", responses((status = 200, description = "`{\"purged\": n, \"state\": ...}`")))]
 pub async fn purge(
+    req: HttpRequest,
     app: web::Data<AppState>,
     sandbox: web::Data<Sandbox>,
 ) -> Result<HttpResponse, ApiError> {
-    let (purged, snapshot) = on_demo_account(app, sandbox, |store, account_id, _| {
+    let (purged, snapshot) = on_demo_account(&req, app, sandbox, |store, account_id, _| {
         Ok(queries::purge_account_keys(store, account_id)?)
     })
     .await?;

@@ -157,6 +157,10 @@ pub enum Error {
     /// An operation answered otherwise than the response it announced.
     #[error("the operation answered otherwise than it announced")]
     NotAsAnnounced,
+    /// Registering the key waited longer than the database's lock timeout
+    /// for a concurrent request that holds it: answered as in flight (409).
+    #[error("a concurrent request held the idempotency key past the lock timeout")]
+    KeyLocked,
 }
 
 /// Runs `operation` at most once for `request`'s key, in `mode`; `hooks`
@@ -168,9 +172,14 @@ pub fn execute(
     hooks: &dyn TxHooks,
     operation: &mut dyn Operation,
 ) -> Result<Outcome, Error> {
-    match mode {
+    let done = match mode {
         Mode::Atomic => atomic(store, request, hooks, operation),
         Mode::KeyFirst => key_first(store, request, hooks, operation),
+    };
+    match done {
+        // Its first request is still running: the draft's answer, not a hang.
+        Err(Error::KeyLocked) => Ok(Outcome::InFlight),
+        done => done,
     }
 }
 
@@ -267,7 +276,13 @@ fn register(
     status: NewKeyStatus<'_>,
 ) -> Result<Registration, Error> {
     let started = Instant::now();
-    if let Some(claim) = tx.insert_key(request, status)? {
+    let inserted = tx
+        .insert_key(request, status)
+        .map_err(|e| match classify(&e) {
+            Failure::LockTimeout => Error::KeyLocked,
+            _ => Error::Database(e),
+        })?;
+    if let Some(claim) = inserted {
         return Ok(Registration::Claimed(claim));
     }
     // A round trip when the row was committed already; the first request's

@@ -27,7 +27,9 @@ use uuid::Uuid;
 
 pub use diesel::result::Error as QueryError;
 pub use keys::{Claim, KeyRecord, KeyState, KeyStatus, KeyStore, KeyedRequest, SavedResponse};
-pub use pool::{Backend, Connection, DbPool, PoolSettings, PoolTimeout, PooledStore, SetupError};
+pub use pool::{
+    Backend, Connection, DbPool, PoolSettings, PoolTimeout, PooledStore, RunError, SetupError,
+};
 /// The SQLite schema, for the demo's sandbox queries.
 pub use sqlite::schema as sqlite_schema;
 
@@ -113,8 +115,12 @@ pub enum Failure {
     /// (serialization failure, deadlock): the same transaction may simply
     /// run again.
     Transient,
-    /// The database could not take a lock in time (SQLite's write lock past
-    /// the busy timeout): nothing was done; the client retries.
+    /// PostgreSQL waited for a lock longer than `lock_timeout` (55P03): the
+    /// statement was cancelled; a concurrent transaction holds what it needs.
+    LockTimeout,
+    /// The database could not do it in time: SQLite's write lock stayed
+    /// taken past the busy timeout, or a statement ran past
+    /// `statement_timeout`. Nothing was done; the client retries.
     Busy,
     /// Anything else: a bug or a broken invariant.
     Other,
@@ -140,7 +146,12 @@ pub fn classify(error: &DieselError) -> Failure {
             Failure::ConnectionLost
         }
         _ if message.starts_with("deadlock detected") => Failure::Transient,
-        _ if message.starts_with("database is locked") => Failure::Busy,
+        _ if message.starts_with("canceling statement due to lock timeout") => Failure::LockTimeout,
+        _ if message.starts_with("canceling statement due to statement timeout")
+            || message.starts_with("database is locked") =>
+        {
+            Failure::Busy
+        }
         _ => Failure::Other,
     }
 }
@@ -294,6 +305,9 @@ mod tests {
             (error(K::SerializationFailure, "could not serialize access"), Failure::Transient),
             (error(K::Unknown, "deadlock detected"), Failure::Transient),
             (error(K::Unknown, "database is locked"), Failure::Busy),
+            (error(K::Unknown, "canceling statement due to statement timeout"), Failure::Busy),
+            (error(K::Unknown, "canceling statement due to lock timeout"), Failure::LockTimeout),
+            (error(K::Unknown, "terminating connection due to idle-in-transaction timeout"), Failure::ConnectionLost),
             (error(K::UniqueViolation, "duplicate key value"), Failure::Other),
             (error(K::CheckViolation, "violates check constraint"), Failure::Other),
             (DieselError::NotFound, Failure::Other),

@@ -2,20 +2,53 @@
 //! names. It parses the URL, creates a missing PostgreSQL database, builds
 //! the connection pool, and hands out connections as `&mut dyn Store`.
 
+use std::cell::Cell;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use diesel::Connection as _;
 use diesel::RunQueryDsl;
 use diesel::pg::PgConnection;
-use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, PooledConnection};
+use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};
 use diesel::sqlite::SqliteConnection;
 
 use super::Store;
 
-/// SQLite writers wait this long for the database's write lock: longer than
-/// the longest demo delay, so a concurrent retry waits like PostgreSQL's.
-pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+thread_local! {
+    /// The connection this thread holds must not go back into the pool: a
+    /// query found it lost (dead, cut by the server, or now read-only), or
+    /// the request it served ran out of time and its state is unknown. The
+    /// pool reads it when the connection comes back (on the same thread: a
+    /// connection is used by one blocking closure at a time).
+    static DISCARD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the connection this thread holds to be dropped, not reused, when it
+/// returns to the pool.
+pub fn discard_connection() {
+    DISCARD.with(|d| d.set(true));
+}
+
+fn take_discard() -> bool {
+    DISCARD.with(|d| d.replace(false))
+}
+
+/// libpq's settings added to a PostgreSQL URL that does not set them: a
+/// connection attempt gives up after 5 s, and an idle connection whose peer
+/// went away is noticed within about 25 s (keepalives), or 10 s after data
+/// went unacknowledged (`tcp_user_timeout`). A server that is frozen but
+/// whose kernel still answers TCP is noticed by none of these: only the
+/// request deadline (`DbPool::run`) bounds that.
+pub const PG_URL_DEFAULTS: &[(&str, &str)] = &[
+    ("connect_timeout", "5"),
+    ("keepalives", "1"),
+    ("keepalives_idle", "10"),
+    ("keepalives_interval", "5"),
+    ("keepalives_count", "3"),
+    ("tcp_user_timeout", "10000"),
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -100,19 +133,42 @@ pub struct PoolSettings {
     pub size: u32,
     /// How long a checkout waits for a free connection.
     pub timeout: Duration,
+    /// PostgreSQL `statement_timeout` on every connection.
+    pub statement_timeout: Duration,
+    /// PostgreSQL `lock_timeout`; SQLite's busy timeout.
+    pub lock_timeout: Duration,
+    /// PostgreSQL `idle_in_transaction_session_timeout`.
+    pub idle_in_transaction_timeout: Duration,
 }
+
+/// The command line's SQLite connection waits this long for the write lock
+/// (a running server may hold it).
+const CLI_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A pool of either backend's connections.
 #[derive(Clone)]
 pub enum DbPool {
     Pg(Pool<PgManager>),
-    Sqlite(Pool<ConnectionManager<SqliteConnection>>),
+    Sqlite(Pool<SqliteManager>),
 }
 
 /// A connection checked out of the pool, returned to it on drop.
 pub enum PooledStore {
     Pg(PooledConnection<PgManager>),
-    Sqlite(PooledConnection<ConnectionManager<SqliteConnection>>),
+    Sqlite(PooledConnection<SqliteManager>),
+}
+
+/// Why [`DbPool::run`] did not run its work to the end.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Pool(#[from] PoolTimeout),
+    /// The database did not answer in time: the work may still complete, or
+    /// not; its connection will not be reused.
+    #[error("the database did not answer within {0:?}")]
+    Deadline(Duration),
+    #[error("the database work panicked")]
+    Panicked,
 }
 
 /// No connection became free within the pool's timeout (or none could be
@@ -142,8 +198,17 @@ impl DbPool {
         }
         match Target::parse(&settings.url)? {
             Target::Postgres(url) => {
+                let url = with_pg_defaults(&url);
                 connect_or_create(&url)?.migrate().map_err(migrate_error)?;
-                let manager = PgManager(ConnectionManager::new(url));
+                let manager = PgManager {
+                    inner: ConnectionManager::new(url),
+                    session: format!(
+                        "SET statement_timeout = {}; SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {};",
+                        settings.statement_timeout.as_millis(),
+                        settings.lock_timeout.as_millis(),
+                        settings.idle_in_transaction_timeout.as_millis()
+                    ),
+                };
                 Ok(DbPool::Pg(
                     builder(settings).build(manager).map_err(connect_error)?,
                 ))
@@ -157,10 +222,11 @@ impl DbPool {
                     .store()
                     .migrate()
                     .map_err(migrate_error)?;
-                let pool = builder(settings)
-                    .connection_customizer(Box::new(SqlitePragmas))
-                    .build(ConnectionManager::new(path.to_string_lossy()))
-                    .map_err(connect_error)?;
+                let manager = SqliteManager {
+                    inner: ConnectionManager::new(path.to_string_lossy()),
+                    busy_timeout: settings.lock_timeout,
+                };
+                let pool = builder(settings).build(manager).map_err(connect_error)?;
                 Ok(DbPool::Sqlite(pool))
             }
         }
@@ -180,8 +246,47 @@ impl DbPool {
         }
     }
 
+    /// Runs `work` on a connection of the pool, on the blocking thread pool,
+    /// and gives up waiting for it after `deadline`: a database that stops
+    /// answering without closing its connections (frozen, or behind a path
+    /// that drops packets) is noticed by nothing else. The work's thread
+    /// stays blocked until the database answers, but its connection is then
+    /// dropped, not reused (its state is unknown), so the threads stuck at
+    /// once are at most the pool's size; a thread still waiting for a
+    /// checkout gives up after the pool's timeout.
+    pub async fn run<T, E>(
+        &self,
+        deadline: Duration,
+        work: impl FnOnce(&mut dyn Store) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<RunError> + Send + 'static,
+    {
+        let pool = self.clone();
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let late = abandoned.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let mut conn = pool.checkout().map_err(RunError::from)?;
+            let done = work(conn.store());
+            if late.load(Ordering::SeqCst) {
+                discard_connection();
+            }
+            done
+        });
+        match tokio::time::timeout(deadline, task).await {
+            Ok(Ok(done)) => done,
+            Ok(Err(_)) => Err(RunError::Panicked.into()),
+            Err(_) => {
+                abandoned.store(true, Ordering::SeqCst);
+                crate::metrics::METRICS.deadlines_exceeded.inc();
+                Err(RunError::Deadline(deadline).into())
+            }
+        }
+    }
+
     /// A connection, waiting at most the pool's timeout. It blocks: call it
-    /// inside `web::block`.
+    /// on the blocking thread pool (as [`run`](Self::run) does).
     pub fn checkout(&self) -> Result<PooledStore, PoolTimeout> {
         let started = Instant::now();
         let conn = match self {
@@ -212,7 +317,9 @@ impl Connection {
     /// Connects to `url` (creating a missing PostgreSQL database).
     pub fn open(url: &str) -> Result<Connection, SetupError> {
         match Target::parse(url)? {
-            Target::Postgres(url) => Ok(Connection::Pg(connect_or_create(&url)?)),
+            Target::Postgres(url) => {
+                Ok(Connection::Pg(connect_or_create(&with_pg_defaults(&url))?))
+            }
             Target::Sqlite(path) => {
                 let connect_error = |reason: String| SetupError::Connect {
                     url: url.to_owned(),
@@ -220,8 +327,7 @@ impl Connection {
                 };
                 let mut conn = SqliteConnection::establish(&path.to_string_lossy())
                     .map_err(|e| connect_error(one_line(&e.to_string())))?;
-                SqlitePragmas
-                    .on_acquire(&mut conn)
+                sqlite_pragmas(&mut conn, CLI_BUSY_TIMEOUT)
                     .map_err(|e| connect_error(e.to_string()))?;
                 Ok(Connection::Sqlite(conn))
             }
@@ -240,17 +346,22 @@ impl Connection {
 /// `SELECT 1` before it is handed out.
 pub const PG_IDLE_BEFORE_CHECK: Duration = Duration::from_millis(500);
 
-/// Diesel's PostgreSQL connection manager, with a cheaper checkout check.
+/// Diesel's PostgreSQL connection manager, with the session's timeouts set
+/// on every new connection and a cheaper checkout check.
 ///
 /// Diesel marks a connection broken only when its transaction state is bad,
 /// so a connection the database closed (a restart, `pg_terminate_backend`)
 /// would be handed out again and again. Checking every checkout with a
 /// `SELECT 1` finds those but costs a round trip per request. A connection
 /// in steady use was just proven alive by its last request, and one that
-/// fails mid-use is marked broken by Diesel's prepared-statement handling;
-/// so only connections idle for a while are checked.
+/// fails mid-use is marked for discarding (see [`discard_connection`]); so
+/// only connections idle for a while are checked.
 #[derive(Debug)]
-pub struct PgManager(ConnectionManager<PgConnection>);
+pub struct PgManager {
+    inner: ConnectionManager<PgConnection>,
+    /// `SET statement_timeout …; SET lock_timeout …; …`
+    session: String,
+}
 
 pub struct PgPooled {
     conn: PgConnection,
@@ -262,8 +373,12 @@ impl r2d2::ManageConnection for PgManager {
     type Error = diesel::r2d2::Error;
 
     fn connect(&self) -> Result<PgPooled, Self::Error> {
+        use diesel::connection::SimpleConnection;
+        let mut conn = self.inner.connect()?;
+        conn.batch_execute(&self.session)
+            .map_err(diesel::r2d2::Error::QueryError)?;
         Ok(PgPooled {
-            conn: self.0.connect()?,
+            conn,
             returned: std::time::Instant::now(),
         })
     }
@@ -272,35 +387,85 @@ impl r2d2::ManageConnection for PgManager {
         if pooled.returned.elapsed() < PG_IDLE_BEFORE_CHECK {
             Ok(())
         } else {
-            self.0.is_valid(&mut pooled.conn)
+            self.inner.is_valid(&mut pooled.conn)
         }
     }
 
-    /// Also broken: a connection whose query just found it lost (dead, cut
-    /// by the server, or on a server that is now read-only). Dropped here,
-    /// it is replaced by a new one, which libpq opens on the host that is
-    /// the primary now (`target_session_attrs=read-write`).
+    /// Also broken: a connection marked for discarding (lost, or its request
+    /// ran out of time). Dropped here, it is replaced by a new one, which
+    /// libpq opens on the host that is the primary now
+    /// (`target_session_attrs=read-write`).
     fn has_broken(&self, pooled: &mut PgPooled) -> bool {
         pooled.returned = std::time::Instant::now();
-        super::postgres::take_connection_suspect() || self.0.has_broken(&mut pooled.conn)
+        take_discard() || self.inner.has_broken(&mut pooled.conn)
     }
 }
 
-/// Every SQLite connection: wait for the write lock instead of failing,
-/// enforce foreign keys, and use the write-ahead log so readers never block
-/// on the writer (a replay's read does not wait for an open transaction).
+/// Diesel's SQLite connection manager, with our pragmas on every connection
+/// and the same discarding as PostgreSQL's.
 #[derive(Debug)]
-struct SqlitePragmas;
+pub struct SqliteManager {
+    inner: ConnectionManager<SqliteConnection>,
+    busy_timeout: Duration,
+}
 
-impl CustomizeConnection<SqliteConnection, diesel::r2d2::Error> for SqlitePragmas {
-    fn on_acquire(&self, conn: &mut SqliteConnection) -> Result<(), diesel::r2d2::Error> {
-        use diesel::connection::SimpleConnection;
-        conn.batch_execute(&format!(
-            "PRAGMA busy_timeout = {}; PRAGMA foreign_keys = ON; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;",
-            SQLITE_BUSY_TIMEOUT.as_millis()
-        ))
-        .map_err(diesel::r2d2::Error::QueryError)
+impl r2d2::ManageConnection for SqliteManager {
+    type Connection = SqliteConnection;
+    type Error = diesel::r2d2::Error;
+
+    fn connect(&self) -> Result<SqliteConnection, Self::Error> {
+        let mut conn = self.inner.connect()?;
+        sqlite_pragmas(&mut conn, self.busy_timeout).map_err(diesel::r2d2::Error::QueryError)?;
+        Ok(conn)
     }
+
+    fn is_valid(&self, conn: &mut SqliteConnection) -> Result<(), Self::Error> {
+        self.inner.is_valid(conn)
+    }
+
+    fn has_broken(&self, conn: &mut SqliteConnection) -> bool {
+        take_discard() || self.inner.has_broken(conn)
+    }
+}
+
+/// Every SQLite connection: wait for the write lock (up to `busy_timeout`)
+/// instead of failing at once, enforce foreign keys, and use the write-ahead
+/// log so readers never block on the writer (a replay's read does not wait
+/// for an open transaction).
+fn sqlite_pragmas(conn: &mut SqliteConnection, busy_timeout: Duration) -> diesel::QueryResult<()> {
+    use diesel::connection::SimpleConnection;
+    conn.batch_execute(&format!(
+        "PRAGMA busy_timeout = {}; PRAGMA foreign_keys = ON; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;",
+        busy_timeout.as_millis()
+    ))
+}
+
+/// `url` with each of [`PG_URL_DEFAULTS`] it does not set (a
+/// `key=value` connection string is left as it is).
+pub fn with_pg_defaults(url: &str) -> String {
+    if !url.contains("://") {
+        return url.to_owned();
+    }
+    let (base, fragment) = url
+        .split_once('#')
+        .map_or((url, None), |(b, f)| (b, Some(f)));
+    let query = base.split_once('?').map_or("", |(_, q)| q);
+    let present: Vec<&str> = query
+        .split('&')
+        .filter_map(|pair| pair.split('=').next())
+        .collect();
+    let mut out = base.to_owned();
+    for (name, value) in PG_URL_DEFAULTS {
+        if !present.iter().any(|p| p.eq_ignore_ascii_case(name)) {
+            out.push(if out.contains('?') { '&' } else { '?' });
+            out.push_str(&format!("{name}={value}"));
+        }
+    }
+    if let Some(fragment) = fragment {
+        out.push('#');
+        out.push_str(fragment);
+    }
+    out
 }
 
 /// Connects to `url`; if its database does not exist, creates it through the

@@ -242,6 +242,23 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
         .check(&app, "an unknown charge id", r, 404, "not-found")
         .await;
 
+    // The database does not answer within REQUEST_TIMEOUT: here a demo
+    // transaction held past a deadline of 1 s.
+    let hurried = spawn_app_with(|s| s.request_timeout = Duration::from_secs(1)).await;
+    let r = hurried
+        .charge_with("k-slow", &body, &[("demo-fault", "delay-commit=2500")])
+        .await;
+    assert_eq!(r.header("retry-after"), Some("1"));
+    provoked
+        .check(
+            &hurried,
+            "a request the database does not answer within REQUEST_TIMEOUT",
+            r,
+            503,
+            "deadline-exceeded",
+        )
+        .await;
+
     let charged = app.charge(None, &body).await;
     assert_eq!(charged.status, 201);
     let r = app

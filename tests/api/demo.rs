@@ -127,7 +127,15 @@ crate::on_both_backends! {
         assert_eq!(config["default_idempotency_lease_seconds"], 30);
         assert_eq!(config["idempotency_ttl_seconds"], 600);
         assert_eq!(config["default_idempotency_ttl_seconds"], 86_400);
-        assert_eq!(config["max_delay_commit_ms"], 15_000);
+        // Well inside REQUEST_TIMEOUT (10 s); on SQLite a second inside the
+        // busy timeout (DB_LOCK_TIMEOUT, 7 s) every writer waits with.
+        let max_delay = match app.backend() {
+            crate::support::TestBackend::Postgres => 8_000,
+            crate::support::TestBackend::Sqlite => 6_000,
+        };
+        assert_eq!(config["max_delay_commit_ms"], max_delay);
+        assert_eq!(config["lock_timeout_ms"], 7_000);
+        assert_eq!(config["request_timeout_ms"], 10_000);
         // SQLite's write lock is global: one delay at a time, a gap after it.
         let (places, gap) = match app.backend() {
             crate::support::TestBackend::Postgres => (3, 0),

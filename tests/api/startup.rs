@@ -70,14 +70,23 @@ fn assert_one_line_failure(args: &[&str], env: &[(&str, &str)], expected: &str) 
 
 #[test]
 fn bad_configuration_is_one_clear_line_and_a_failing_exit() {
+    // Port 0: the database's error, whatever else listens on 8080.
     assert_one_line_failure(
-        &["serve", "--database-url", "mysql://localhost/x"],
+        &[
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--database-url",
+            "mysql://localhost/x",
+        ],
         &[],
         "neither a PostgreSQL URL",
     );
     assert_one_line_failure(
         &[
             "serve",
+            "--bind",
+            "127.0.0.1:0",
             "--database-url",
             "postgres://postgres@127.0.0.1:1/x",
         ],

@@ -18,26 +18,13 @@ const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 /// The advisory lock migrations run under: "charges" in ASCII.
 const MIGRATION_LOCK: i64 = 0x0063_6861_7267_6573;
 
-thread_local! {
-    /// A query on this thread failed in a way that says its connection is
-    /// no longer usable: dead, cut by the server, or now a read-only
-    /// standby. The pool reads it when the connection comes back (on the
-    /// same thread: a connection is used by one `web::block` closure at a
-    /// time).
-    static CONNECTION_SUSPECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Every query's error passes here on its way out (`.inspect_err(note)`).
+/// Every query's error passes here on its way out (`.inspect_err(note)`): a
+/// connection found lost (dead, cut by the server, or now a read-only
+/// standby) is not given back to the pool.
 fn note(error: &diesel::result::Error) {
     if classify(error) == Failure::ConnectionLost {
-        CONNECTION_SUSPECT.with(|s| s.set(true));
+        super::pool::discard_connection();
     }
-}
-
-/// Whether a query on this thread found its connection lost since the last
-/// call (and forgets it).
-pub(super) fn take_connection_suspect() -> bool {
-    CONNECTION_SUSPECT.with(|s| s.replace(false))
 }
 
 impl Store for PgConnection {

@@ -17,12 +17,12 @@ pub async fn healthz() -> HttpResponse {
 
 /// How long `/readyz` waits for the database: a load balancer's probe must
 /// get an answer, whatever the database does.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
+pub const READY_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// The process can reach its database.
 #[utoipa::path(get, path = "/readyz", tag = "operations", responses(
     (status = 200, description = "The database answers"),
-    (status = 503, description = "The database does not answer within 2 s", body = problem::Problem, content_type = "application/problem+json"),
+    (status = 503, description = "The database does not answer within 1.5 s", body = problem::Problem, content_type = "application/problem+json"),
 ))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     state

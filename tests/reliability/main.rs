@@ -23,6 +23,8 @@ mod support;
 #[cfg(postgres_tests)]
 mod client;
 #[cfg(postgres_tests)]
+mod pg_node;
+#[cfg(postgres_tests)]
 mod proxy;
 #[cfg(postgres_tests)]
 mod server;
@@ -31,6 +33,8 @@ mod server;
 mod crash;
 #[cfg(postgres_tests)]
 mod db_cut;
+#[cfg(postgres_tests)]
+mod deadlines;
 #[cfg(postgres_tests)]
 mod failover;
 #[cfg(postgres_tests)]

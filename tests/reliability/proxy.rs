@@ -125,3 +125,88 @@ async fn relay(mut client: TcpStream, upstream: SocketAddr, lose: bool, stats: &
     }
     // Dropping both halves closes the client's connection unanswered.
 }
+
+/// A TCP proxy on `127.0.0.1:0` in front of `upstream` that forwards every
+/// byte both ways until it is paused; paused, it forwards nothing in either
+/// direction and closes nothing (new connections are accepted and left
+/// silent too): a network path that drops packets, as the ends see it. The
+/// kernel keeps ACKing what it receives, so neither end's TCP notices.
+pub struct PausableProxy {
+    pub addr: SocketAddr,
+    paused: tokio::sync::watch::Sender<bool>,
+    accept: JoinHandle<()>,
+}
+
+impl Drop for PausableProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+impl PausableProxy {
+    pub async fn start(upstream: SocketAddr) -> PausableProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (paused, watch) = tokio::sync::watch::channel(false);
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
+                let watch = watch.clone();
+                tokio::spawn(async move {
+                    let mut gate = watch.clone();
+                    // A new connection waits while paused, as a SYN would.
+                    let _ = gate.wait_for(|p| !*p).await;
+                    let Ok(server) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
+                    tokio::join!(
+                        pump(client_read, server_write, watch.clone()),
+                        pump(server_read, client_write, watch),
+                    );
+                });
+            }
+        });
+        PausableProxy {
+            addr,
+            paused,
+            accept,
+        }
+    }
+
+    pub fn pause(&self) {
+        let _ = self.paused.send(true);
+    }
+
+    pub fn resume(&self) {
+        let _ = self.paused.send(false);
+    }
+}
+
+/// Copies `from` to `to`, holding each chunk (and reading nothing more)
+/// while the proxy is paused.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut paused: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        if paused.wait_for(|p| !*p).await.is_err() {
+            return;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if paused.wait_for(|p| !*p).await.is_err() {
+            return;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}

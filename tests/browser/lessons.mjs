@@ -194,6 +194,14 @@ async function axe(page) {
   }, AXE_TAGS);
 }
 
+/** The database panels' tables that are wider than their box (so cut off, or scrolled). */
+function clippedTables(page) {
+  return page.evaluate(() =>
+    [...document.querySelectorAll('[data-testid="db-panel"] .table-scroll')]
+      .filter((el) => el.offsetParent !== null && el.scrollWidth > el.clientWidth + 1)
+      .map((el) => `${el.getAttribute('aria-label')}: ${el.scrollWidth} > ${el.clientWidth}`));
+}
+
 /** Per state: the axe violations found in each view, for the closing table. */
 const axeCounts = [];
 
@@ -217,11 +225,7 @@ async function look(page, state, { section = null, shot = null } = {}) {
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     check(`layout: nothing scrolls sideways ${where}`, overflow <= 1, `overflow ${overflow} px`);
     if (view.size === 'desktop') {
-      const clipped = await page.evaluate(() =>
-        [...document.querySelectorAll('[data-testid="db-panel"] .table-scroll')]
-          .filter((el) => el.offsetParent !== null && el.scrollWidth > el.clientWidth + 1)
-          .map((el) => `${el.getAttribute('aria-label')}: ${el.scrollWidth} > ${el.clientWidth}`),
-      );
+      const clipped = await clippedTables(page);
       check(`layout: no database table is cut off ${where}`, clipped.length === 0, clipped.join('; '));
     }
     if (section) await screenshot(page, section, `${shot ?? section}-${view.lang}-${view.size}.png`);
@@ -505,7 +509,11 @@ async function lesson4(page) {
   const leaseShown = seen ? (await row.getByTestId('lease').innerText()).trim() : '';
   check('lesson 4 key-first: while A still runs, the page\'s table shows the key row in_progress with a live lease',
     seen && aPending && lease === 'true', `row seen: ${seen}, A pending: ${aPending}, lease "${leaseShown}"`);
-  if (seen) await screenshot(page, 'lesson-4', 'lesson-4-key-first-in-progress.png');
+  if (seen) {
+    const clipped = await clippedTables(page);
+    check('lesson 4 key-first: the key table with its in_progress row and lease is not cut off at 1280 px', clipped.length === 0, clipped.join('; '));
+    await screenshot(page, 'lesson-4', 'lesson-4-key-first-in-progress.png');
+  }
   await stepDone;
   const ka = await card(page, 'l4', 'A');
   const kb = await card(page, 'l4', 'B');
@@ -757,7 +765,9 @@ async function docs(browser) {
     }
     await mkdir(ARTIFACTS_DIR, { recursive: true });
     await page.screenshot({ path: path.join(ARTIFACTS_DIR, 'docs-phone.png') });
-    check('/docs asks for nothing that is not there (no favicon 404)', notFound.length === 0, notFound.join(' '));
+    const icon = await page.evaluate(() => document.querySelector('link[rel="icon"]')?.getAttribute('href') ?? '');
+    check('/docs has its own favicon (inline, as it is served with demo mode off too), and asks for nothing that is not there',
+      icon.startsWith('data:image/svg+xml,') && notFound.length === 0, notFound.join(' '));
   } finally {
     await context.close();
   }

@@ -12,10 +12,10 @@ import { t, tHtml, escapeHtml as esc, onLangChange } from './i18n.js';
  * heading of the experiment that shows it.
  */
 export const QUESTIONS = [
-  { q: 'sc.q1', options: 3, answer: 1, see: 'lesson-1' },
+  { q: 'sc.q1', options: 3, answer: 1, see: 'l1-title' },
   { q: 'sc.q2', options: 3, answer: 2, see: 'l2-put' },
   { q: 'sc.q3', options: 3, answer: 1, see: 'l3-race' },
-  { q: 'sc.q4', options: 3, answer: 0, see: 'lesson-4' },
+  { q: 'sc.q4', options: 3, answer: 0, see: 'l4-title' },
   { q: 'sc.q5', options: 3, answer: 2, see: 'l5-reuse' },
   { q: 'sc.q6', options: 3, answer: 1, see: 'l6-retention' },
   { q: 'sc.q7', options: 3, answer: 1, see: 'l6-forget' },

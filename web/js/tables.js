@@ -85,29 +85,28 @@ export function renderState(state, { baseline = null, compact = false, context =
     )
     .join('');
 
-  // The lease (key-first) only means something while a row is in progress, so
-  // its column is shown only when the snapshot holds such a row.
-  const showLease = state.idempotency_keys.some((k) => k.status === 'in_progress');
+  // The lease (key-first) only means something while a row is in progress:
+  // such a row tells it under its status (live or over, and when it ends by
+  // the server's clock), so the table needs no column of its own for it.
   const keys = state.idempotency_keys
     .map((k) => {
       const id = `key:${k.key}`;
       const inProgress = k.status === 'in_progress';
       const lease = inProgress && k.locked_until
-        ? `<span class="pill ${k.lease_live ? 'pill-lease-live' : 'pill-lease-over'}" data-testid="lease">${esc(t(k.lease_live ? 'tbl.leaseLive' : 'tbl.leaseOver'))}</span>${relativeCell(k.locked_until, now, 'lease')}`
-        : '<span class="null">—</span>';
+        ? `<span class="lease"><span class="pill ${k.lease_live ? 'pill-lease-live' : 'pill-lease-over'}" data-testid="lease" title="locked_until">${esc(t(k.lease_live ? 'tbl.leaseLive' : 'tbl.leaseOver'))}</span>${relativeCell(k.locked_until, now, 'lease')}</span>`
+        : '';
       return `<tr data-testid="key-row" data-key="${esc(k.key)}" data-status="${esc(k.status)}" data-lease-live="${inProgress && k.lease_live ? 'true' : 'false'}"${rowClass(id)}>
         <td>${idChip(k.key)}${badge(id)}</td>
-        <td class="wrap status"><span class="pill pill-${esc(k.status)}">${esc(k.status)}</span>${
+        <td class="wrap key-status"><span class="pill pill-${esc(k.status)}">${esc(k.status)}</span>${
           k.expired ? ` <span class="pill pill-expired" data-testid="key-expired">${esc(t('tbl.expired'))}</span>` : ''
-        }</td>
-        ${showLease ? `<td class="time wrap">${lease}</td>` : ''}
+        }${lease}</td>
         <td class="wrap"><code class="fp">${esc(k.fingerprint ?? '')}</code></td>
         <td class="num">${k.response_status ?? '<span class="null">null</span>'}</td>
         <td>${idChip(k.charge_id)}</td>
         <td class="time wrap" data-testid="expires-at">${relativeCell(k.expires_at, now, 'expiry')}</td></tr>`;
     })
     .join('');
-  const keyColumns = ['key', 'status', ...(showLease ? ['locked_until'] : []), 'fingerprint', 'response_status', 'charge_id', 'expires_at'];
+  const keyColumns = ['key', 'status', 'fingerprint', 'response_status', 'charge_id', 'expires_at'];
 
   const unguarded = (state.unguarded_keys ?? [])
     .map((u, i) => {

@@ -481,6 +481,9 @@ function explain(r) {
     case IN_FLIGHT:
       return t('card.explain.inFlight');
     case LOST:
+      if (r.spec.intent?.faults?.includes('abandon')) return t('card.explain.abandoned');
+      if (r.spec.kind === 'refund') return t(r.replayed || r.spec.intent?.key ? 'card.explain.lostRefundKey' : 'card.explain.lostRefund');
+      if (r.spec.kind === 'describe') return t('card.explain.lostDescribe');
       return t('card.explain.lost');
     default:
       if (r.error) return t('card.explain.failed', { message: r.error });

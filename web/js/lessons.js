@@ -35,7 +35,9 @@ function reply(d, rec, bar) {
   if (rec.error) {
     d.note(['client', 'api'], L('d.failed', { message: rec.error }), { tag });
   } else if (outcome === LOST) {
-    d.message('api', 'client', L('d.lost'), { tag, kind: 'lost', detail: [() => `${rec.status} ${rec.statusText} · ${ms()} ms`] });
+    // What was thrown away: the 201 (or a PUT's 200); an abandoned request had no answer at all.
+    const text = rec.spec.intent?.faults?.includes('abandon') ? L('d.abandonedReply') : L('d.lost', { status: rec.spec.kind === 'describe' ? 200 : 201 });
+    d.message('api', 'client', text, { tag, kind: 'lost', detail: [() => `${rec.status} ${rec.statusText} · ${ms()} ms`] });
   } else if (outcome === REPLAYED) {
     d.message('api', 'client', L('d.replyReplayed', { ms }), { tag, kind: 'reply' });
   } else {

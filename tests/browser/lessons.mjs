@@ -228,7 +228,14 @@ async function look(page, state, { section = null, shot = null } = {}) {
       const clipped = await clippedTables(page);
       check(`layout: no database table is cut off ${where}`, clipped.length === 0, clipped.join('; '));
     }
-    if (section) await screenshot(page, section, `${shot ?? section}-${view.lang}-${view.size}.png`);
+    if (section === 'viewport') {
+      // The top of the page as it opens: the header, the language button, the introduction.
+      await page.evaluate(() => window.scrollTo(0, 0));
+      await mkdir(ARTIFACTS_DIR, { recursive: true });
+      await page.screenshot({ path: path.join(ARTIFACTS_DIR, `${shot}-${view.lang}-${view.size}.png`) });
+    } else if (section) {
+      await screenshot(page, section, `${shot ?? section}-${view.lang}-${view.size}.png`);
+    }
   }
   axeCounts.push({ state, counts });
   await page.setViewportSize(DESKTOP);
@@ -848,7 +855,7 @@ try {
     await browser.close();
     process.exit(1);
   }
-  await lesson('the page at load', () => look(page, 'at load', { section: 'lesson-1', shot: 'load' }));
+  await lesson('the page at load', () => look(page, 'at load', { section: 'viewport', shot: 'load' }));
   await lesson('lesson 1: retrying without a key', () => lesson1(page));
   await lesson('lesson 2: a change needs a key, a whole new value does not', () => lesson2(page));
   await lesson('lesson 3: the idempotency key', () => lesson3(page));

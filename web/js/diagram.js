@@ -253,8 +253,8 @@ export class SequenceDiagram {
     }
     const color = row.tag ? tagColor(row.tag) : INK;
     if (row.type === 'note') {
-      const fill = row.tone === 'result' ? '#eef5ee' : '#f7f1e5';
-      const stroke = row.tone === 'result' ? '#8fb096' : '#c5b99b';
+      const fill = { result: '#eef5ee', harm: '#fbeae8' }[row.tone] ?? '#f7f1e5';
+      const stroke = { result: '#8fb096', harm: '#d9a39c' }[row.tone] ?? '#c5b99b';
       const parts = [`<rect x="${box.left}" y="${box.top + 4}" width="${box.right - box.left}" height="${box.boxH}" rx="3" fill="${fill}" stroke="${stroke}"/>`];
       const cx = (box.left + box.right) / 2;
       box.lines.forEach((line, i) => {

@@ -240,8 +240,10 @@ export class Experiment {
 
   _finish() {
     const n = this.ctx.latest?.charges.length ?? 0;
-    this.diagram.note(['db'], L('d.countNote', { n }), { tone: 'result' });
     this.result = this.def.verdict(this.ctx);
+    // The closing note takes the result's colour: harm in red, safety in green.
+    const tone = !this.result.ok ? 'note' : this.def.tone === 'bad' ? 'harm' : 'result';
+    this.diagram.note(['db'], L('d.countNote', { n }), { tone });
   }
 
   // ---- rendering -----------------------------------------------------------

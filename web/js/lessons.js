@@ -796,8 +796,9 @@ const lesson6Abandon = experiment({
         const key = ctx.vars.key;
         const row = ctx.latest?.idempotency_keys.find((k) => k.key === key);
         // How long the lease still runs, by the server's clock (GET /demo/state's now).
-        const left = row?.locked_until ? timeOf(row.locked_until) - nowOf(ctx.latest) : 0;
-        ctx.vars.waitedMs = Math.max(0, Math.round(left)) + 400;
+        // Only an in-progress row has a lease to wait out; never longer than the lease A asked for.
+        const left = row?.status === 'in_progress' && row.locked_until ? timeOf(row.locked_until) - nowOf(ctx.latest) : 0;
+        ctx.vars.waitedMs = Math.min(L6_LEASE_MS, Math.max(0, Math.round(left))) + 400;
         ctx.diagram.note(['client'], L('d.waitLease', { span: () => fmtSpan(ctx.vars.waitedMs) }), { tag: 'C' });
         await ctx.sleep(ctx.vars.waitedMs);
         await ctx.send(charge({ ...ctx.vars.body, key, mode: 'key-first' }), {

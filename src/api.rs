@@ -18,7 +18,7 @@ use crate::http::{get, not_found, resource};
 use crate::problem::ApiError;
 use crate::state::AppState;
 use crate::store::{DbPool, SetupError};
-use crate::{charges, demo, idempotency, openapi, ops, telemetry};
+use crate::{charges, demo, idempotency, openapi, ops, refunds, telemetry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -193,6 +193,18 @@ pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
             .route(get().to(charges::list)),
     );
     cfg.service(resource("/charges/{id}").route(get().to(charges::get)));
+    // The charge's other writes take the demo's faults too (lesson 2).
+    cfg.service(
+        resource("/charges/{id}/refunds")
+            .wrap(Condition::new(demo, from_fn(demo::faults)))
+            .route(web::post().to(refunds::create))
+            .route(get().to(refunds::list)),
+    );
+    cfg.service(
+        resource("/charges/{id}/description")
+            .wrap(Condition::new(demo, from_fn(demo::faults)))
+            .route(web::put().to(charges::set_description)),
+    );
     cfg.service(resource("/healthz").route(get().to(ops::healthz)));
     cfg.service(resource("/readyz").route(get().to(ops::readyz)));
     cfg.service(resource("/metrics").route(get().to(ops::metrics)));

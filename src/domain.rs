@@ -1,5 +1,6 @@
-//! The charge as the business sees it: parsed once from the request body into
-//! types that cannot hold an invalid value. No HTTP, no SQL.
+//! Charges, refunds and descriptions as the business sees them: parsed once
+//! from the request body into types that cannot hold an invalid value. No
+//! HTTP, no SQL.
 
 use serde_json::{Map, Value};
 
@@ -35,6 +36,17 @@ impl Amount {
 
     pub fn get(self) -> i64 {
         self.0
+    }
+
+    /// From a JSON number: a whole number of minor units.
+    fn parse_json(v: &Value) -> Result<Amount, String> {
+        match whole_number(v) {
+            Some(Some(n)) => Amount::parse(n),
+            // Whole, but beyond any i64 (9223372036854775808, 1e20).
+            Some(None) => Amount::parse(i64::MAX),
+            None if v.is_number() => Err("must be a whole number of minor units".to_owned()),
+            None => Err("must be an integer".to_owned()),
+        }
     }
 }
 
@@ -108,24 +120,9 @@ impl NewCharge {
         let Some(object) = body.as_object() else {
             return Err(vec![error("body", "must be a JSON object")]);
         };
-        let mut errors: Vec<FieldError> = object
-            .keys()
-            .filter(|k| !matches!(k.as_str(), "amount" | "currency" | "description"))
-            .map(|k| {
-                error(
-                    k,
-                    "is not a known field (known: amount, currency, description)",
-                )
-            })
-            .collect();
+        let mut errors = unknown_fields(object, &["amount", "currency", "description"]);
 
-        let amount = field(object, "amount", &mut errors, |v| match whole_number(v) {
-            Some(Some(n)) => Amount::parse(n),
-            // Whole, but beyond any i64 (9223372036854775808, 1e20).
-            Some(None) => Amount::parse(i64::MAX),
-            None if v.is_number() => Err("must be a whole number of minor units".to_owned()),
-            None => Err("must be an integer".to_owned()),
-        });
+        let amount = field(object, "amount", &mut errors, Amount::parse_json);
         let currency = field(object, "currency", &mut errors, |v| match v.as_str() {
             Some(s) => Currency::parse(s),
             None => Err("must be a string".to_owned()),
@@ -156,6 +153,68 @@ impl NewCharge {
             _ => Err(errors),
         }
     }
+}
+
+/// A refund: `{"amount": 100}`, in the charge's currency's minor unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRefund {
+    pub amount: Amount,
+}
+
+impl NewRefund {
+    pub fn parse(body: &Value) -> Result<NewRefund, Vec<FieldError>> {
+        let Some(object) = body.as_object() else {
+            return Err(vec![error("body", "must be a JSON object")]);
+        };
+        let mut errors = unknown_fields(object, &["amount"]);
+        let amount = field(object, "amount", &mut errors, Amount::parse_json);
+        match amount {
+            Some(amount) if errors.is_empty() => Ok(NewRefund { amount }),
+            _ => Err(errors),
+        }
+    }
+}
+
+/// A charge's new description, whole: `{"description": "…"}`, or
+/// `{"description": null}` to remove it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewDescription(pub Option<Description>);
+
+impl NewDescription {
+    pub fn parse(body: &Value) -> Result<NewDescription, Vec<FieldError>> {
+        let Some(object) = body.as_object() else {
+            return Err(vec![error("body", "must be a JSON object")]);
+        };
+        let mut errors = unknown_fields(object, &["description"]);
+        let description = match object.get("description") {
+            None => Err("is required (null removes it)".to_owned()),
+            Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Description::parse(s).map(Some),
+            Some(_) => Err("must be a string or null".to_owned()),
+        };
+        match description {
+            Ok(d) if errors.is_empty() => Ok(NewDescription(d)),
+            Ok(_) => Err(errors),
+            Err(e) => {
+                errors.push(error("description", &e));
+                Err(errors)
+            }
+        }
+    }
+}
+
+/// An error for each member of `object` that is not one of `known`.
+fn unknown_fields(object: &Map<String, Value>, known: &[&str]) -> Vec<FieldError> {
+    object
+        .keys()
+        .filter(|k| !known.contains(&k.as_str()))
+        .map(|k| {
+            error(
+                k,
+                &format!("is not a known field (known: {})", known.join(", ")),
+            )
+        })
+        .collect()
 }
 
 /// A JSON number with no fractional part, as JSON Schema's `integer` (2020-12)

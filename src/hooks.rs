@@ -1,74 +1,54 @@
-//! The seam around a request's writes, where a fault can be injected.
+//! The seam at the named points of a request's transaction, where a fault
+//! can be injected.
 //!
-//! Production passes [`NoHooks`]: the writes run as they are, and a charge
-//! (with or without its key) is one statement that commits on its own. The
-//! demo passes its own hooks, which wrap the same writes in a transaction to
-//! hold it open or fail it, so the charge and idempotency code never
-//! branches on "is this a demo".
+//! Production passes [`NoHooks`], whose every hook does nothing. The demo
+//! passes its own (from the request's `Demo-Fault` header), so the charge
+//! and idempotency code never branches on "is this a demo".
 
 use std::sync::Arc;
 
 use crate::store::{QueryError, Store};
 
-/// Why a hook stopped the transaction. Either way everything rolls back.
+/// Why a hook stopped the request. Everything its transaction wrote rolls
+/// back.
 #[derive(Debug, thiserror::Error)]
 pub enum HookFailure {
-    /// An injected failure: the request answers 500.
+    /// An injected failure: the request answers 500 (key-first: its key is
+    /// released, so the retry runs as the first).
     #[error("injected failure: {0}")]
     Injected(String),
     /// The hook had no capacity to do what it was asked: the request answers
     /// 503 with this text as its detail.
     #[error("{0}")]
     Overloaded(String),
-}
-
-/// What stopped the writes: the database, or a hook.
-#[derive(Debug, thiserror::Error)]
-pub enum WriteError {
-    #[error(transparent)]
-    Database(#[from] QueryError),
-    #[error(transparent)]
-    Hook(#[from] HookFailure),
-}
-
-/// The writes of one request. `Ok(true)` when they wrote what the request
-/// is for (the charge), `Ok(false)` when they found nothing to do (a
-/// replay).
-pub type Writes<'a> = dyn FnMut(&mut dyn Store) -> Result<bool, QueryError> + 'a;
-
-/// Where, inside the transaction a hook wraps around the writes, its
-/// faults act.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Moment {
-    /// After the writes, before COMMIT, and only if they wrote: the key row
-    /// and the charge exist, uncommitted (the atomic design; a charge
-    /// without a key).
-    AfterWrites,
-    /// Before the writes: the operation itself is slow or fails while its
-    /// key is committed in progress (the key-first design's second step,
-    /// whose writes are one guarded statement at its end).
-    BeforeWrites,
+    /// The worker stops as if its process had died: nothing more is done,
+    /// not even the release of a key-first claim, which stays in progress
+    /// until its lease runs out.
+    #[error("the request was abandoned after its key was committed")]
+    Abandoned,
 }
 
 pub trait TxHooks: Send + Sync {
-    /// Runs the request's writes. By default as they are, with no
-    /// transaction around them (each statement is atomic on its own). A
-    /// hook that must act inside the transaction wraps them in one and acts
-    /// at `moment`; its error rolls everything back.
-    fn run(
-        &self,
-        store: &mut dyn Store,
-        moment: Moment,
-        writes: &mut Writes<'_>,
-    ) -> Result<(), WriteError> {
-        let _ = moment;
-        writes(store)?;
+    /// Inside the transaction, after the operation's writes, before its
+    /// response is stored and committed (the atomic design; a charge without
+    /// a key; the key-first design's second transaction).
+    fn before_commit(&self) -> Result<(), HookFailure> {
         Ok(())
     }
 
-    /// Key-first design only: called after the key row is committed and
-    /// before the operation's writes (the crash window).
-    fn after_key_committed(&self) {}
+    /// Key-first only: after the key row is committed and before the
+    /// operation (the window a crash leaves an in-progress key in).
+    fn after_key_committed(&self) -> Result<(), HookFailure> {
+        Ok(())
+    }
+
+    /// Whether [`before_commit`](TxHooks::before_commit) does anything. A
+    /// write that is one statement on its own (a charge without a key) is
+    /// then wrapped in a transaction for the hook to act in; otherwise it
+    /// is sent alone.
+    fn acts_before_commit(&self) -> bool {
+        false
+    }
 }
 
 pub struct NoHooks;
@@ -83,4 +63,31 @@ impl Default for RequestHooks {
     fn default() -> Self {
         RequestHooks(Arc::new(NoHooks))
     }
+}
+
+/// What stopped a write: the database, or a hook.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Database(#[from] QueryError),
+    #[error(transparent)]
+    Hook(#[from] HookFailure),
+}
+
+/// Runs `write`, one statement that is atomic on its own (a charge without a
+/// key, a new description), alone; or, if a hook acts before commit, in a
+/// transaction with the hook after it.
+pub fn write_alone<T>(
+    store: &mut dyn Store,
+    hooks: &dyn TxHooks,
+    write: impl FnOnce(&mut dyn Store) -> Result<T, QueryError>,
+) -> Result<T, WriteError> {
+    if !hooks.acts_before_commit() {
+        return Ok(write(store)?);
+    }
+    store.transaction(|tx| {
+        let written = write(tx)?;
+        hooks.before_commit()?;
+        Ok(written)
+    })
 }

@@ -13,6 +13,8 @@ use crate::problem::ApiError;
 pub const ROUTES: &[(&str, &str)] = &[
     ("/charges", "GET, HEAD, POST"),
     ("/charges/{id}", "GET, HEAD"),
+    ("/charges/{id}/refunds", "GET, HEAD, POST"),
+    ("/charges/{id}/description", "PUT"),
     ("/healthz", "GET, HEAD"),
     ("/readyz", "GET, HEAD"),
     ("/metrics", "GET, HEAD"),

@@ -14,7 +14,7 @@ pub struct Metrics {
     pub http_requests: IntCounterVec,
     pub http_duration: HistogramVec,
     pub idempotency_outcomes: IntCounterVec,
-    pub concurrent_key_waits: Histogram,
+    pub key_conflicts: Histogram,
     pub purged_keys: IntCounter,
     pub pool_waits: Histogram,
     pub pool_timeouts: IntCounter,
@@ -44,15 +44,15 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let idempotency_outcomes = IntCounterVec::new(
         Opts::new(
             "idempotency_requests_total",
-            "POST /charges by idempotency outcome: executed, replayed, mismatch (422), in_flight (409), no_key.",
+            "Keyed operations (POST /charges, POST /charges/{id}/refunds) by outcome: executed, replayed, mismatch (422), in_flight (409), no_key.",
         ),
         &["outcome", "mode"],
     )
     .unwrap();
-    let concurrent_key_waits = Histogram::with_opts(
+    let key_conflicts = Histogram::with_opts(
         HistogramOpts::new(
-            "idempotency_concurrent_key_wait_seconds",
-            "Time a request waited on the unique index for a concurrent request with the same key (atomic mode).",
+            "idempotency_key_conflict_seconds",
+            "Time the INSERT registering a key took when the key had a row already: a round trip when that row was committed, the first request's whole transaction when it was not (a concurrent duplicate waiting on the unique index).",
         )
         .buckets(LATENCY_BUCKETS.to_vec()),
     )
@@ -87,7 +87,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
         Box::new(http_duration.clone()),
         Box::new(idempotency_outcomes.clone()),
-        Box::new(concurrent_key_waits.clone()),
+        Box::new(key_conflicts.clone()),
         Box::new(purged_keys.clone()),
         Box::new(pool_waits.clone()),
         Box::new(pool_timeouts.clone()),
@@ -100,7 +100,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         http_requests,
         http_duration,
         idempotency_outcomes,
-        concurrent_key_waits,
+        key_conflicts,
         purged_keys,
         pool_waits,
         pool_timeouts,

@@ -26,6 +26,9 @@ with another request gets 422, and a retry while the first is still running wait
         crate::charges::create,
         crate::charges::list,
         crate::charges::get,
+        crate::charges::set_description,
+        crate::refunds::create,
+        crate::refunds::list,
         crate::ops::healthz,
         crate::ops::readyz,
         crate::ops::problem_type,
@@ -217,7 +220,7 @@ fn exact(doc: &mut Value, demo: bool) {
         .into_iter()
         .flatten()
     {
-        let slugs: Vec<&str> = crate::problem::TYPES.iter().map(|t| t.0).collect();
+        let slugs: Vec<&str> = crate::problem::TYPES.iter().map(|t| t.slug).collect();
         param["schema"] = json!({"type": "string", "enum": slugs});
     }
     if let Some(expire) = paths.get_mut("/demo/keys/{key}/expire") {

@@ -32,12 +32,9 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
         (status = 404, description = "No such problem type", body = problem::Problem, content_type = "application/problem+json"),
     ))]
 pub async fn problem_type(slug: web::Path<String>) -> Result<HttpResponse, ApiError> {
-    let (slug, status, title) = problem::TYPES
-        .iter()
-        .find(|t| t.0 == slug.as_str())
-        .ok_or(ApiError::NotFound)?;
+    let kind = problem::find(&slug).ok_or(ApiError::NotFound)?;
     Ok(HttpResponse::Ok()
-        .json(json!({"type": format!("/problems/{slug}"), "status": status, "title": title})))
+        .json(json!({"type": kind.uri(), "status": kind.status, "title": kind.title})))
 }
 
 /// Prometheus metrics in the text format.

@@ -14,67 +14,66 @@ use serde::Serialize;
 use crate::domain::FieldError;
 use crate::hooks::HookFailure;
 use crate::idempotency::{self, KeyError};
+use crate::store::{Failure, classify};
 
 pub const CONTENT_TYPE: &str = "application/problem+json";
 
 /// `Retry-After` on a 409 `idempotency-key-in-flight`, in seconds.
 pub const IN_FLIGHT_RETRY_AFTER_SECS: u64 = 1;
 
-/// The stable problem types: (slug, status, title).
-pub const TYPES: &[(&str, u16, &str)] = &[
-    ("invalid-request", 400, "The request is invalid"),
-    (
-        "invalid-idempotency-key",
-        400,
-        "The Idempotency-Key header is invalid",
-    ),
-    ("unauthorized", 401, "Authentication is required"),
-    ("not-found", 404, "Not found"),
-    ("method-not-allowed", 405, "Method not allowed"),
-    (
-        "idempotency-key-in-flight",
-        409,
-        "A request with this Idempotency-Key is still being processed",
-    ),
-    (
-        "request-timeout",
-        408,
-        "The request body arrived too slowly",
-    ),
-    ("payload-too-large", 413, "The request body is too large"),
-    (
-        "unsupported-media-type",
-        415,
-        "The request body must be JSON",
-    ),
-    (
-        "unsupported-content-encoding",
-        415,
-        "The request body must not be compressed",
-    ),
-    (
-        "idempotency-key-reused",
-        422,
-        "The Idempotency-Key was used with a different request",
-    ),
-    ("internal", 500, "Internal server error"),
-    (
-        "service-unavailable",
-        503,
-        "The service is temporarily unavailable",
-    ),
-    // Demo mode only (src/demo.rs).
-    (
-        "demo-account-only",
-        400,
-        "Demo-* headers act only on the demo account",
-    ),
-    (
-        "simulated-lost-response",
-        504,
-        "The response was lost on purpose (Demo-Fault: lose-response)",
-    ),
-];
+/// One kind of problem, defined once: the last segment of its `type` URI,
+/// its status and its title. The errors, `/problems/{slug}`, `/demo/config`
+/// and the OpenAPI document all read them from [`TYPES`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct ProblemType {
+    pub slug: &'static str,
+    pub status: u16,
+    pub title: &'static str,
+}
+
+impl ProblemType {
+    pub fn status_code(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).expect("a problem type's status is valid")
+    }
+
+    /// Its `type` URI, relative to the API's origin.
+    pub fn uri(&self) -> String {
+        format!("/problems/{}", self.slug)
+    }
+}
+
+macro_rules! problem_types {
+    ($($name:ident = ($slug:literal, $status:literal, $title:literal);)*) => {
+        $(pub const $name: ProblemType = ProblemType { slug: $slug, status: $status, title: $title };)*
+        /// Every problem type the server answers.
+        pub const TYPES: &[&ProblemType] = &[$(&$name),*];
+    };
+}
+
+problem_types! {
+    INVALID_REQUEST = ("invalid-request", 400, "The request is invalid");
+    INVALID_IDEMPOTENCY_KEY = ("invalid-idempotency-key", 400, "The Idempotency-Key header is invalid");
+    REFUND_EXCEEDS_CHARGE = ("refund-exceeds-charge", 400, "The refund is more than is left of the charge");
+    UNAUTHORIZED = ("unauthorized", 401, "Authentication is required");
+    NOT_FOUND = ("not-found", 404, "Not found");
+    METHOD_NOT_ALLOWED = ("method-not-allowed", 405, "Method not allowed");
+    REQUEST_TIMEOUT = ("request-timeout", 408, "The request body arrived too slowly");
+    IDEMPOTENCY_KEY_IN_FLIGHT = ("idempotency-key-in-flight", 409, "A request with this Idempotency-Key is still being processed");
+    PAYLOAD_TOO_LARGE = ("payload-too-large", 413, "The request body is too large");
+    UNSUPPORTED_MEDIA_TYPE = ("unsupported-media-type", 415, "The request body must be JSON");
+    UNSUPPORTED_CONTENT_ENCODING = ("unsupported-content-encoding", 415, "The request body must not be compressed");
+    IDEMPOTENCY_KEY_REUSED = ("idempotency-key-reused", 422, "The Idempotency-Key was used with a different request");
+    INTERNAL = ("internal", 500, "Internal server error");
+    SERVICE_UNAVAILABLE = ("service-unavailable", 503, "The service is temporarily unavailable");
+    // Demo mode only (src/demo/).
+    DEMO_ACCOUNT_ONLY = ("demo-account-only", 400, "Demo-* headers act only on the demo account");
+    SIMULATED_LOST_RESPONSE = ("simulated-lost-response", 504, "The response was lost on purpose (Demo-Fault)");
+}
+
+/// The problem type with this slug.
+pub fn find(slug: &str) -> Option<&'static ProblemType> {
+    TYPES.iter().copied().find(|t| t.slug == slug)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -127,24 +126,28 @@ impl ApiError {
         ApiError::Internal(error.to_string())
     }
 
-    pub fn slug(&self) -> &'static str {
+    pub fn problem_type(&self) -> &'static ProblemType {
         match self {
-            ApiError::InvalidRequest { .. } => "invalid-request",
+            ApiError::InvalidRequest { .. } => &INVALID_REQUEST,
             ApiError::InvalidIdempotencyKey(_) | ApiError::IdempotencyKeyRequired => {
-                "invalid-idempotency-key"
+                &INVALID_IDEMPOTENCY_KEY
             }
-            ApiError::Unauthorized => "unauthorized",
-            ApiError::NotFound => "not-found",
-            ApiError::MethodNotAllowed => "method-not-allowed",
-            ApiError::IdempotencyKeyInFlight { .. } => "idempotency-key-in-flight",
-            ApiError::PayloadTooLarge { .. } => "payload-too-large",
-            ApiError::UnsupportedMediaType => "unsupported-media-type",
-            ApiError::UnsupportedContentEncoding(_) => "unsupported-content-encoding",
-            ApiError::IdempotencyKeyReused => "idempotency-key-reused",
-            ApiError::Unavailable(_) | ApiError::Overloaded { .. } => "service-unavailable",
-            ApiError::BodyTimeout { .. } => "request-timeout",
-            ApiError::Internal(_) => "internal",
+            ApiError::Unauthorized => &UNAUTHORIZED,
+            ApiError::NotFound => &NOT_FOUND,
+            ApiError::MethodNotAllowed => &METHOD_NOT_ALLOWED,
+            ApiError::IdempotencyKeyInFlight { .. } => &IDEMPOTENCY_KEY_IN_FLIGHT,
+            ApiError::PayloadTooLarge { .. } => &PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType => &UNSUPPORTED_MEDIA_TYPE,
+            ApiError::UnsupportedContentEncoding(_) => &UNSUPPORTED_CONTENT_ENCODING,
+            ApiError::IdempotencyKeyReused => &IDEMPOTENCY_KEY_REUSED,
+            ApiError::Unavailable(_) | ApiError::Overloaded { .. } => &SERVICE_UNAVAILABLE,
+            ApiError::BodyTimeout { .. } => &REQUEST_TIMEOUT,
+            ApiError::Internal(_) => &INTERNAL,
         }
+    }
+
+    pub fn slug(&self) -> &'static str {
+        self.problem_type().slug
     }
 
     fn detail(&self) -> String {
@@ -152,7 +155,7 @@ impl ApiError {
             ApiError::InvalidRequest { detail, .. } => detail.clone(),
             ApiError::InvalidIdempotencyKey(e) => e.to_string(),
             ApiError::IdempotencyKeyRequired => {
-                "This endpoint requires an Idempotency-Key header; generate a UUID once per charge and reuse it for every retry.".into()
+                "This endpoint requires an Idempotency-Key header; generate a UUID once per operation and reuse it for every retry.".into()
             }
             ApiError::Unauthorized => "Send your API key as `Authorization: Bearer <key>`.".into(),
             ApiError::NotFound => "There is nothing at this address for your account.".into(),
@@ -164,7 +167,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => "Send the body as JSON with `Content-Type: application/json` (UTF-8).".into(),
             ApiError::UnsupportedContentEncoding(coding) => format!("The body is sent with `Content-Encoding: {coding}`; this server reads only uncompressed bodies (`identity`). Send it without Content-Encoding."),
             ApiError::IdempotencyKeyReused => {
-                "This Idempotency-Key was already used with a different request body or endpoint. Use a new key for a new charge.".into()
+                "This Idempotency-Key was already used with a different request body or endpoint. Use a new key for a new operation.".into()
             }
             ApiError::Unavailable(_) => "The database cannot be reached right now. Retry the same request (with the same Idempotency-Key) shortly.".into(),
             ApiError::Overloaded { detail } => detail.clone(),
@@ -172,10 +175,6 @@ impl ApiError {
             ApiError::Internal(_) => "Something went wrong on our side. Retrying with the same Idempotency-Key is safe.".into(),
         }
     }
-}
-
-pub fn title_of(slug: &str) -> &'static str {
-    TYPES.iter().find(|t| t.0 == slug).map_or("Error", |t| t.2)
 }
 
 /// An RFC 9457 problem: what every error answers.
@@ -194,20 +193,29 @@ pub struct Problem {
     pub errors: Vec<FieldError>,
 }
 
+impl Problem {
+    pub fn new(kind: &ProblemType, detail: impl Into<String>) -> Problem {
+        Problem {
+            type_: kind.uri(),
+            title: kind.title,
+            status: kind.status,
+            detail: detail.into(),
+            errors: Vec::new(),
+        }
+    }
+}
+
 /// The problem+json response for one of [`TYPES`]. Also used by the demo's
 /// simulated faults, which are not `ApiError`s.
 pub fn response(
-    status: StatusCode,
-    slug: &str,
+    kind: &ProblemType,
     detail: impl Into<String>,
     errors: Vec<FieldError>,
 ) -> HttpResponse {
+    let status = kind.status_code();
     let body = Problem {
-        type_: format!("/problems/{slug}"),
-        title: title_of(slug),
-        status: status.as_u16(),
-        detail: detail.into(),
         errors,
+        ..Problem::new(kind, detail)
     };
     let mut builder = HttpResponse::build(status);
     if let Some(reason) = rfc9110_reason(status) {
@@ -218,7 +226,7 @@ pub fn response(
 
 /// RFC 9110 renamed two of our statuses; the `http` crate still sends the
 /// old reason phrases ("Unprocessable Entity", "Payload Too Large").
-fn rfc9110_reason(status: StatusCode) -> Option<&'static str> {
+pub fn rfc9110_reason(status: StatusCode) -> Option<&'static str> {
     match status {
         StatusCode::UNPROCESSABLE_ENTITY => Some("Unprocessable Content"),
         StatusCode::PAYLOAD_TOO_LARGE => Some("Content Too Large"),
@@ -228,25 +236,7 @@ fn rfc9110_reason(status: StatusCode) -> Option<&'static str> {
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
-        match self {
-            ApiError::InvalidRequest { .. }
-            | ApiError::InvalidIdempotencyKey(_)
-            | ApiError::IdempotencyKeyRequired => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::NotFound => StatusCode::NOT_FOUND,
-            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::IdempotencyKeyInFlight { .. } => StatusCode::CONFLICT,
-            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::UnsupportedMediaType | ApiError::UnsupportedContentEncoding(_) => {
-                StatusCode::UNSUPPORTED_MEDIA_TYPE
-            }
-            ApiError::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::Unavailable(_) | ApiError::Overloaded { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
+        self.problem_type().status_code()
     }
 
     fn error_response(&self) -> HttpResponse {
@@ -259,7 +249,7 @@ impl ResponseError for ApiError {
             ApiError::InvalidRequest { errors, .. } => errors.clone(),
             _ => Vec::new(),
         };
-        let mut response = response(self.status_code(), self.slug(), self.detail(), errors);
+        let mut response = response(self.problem_type(), self.detail(), errors);
         let headers = response.headers_mut();
         match self {
             ApiError::Unauthorized => {
@@ -293,19 +283,12 @@ impl ResponseError for ApiError {
 
 impl From<diesel::result::Error> for ApiError {
     fn from(e: diesel::result::Error) -> Self {
-        // The connection is gone, or reached a read-only server (a failover
-        // in progress): the pool replaces it; the client retries shortly.
-        if crate::store::is_connection_lost(&e) {
-            return ApiError::Unavailable(e.to_string());
-        }
-        match e {
-            // SQLite's write lock stayed taken past the busy timeout.
-            diesel::result::Error::DatabaseError(_, info)
-                if info.message().starts_with("database is locked") =>
-            {
-                ApiError::Unavailable(info.message().to_owned())
-            }
-            other => ApiError::internal(other),
+        match classify(&e) {
+            // The connection is gone, or reached a read-only server (a
+            // failover in progress): the pool replaces it; or SQLite's write
+            // lock stayed taken past the busy timeout. The client retries.
+            Failure::ConnectionLost | Failure::Busy => ApiError::Unavailable(e.to_string()),
+            Failure::Transient | Failure::Other => ApiError::internal(e),
         }
     }
 }
@@ -333,7 +316,7 @@ impl From<HookFailure> for ApiError {
     fn from(e: HookFailure) -> Self {
         match e {
             HookFailure::Overloaded(detail) => ApiError::Overloaded { detail },
-            e @ HookFailure::Injected(_) => ApiError::internal(e),
+            e @ (HookFailure::Injected(_) | HookFailure::Abandoned) => ApiError::internal(e),
         }
     }
 }
@@ -352,7 +335,9 @@ impl From<idempotency::Error> for ApiError {
         match e {
             idempotency::Error::Database(e) => e.into(),
             idempotency::Error::Hook(e) => e.into(),
-            idempotency::Error::LeaseLost => ApiError::internal("lease lost"),
+            e @ (idempotency::Error::LeaseLost | idempotency::Error::NotAsAnnounced) => {
+                ApiError::internal(e)
+            }
         }
     }
 }

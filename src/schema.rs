@@ -19,6 +19,7 @@ diesel::table! {
         currency -> Text,
         description -> Nullable<Text>,
         created_at -> Timestamptz,
+        amount_refunded -> Int8,
     }
 }
 
@@ -43,7 +44,6 @@ diesel::table! {
         response_status -> Nullable<Int2>,
         response_headers -> Nullable<Jsonb>,
         response_body -> Nullable<Jsonb>,
-        charge_id -> Nullable<Uuid>,
         created_at -> Timestamptz,
         expires_at -> Timestamptz,
         locked_until -> Timestamptz,
@@ -51,15 +51,28 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    refunds (id) {
+        id -> Uuid,
+        charge_id -> Uuid,
+        account_id -> Int8,
+        amount -> Int8,
+        currency -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
 diesel::joinable!(charges -> accounts (account_id));
 diesel::joinable!(demo_unguarded_keys -> accounts (account_id));
 diesel::joinable!(demo_unguarded_keys -> charges (charge_id));
 diesel::joinable!(idempotency_keys -> accounts (account_id));
-diesel::joinable!(idempotency_keys -> charges (charge_id));
+diesel::joinable!(refunds -> accounts (account_id));
+diesel::joinable!(refunds -> charges (charge_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     accounts,
     charges,
     demo_unguarded_keys,
     idempotency_keys,
+    refunds,
 );

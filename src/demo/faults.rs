@@ -1,26 +1,26 @@
-//! The `Demo-*` headers on `POST /charges`: checked, confined to the demo
-//! account, and turned into hooks inside the charge's transaction (or, for
-//! `lose-response`, into a lost answer after it).
+//! The `Demo-*` headers on the charge routes: checked, confined to the demo
+//! account, and turned into hooks at the named points of the request's
+//! transactions (or, for `lose-response`, `abandon` and `forget-commit`,
+//! into what happens to the answer after them).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::StatusCode;
+use actix_web::http::{Method, StatusCode, header};
 use actix_web::middleware::Next;
 use actix_web::{HttpMessage, web};
 
 use super::{
-    CHECK_THEN_INSERT, DEMO_API_KEY, DelaySlots, FAULT_HEADER, HEADER_PREFIX, MAX_DELAY,
-    MODE_HEADER, Sandbox,
+    CHECK_THEN_INSERT, DEMO_API_KEY, DelaySlots, FAULT_HEADER, HEADER_PREFIX, MAX_DELAY, MAX_LEASE,
+    MIN_LEASE, MODE_HEADER, Sandbox,
 };
 use crate::accounts;
-use crate::hooks::{HookFailure, Moment, RequestHooks, TxHooks, WriteError, Writes};
-use crate::idempotency::Mode;
-use crate::problem::{self, ApiError};
+use crate::hooks::{HookFailure, RequestHooks, TxHooks};
+use crate::idempotency::{IdempotencyKey, Lease, Mode};
+use crate::problem::{self, ApiError, DEMO_ACCOUNT_ONLY, SIMULATED_LOST_RESPONSE};
 use crate::state::AppState;
-use crate::store::Store;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Faults {
@@ -28,22 +28,31 @@ pub struct Faults {
     pub delay_commit: Option<Duration>,
     pub fail_before_commit: bool,
     pub crash_after_key: bool,
+    pub abandon: bool,
+    pub forget_commit: bool,
+    pub lease: Option<Duration>,
 }
+
+const KNOWN: &str = "lose-response, delay-commit=<ms>, fail-before-commit, crash-after-key, abandon, forget-commit, lease=<ms>";
 
 impl Faults {
     pub fn parse(header: &str) -> Result<Faults, String> {
         let mut faults = Faults::default();
+        let millis = |name: &str, ms: &str| -> Result<Duration, String> {
+            ms.trim()
+                .parse()
+                .map(Duration::from_millis)
+                .map_err(|_| format!("{name} takes milliseconds, not {ms:?}"))
+        };
         for item in header.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match item.split_once('=') {
                 None if item == "lose-response" => faults.lose_response = true,
                 None if item == "fail-before-commit" => faults.fail_before_commit = true,
                 None if item == "crash-after-key" => faults.crash_after_key = true,
+                None if item == "abandon" => faults.abandon = true,
+                None if item == "forget-commit" => faults.forget_commit = true,
                 Some(("delay-commit", ms)) => {
-                    let ms: u64 = ms
-                        .trim()
-                        .parse()
-                        .map_err(|_| format!("delay-commit takes milliseconds, not {ms:?}"))?;
-                    let delay = Duration::from_millis(ms);
+                    let delay = millis("delay-commit", ms)?;
                     if delay > MAX_DELAY {
                         return Err(format!(
                             "delay-commit is at most {} ms",
@@ -52,11 +61,18 @@ impl Faults {
                     }
                     faults.delay_commit = (!delay.is_zero()).then_some(delay);
                 }
-                _ => {
-                    return Err(format!(
-                        "unknown Demo-Fault {item:?} (known: lose-response, delay-commit=<ms>, fail-before-commit, crash-after-key)"
-                    ));
+                Some(("lease", ms)) => {
+                    let lease = millis("lease", ms)?;
+                    if !(MIN_LEASE..=MAX_LEASE).contains(&lease) {
+                        return Err(format!(
+                            "lease is {} to {} ms",
+                            MIN_LEASE.as_millis(),
+                            MAX_LEASE.as_millis()
+                        ));
+                    }
+                    faults.lease = Some(lease);
                 }
+                _ => return Err(format!("unknown Demo-Fault {item:?} (known: {KNOWN})")),
             }
         }
         Ok(faults)
@@ -70,44 +86,6 @@ struct DemoHooks {
 }
 
 impl TxHooks for DemoHooks {
-    /// The writes, and if a fault must act inside the transaction, the same
-    /// writes wrapped in one: held open, or failed, after they wrote.
-    fn run(
-        &self,
-        store: &mut dyn Store,
-        moment: Moment,
-        writes: &mut Writes<'_>,
-    ) -> Result<(), WriteError> {
-        if self.faults.delay_commit.is_none() && !self.faults.fail_before_commit {
-            writes(store)?;
-            return Ok(());
-        }
-        store.transaction(|tx| {
-            match moment {
-                Moment::AfterWrites => {
-                    if writes(tx)? {
-                        self.before_commit()?;
-                    }
-                }
-                Moment::BeforeWrites => {
-                    self.before_commit()?;
-                    writes(tx)?;
-                }
-            }
-            Ok(())
-        })
-    }
-
-    fn after_key_committed(&self) {
-        if self.faults.crash_after_key {
-            tracing::warn!("Demo-Fault: crash-after-key: killing this process with SIGKILL");
-            // SIGKILL: no unwinding, no destructors, no rollback: a real crash.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-        }
-    }
-}
-
-impl DemoHooks {
     /// Inside the transaction, before COMMIT. The delay slot is taken here,
     /// by the request that really holds a transaction: a duplicate waiting
     /// on the key holds none.
@@ -136,6 +114,22 @@ impl DemoHooks {
         }
         Ok(())
     }
+
+    fn after_key_committed(&self) -> Result<(), HookFailure> {
+        if self.faults.crash_after_key {
+            tracing::warn!("Demo-Fault: crash-after-key: killing this process with SIGKILL");
+            // SIGKILL: no unwinding, no destructors, no rollback: a real crash.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        if self.faults.abandon {
+            return Err(HookFailure::Abandoned);
+        }
+        Ok(())
+    }
+
+    fn acts_before_commit(&self) -> bool {
+        self.faults.delay_commit.is_some() || self.faults.fail_before_commit
+    }
 }
 
 fn has_demo_headers(req: &ServiceRequest) -> bool {
@@ -148,11 +142,12 @@ fn refuse(req: ServiceRequest, error: ApiError) -> ServiceResponse<BoxBody> {
     req.error_response(error).map_into_boxed_body()
 }
 
-/// Middleware on `/charges`. Requests of other accounts pass untouched
-/// unless they carry a `Demo-*` header (then 400). The demo account's
-/// requests take a place among its in-flight requests, have `Demo-Fault`
-/// and `Demo-Mode` read and handed to the handler (transaction faults
-/// through the hooks seam), and lose their response afterwards if asked.
+/// Middleware on the charge routes. Requests of other accounts pass
+/// untouched unless they carry a `Demo-*` header (then 400). The demo
+/// account's requests take a place among its in-flight requests, have
+/// `Demo-Fault` and `Demo-Mode` read and handed to the handler (transaction
+/// faults through the hooks seam), and lose, or make the database forget,
+/// their response afterwards if asked.
 pub async fn faults(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
@@ -185,8 +180,7 @@ pub async fn faults(
     };
     if account != sandbox.account_id {
         let refused = problem::response(
-            StatusCode::BAD_REQUEST,
-            "demo-account-only",
+            &DEMO_ACCOUNT_ONLY,
             "Demo-Fault and Demo-Mode act only on the demo account, the sandbox of the teaching page; this request is another account's. Send it without Demo-* headers.",
             Vec::new(),
         );
@@ -211,18 +205,14 @@ pub async fn faults(
         return Ok(refuse(
             req,
             ApiError::invalid(
-                "Demo-Fault: crash-after-key kills the server process, so this server refuses it; it is for crash tests, on a server started with DEMO_ALLOW_CRASH=true.",
+                "Demo-Fault: crash-after-key kills the server process, so this server refuses it; it is for crash tests, on a server started with DEMO_ALLOW_CRASH=true. `abandon` leaves the same in-progress key behind without killing anything.",
             ),
         ));
     }
-    match req.headers().get(MODE_HEADER).map(|v| v.as_bytes()) {
-        None | Some(b"check-then-insert") => {}
-        Some(b"atomic") => {
-            req.extensions_mut().insert(Mode::Atomic);
-        }
-        Some(b"key-first") => {
-            req.extensions_mut().insert(Mode::KeyFirst);
-        }
+    let mode = match req.headers().get(MODE_HEADER).map(|v| v.as_bytes()) {
+        None | Some(b"check-then-insert") => state.settings.idempotency_mode,
+        Some(b"atomic") => Mode::Atomic,
+        Some(b"key-first") => Mode::KeyFirst,
         Some(other) => {
             let detail = format!(
                 "unknown Demo-Mode {:?} (known: atomic, key-first, {CHECK_THEN_INSERT})",
@@ -230,23 +220,73 @@ pub async fn faults(
             );
             return Ok(refuse(req, ApiError::invalid(detail)));
         }
+    };
+    if (faults.abandon || faults.lease.is_some()) && mode != Mode::KeyFirst {
+        return Ok(refuse(
+            req,
+            ApiError::invalid(
+                "Demo-Fault: abandon and lease act on the key-first design only, where the key is committed before the operation; send Demo-Mode: key-first too.",
+            ),
+        ));
     }
-    let lose_response = faults.lose_response;
+    let keyed_post = req.method() == Method::POST;
+    if faults.forget_commit && !(keyed_post && req.path() == crate::charges::PATH) {
+        return Ok(refuse(
+            req,
+            ApiError::invalid("Demo-Fault: forget-commit acts on POST /charges only."),
+        ));
+    }
+    let key = match IdempotencyKey::from_headers(req.headers()) {
+        Ok(key) => key,
+        Err(e) => return Ok(refuse(req, e.into())),
+    };
+    req.extensions_mut().insert(mode);
+    if let Some(lease) = faults.lease {
+        req.extensions_mut().insert(Lease(lease));
+    }
+    let (lose_response, forget_commit) =
+        (faults.lose_response || faults.abandon, faults.forget_commit);
     req.extensions_mut()
         .insert(RequestHooks(Arc::new(DemoHooks {
             faults,
             delayed: sandbox.delayed.clone(),
         })));
     let response = next.call(req).await?;
+    let replayed = response
+        .headers()
+        .contains_key(crate::requests::IDEMPOTENT_REPLAYED);
+    if forget_commit && response.status() == StatusCode::CREATED && !replayed {
+        let charge = response
+            .headers()
+            .get(header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .and_then(|l| l.rsplit('/').next())
+            .and_then(|id| uuid::Uuid::parse_str(id).ok());
+        if let Some(charge) = charge {
+            let (pool, account) = (state.pool.clone(), sandbox.account_id);
+            // The answer is out; then the database loses the commit.
+            web::block(move || -> Result<(), ApiError> {
+                let mut conn = pool.checkout()?;
+                Ok(super::queries::forget_charge(
+                    conn.store(),
+                    account,
+                    key.as_ref().map(IdempotencyKey::as_str),
+                    charge,
+                )?)
+            })
+            .await
+            .map_err(ApiError::from)??;
+        }
+    }
     if !lose_response {
         return Ok(response.map_into_boxed_body());
     }
-    // The work is done and committed; only the answer goes missing.
+    // The work is done and committed (or, for `abandon`, left half done as
+    // a crash would); only the answer goes missing.
     let (req, _) = response.into_parts();
     let lost = problem::response(
-        StatusCode::GATEWAY_TIMEOUT,
-        "simulated-lost-response",
-        "Demo-Fault: lose-response. The server processed this request, but its response was thrown away, as a gateway that timed out would. Retry to find out what happened.",
+        &SIMULATED_LOST_RESPONSE,
+        "Demo-Fault: lose-response or abandon. The server processed this request as far as it got, but its response was thrown away, as a gateway that timed out would. Retry to find out what happened.",
         Vec::new(),
     );
     Ok(ServiceResponse::new(req, lost))

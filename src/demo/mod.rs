@@ -4,15 +4,20 @@
 //! of it is routed, the demo account does not authenticate, and the `Demo-*`
 //! headers mean nothing.
 //!
-//! - `Demo-Fault` (on `POST /charges`, comma-separated): `lose-response`
+//! - `Demo-Fault` (on the charge routes, comma-separated): `lose-response`
 //!   (commit, then answer 504 as a timed-out gateway would),
 //!   `delay-commit=<ms>` (hold the transaction open before COMMIT),
 //!   `fail-before-commit` (fail inside the transaction: everything rolls back),
+//!   `abandon` (key-first: stop after the key's commit as a dead process
+//!   would, leaving it in progress, without killing anything; answered 504),
+//!   `lease=<ms>` (key-first: this request's lease),
+//!   `forget-commit` (`POST /charges`: answer the 201, then delete the charge
+//!   and its key row, as a database that lost an acknowledged commit would),
 //!   `crash-after-key` (key-first: SIGKILL this process between its two
-//!   transactions, leaving an in-progress key behind; only with
-//!   `DEMO_ALLOW_CRASH=true`).
-//!   The transaction faults act through the `TxHooks` seam; `lose-response`
-//!   wraps the handler from outside.
+//!   transactions; only with `DEMO_ALLOW_CRASH=true`).
+//!   The transaction faults act through the `TxHooks` seam; `lose-response`,
+//!   `abandon`'s lost answer and `forget-commit` wrap the handler from
+//!   outside.
 //! - `Demo-Mode: atomic | key-first`: run this request in that design.
 //! - `Demo-Mode: check-then-insert`: the naive algorithm (look the key up,
 //!   then insert it) against a table without a unique constraint, to show
@@ -22,8 +27,8 @@
 //!
 //! Files: this one holds the sandbox (the demo account, seeded here, and its
 //! limits); [`faults`] the `Demo-*` headers and the hooks they inject;
-//! [`routes`] the `/demo/*` handlers and the check-then-insert algorithm.
-//! The demo's queries are the store's `SandboxStore`.
+//! [`routes`] the `/demo/*` handlers and the check-then-insert algorithm;
+//! [`queries`] the sandbox's own queries, none of which is the application's.
 //!
 //! The sandbox's walls: a `Demo-*` header from any other account is a 400
 //! (after authentication, so 401 comes first); the demo account's requests
@@ -34,6 +39,7 @@
 //! waits for at most one delay and is never refused for it.
 
 mod faults;
+mod queries;
 mod routes;
 
 use std::sync::{Arc, Mutex};
@@ -61,6 +67,9 @@ pub const HEADER_PREFIX: &str = "demo-";
 pub const CHECK_THEN_INSERT: &str = "check-then-insert";
 /// The longest `delay-commit` accepted: below the pool's and clients' timeouts.
 pub const MAX_DELAY: Duration = Duration::from_secs(15);
+/// The range of `Demo-Fault: lease=<ms>`.
+pub const MIN_LEASE: Duration = Duration::from_secs(1);
+pub const MAX_LEASE: Duration = Duration::from_secs(60);
 /// The pause between the check and the insert that makes the race reliable.
 pub const CHECK_THEN_INSERT_PAUSE: Duration = Duration::from_millis(300);
 /// SQLite: after a delayed transaction, how long until the next may start.

@@ -4,18 +4,19 @@
 use actix_web::{HttpRequest, HttpResponse, guard, web};
 use serde_json::{Value, json};
 
+use super::queries::{self, Unguarded};
 use super::{
     CHECK_THEN_INSERT, CHECK_THEN_INSERT_PAUSE, DEMO_ACCOUNT_NAME, DEMO_API_KEY, MAX_DELAY,
-    MODE_HEADER, Sandbox,
+    MAX_LEASE, MIN_LEASE, MODE_HEADER, Sandbox,
 };
-use crate::charges::{self, ChargeRequest};
+use crate::charges;
 use crate::config::Settings;
-use crate::hooks::Moment;
 use crate::http::{get, resource};
 use crate::idempotency::{IdempotencyKey, SavedResponse};
 use crate::problem::ApiError;
+use crate::requests::{self, JsonRequest, KeyUse};
 use crate::state::AppState;
-use crate::store::{KeyStatus, Store, Unguarded, time_text};
+use crate::store::{KeyStatus, Store, time_text};
 
 /// Rows of each table the page is shown at most.
 const LIMIT: i64 = 200;
@@ -44,12 +45,12 @@ async fn check_then_insert(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let request = charges::parse_request(&req, payload, &state).await?;
-    let fingerprint = request.fingerprint();
-    let ChargeRequest {
+    let request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
+    let new_charge = charges::parse_new_charge(&request.body)?;
+    let fingerprint = request.fingerprint(&req);
+    let JsonRequest {
         account_id,
         key,
-        new_charge,
         hooks,
         ..
     } = request;
@@ -60,7 +61,7 @@ async fn check_then_insert(
     let (saved, replayed) = web::block(move || -> Result<(SavedResponse, bool), ApiError> {
         let mut pooled = pool.checkout()?;
         let store = pooled.store();
-        if let Some(found) = store.find_unguarded(account_id, key.as_str())? {
+        if let Some(found) = queries::find_unguarded(store, account_id, key.as_str())? {
             if found.fingerprint != fingerprint.as_str() {
                 return Err(ApiError::IdempotencyKeyReused);
             }
@@ -78,23 +79,22 @@ async fn check_then_insert(
         // One transaction for the charge and the unguarded key row, after
         // the look-up rather than around it, and no unique constraint: a
         // concurrent request that also found nothing inserts too.
-        let created = charges::new_charge_for(account_id, &new_charge);
+        let create = charges::CreateCharge::new(account_id, &new_charge);
         let row = Unguarded {
             key: key.as_str().to_owned(),
             fingerprint: fingerprint.as_str().to_owned(),
-            response_body: created.response.body.clone(),
+            response_body: create.response.body.clone(),
         };
         store.transaction(|tx| {
-            hooks.0.run(tx, Moment::AfterWrites, &mut |s| {
-                s.insert_charge(&created.charge)?;
-                s.insert_unguarded(account_id, &row, created.charge.id)?;
-                Ok(true)
-            })
+            tx.insert_charge(&create.charge)?;
+            queries::insert_unguarded(tx, account_id, &row, create.charge.id)?;
+            hooks.0.before_commit()?;
+            Ok::<_, ApiError>(())
         })?;
-        Ok((created.response, false))
+        Ok((create.response, false))
     })
     .await??;
-    Ok(charges::respond(&saved, replayed))
+    Ok(requests::respond(&saved, replayed))
 }
 
 /// What the page shows as "the database": the demo account's rows.
@@ -104,10 +104,13 @@ fn snapshot(
     settings: &Settings,
 ) -> Result<Value, ApiError> {
     let charges = store.list_charges(account_id, LIMIT)?;
-    let keys = store.key_views(account_id, LIMIT)?;
-    let unguarded = store.unguarded_views(account_id, LIMIT)?;
+    let refunds = queries::refund_views(store, account_id, LIMIT)?;
+    let keys = queries::key_views(store, account_id, LIMIT)?;
+    let unguarded = queries::unguarded_views(store, account_id, LIMIT)?;
     Ok(json!({
         "backend": store.backend().as_str(),
+        // The database's clock, which every time below is on.
+        "now": queries::now_text(store)?,
         "idempotency_mode": settings.idempotency_mode.as_str(),
         "idempotency_ttl_seconds": settings.idempotency_ttl.as_secs(),
         "idempotency_lease_seconds": settings.idempotency_lease.as_secs(),
@@ -115,24 +118,44 @@ fn snapshot(
         "charges": charges.iter().map(|c| json!({
             "id": c.id,
             "amount": c.amount,
+            "amount_refunded": c.amount_refunded,
             "currency": c.currency,
             "description": c.description,
             "created_at": time_text(c.created_at),
         })).collect::<Vec<_>>(),
-        "idempotency_keys": keys.into_iter().map(|k| json!({
-            "key": k.key,
-            // Enough of the digest to tell two requests apart on screen.
-            "fingerprint": k.fingerprint.chars().take("sha256:".len() + 12).collect::<String>(),
-            "response_status": k.response_status,
-            "charge_id": k.charge_id,
-            "created_at": k.created_at,
-            "expires_at": k.expires_at,
-            "expired": k.expired,
-            // Key-first: an in-progress row is protected until then.
-            "locked_until": k.locked_until,
-            "lease_live": k.status == KeyStatus::InProgress.as_str() && k.lease_live,
-            "status": k.status,
+        "refunds": refunds.into_iter().map(|(id, charge_id, amount, currency, created_at)| json!({
+            "id": id,
+            "charge_id": charge_id,
+            "amount": amount,
+            "currency": currency,
+            "created_at": created_at,
         })).collect::<Vec<_>>(),
+        "idempotency_keys": keys.into_iter().map(|k| {
+            let location = k.response_headers.as_ref()
+                .and_then(|h| h.get("location")).and_then(Value::as_str).map(str::to_owned);
+            // The charge the key's response is about: the one it created,
+            // or the one its refund is of.
+            let charge_id = k.response_body.as_ref().and_then(|b| match b.get("object").and_then(Value::as_str) {
+                Some("charge") => b.get("id").cloned(),
+                Some("refund") => b.get("charge_id").cloned(),
+                _ => None,
+            });
+            json!({
+                "key": k.key,
+                // Enough of the digest to tell two requests apart on screen.
+                "fingerprint": k.fingerprint.chars().take("sha256:".len() + 12).collect::<String>(),
+                "response_status": k.response_status,
+                "location": location,
+                "charge_id": charge_id,
+                "created_at": k.created_at,
+                "expires_at": k.expires_at,
+                "expired": k.expired,
+                // Key-first: an in-progress row is protected until then.
+                "locked_until": k.locked_until,
+                "lease_live": k.status == KeyStatus::InProgress.as_str() && k.lease_live,
+                "status": k.status,
+            })
+        }).collect::<Vec<_>>(),
         "unguarded_keys": unguarded.into_iter().map(|u| json!({
             "key": u.key,
             "charge_id": u.charge_id,
@@ -181,10 +204,12 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
         "delayed_transaction_gap_ms": sandbox.delayed.gap.as_millis() as u64,
         "check_then_insert_pause_ms": CHECK_THEN_INSERT_PAUSE.as_millis() as u64,
         "account": {"name": DEMO_ACCOUNT_NAME, "api_key": DEMO_API_KEY},
-        "problem_types": crate::problem::TYPES.iter().map(|(slug, status, title)| json!({
-            "type": format!("/problems/{slug}"),
-            "status": status,
-            "title": title,
+        "min_lease_ms": MIN_LEASE.as_millis() as u64,
+        "max_lease_ms": MAX_LEASE.as_millis() as u64,
+        "problem_types": crate::problem::TYPES.iter().map(|t| json!({
+            "type": t.uri(),
+            "status": t.status,
+            "title": t.title,
         })).collect::<Vec<_>>(),
     }))
 }
@@ -206,7 +231,7 @@ pub async fn reset(
     sandbox: web::Data<Sandbox>,
 ) -> Result<HttpResponse, ApiError> {
     let ((), snapshot) = on_demo_account(app, sandbox, |store, account_id, _| {
-        Ok(store.transaction(|tx| tx.delete_account_rows(account_id))?)
+        Ok(store.transaction(|tx| queries::delete_account_rows(tx, account_id))?)
     })
     .await?;
     Ok(HttpResponse::Ok().json(snapshot))
@@ -228,13 +253,17 @@ pub async fn expire(
 ) -> Result<HttpResponse, ApiError> {
     // Only what a key can be reaches the database (no NUL, no 256-byte key).
     let key = IdempotencyKey::from_value(&path.into_inner())?;
-    let ((), snapshot) = on_demo_account(app, sandbox, move |store, account_id, _| {
-        match store.expire_key(account_id, key.as_str())? {
-            0 => Err(ApiError::NotFound),
-            _ => Ok(()),
-        }
-    })
-    .await?;
+    let ((), snapshot) =
+        on_demo_account(
+            app,
+            sandbox,
+            move |store, account_id, _| match queries::expire_key(store, account_id, key.as_str())?
+            {
+                0 => Err(ApiError::NotFound),
+                _ => Ok(()),
+            },
+        )
+        .await?;
     Ok(HttpResponse::Ok().json(snapshot))
 }
 
@@ -246,7 +275,7 @@ pub async fn purge(
     sandbox: web::Data<Sandbox>,
 ) -> Result<HttpResponse, ApiError> {
     let (purged, snapshot) = on_demo_account(app, sandbox, |store, account_id, _| {
-        Ok(store.purge_account_keys(account_id)?)
+        Ok(queries::purge_account_keys(store, account_id)?)
     })
     .await?;
     Ok(HttpResponse::Ok().json(json!({"purged": purged, "state": snapshot})))

@@ -1,56 +1,66 @@
-//! The Idempotency-Key protocol (IETF draft-ietf-httpapi-idempotency-key-header-07).
+//! The Idempotency-Key protocol (IETF draft-ietf-httpapi-idempotency-key-header-07),
+//! for any operation.
 //!
-//! [`execute`] creates a charge at most once per (account, key), in one of
-//! the two designs the article compares:
+//! [`execute`] runs an [`Operation`] (a charge, a refund: anything that
+//! writes and answers) at most once per (account, key), in one of the two
+//! designs the article compares:
 //!
 //! ```text
-//! Atomic (default): one statement (PostgreSQL; SQLite: three in BEGIN IMMEDIATE)
-//!   read the live row; if there is none (or it may be taken over), write the
-//!   key row completed with the 201, and the charge
-//!     written      -> Executed
-//!     found a row  -> Mismatch | Replayed | InFlight
-//!     lost it      -> (a concurrent request took the key while we waited) read it again
+//! Atomic (default): one transaction
+//!   BEGIN
+//!     1. register the key   INSERT … ON CONFLICT (account_id, key) DO NOTHING
+//!                           (or take over an expired or stuck row)
+//!     2. run the operation  on the same transaction
+//!     3. store its response in the key row
+//!   COMMIT
+//!   the key had a row -> answer as the row says: Replayed | Mismatch | InFlight
 //!
-//! Key-first: two steps
-//!   1. claim the key under a lease, committed  (others now see "in progress")
-//!   2. the charge, and the row completed if we still hold the lease
-//!      on failure: release the row, so the retry runs as the first
+//! Key-first: two transactions
+//!   0. read the key: a completed row is replayed, a live in-progress one is 409
+//!   1. BEGIN; register the key, in progress under a lease; COMMIT
+//!   2. BEGIN; run the operation; store its response if the lease is still ours; COMMIT
+//!      on failure: release the key, so the retry runs as the first
 //! ```
 //!
-//! Atomic: the response to a first request is known before anything is
-//! written (the charge's id and time are chosen first), so the key row is
-//! written already completed, with its stored response, in the same
-//! statement as the charge: "register the key, record the charge, store the
-//! 201, in one transaction" is literally one statement, and a statement is
-//! atomic. A key row exists completed, or not at all. A concurrent request
-//! with the same key waits on the unique index entry until the first
-//! commits (then replays its response) or rolls back (then runs as the
-//! first). It never sees "in progress". (On SQLite the wait is for the
-//! database's write lock.)
+//! Atomic: the key row, the operation's writes and the stored response
+//! commit together or not at all, so a key row is completed or absent to
+//! everyone else. A concurrent request with the same key waits on the unique
+//! index entry until the first commits (then replays its response) or rolls
+//! back (then runs as the first); it never sees "in progress". (On SQLite
+//! the wait is for the database's write lock, at `BEGIN IMMEDIATE`.)
 //!
-//! Key-first: a concurrent request sees the committed in-progress row and gets
-//! `InFlight` (409) at once instead of waiting. The price is the window
-//! between the two steps: if the process dies there, the row stays in
-//! progress until its lease runs out, and then the next request with the
-//! same key takes it over (see [`KeyStore::charge_once`](crate::store::KeyStore::charge_once)).
+//! Key-first: a concurrent request sees the committed in-progress row and
+//! gets `InFlight` (409) at once instead of waiting. The price is the window
+//! between the two transactions: if the process dies there, the row stays
+//! in progress until its lease runs out, and then the next request with the
+//! same key takes it over (`KeyStore::take_over_key`).
 //!
-//! The protocol's one write is the store's: a charge with its key. What
-//! makes it a protocol is here: the modes, the typed decision, the retries.
+//! Which operations may announce their response ([`Operation::known_response`])
+//! and have their key row written completed in the very statement that
+//! registers the key, one statement fewer: those whose answer cannot depend
+//! on what the database holds. Creating a charge may (its id, time and 201
+//! are chosen before anything is written); a refund may not (it may find
+//! too little left to refund). It changes nothing else: the key row, the
+//! writes and the response still commit together.
+//!
+//! Nothing here knows what an operation does; the key table's steps are the
+//! store's (`store::keys`), one implementation per backend.
 
 pub mod fingerprint;
 pub mod key;
 
-use std::time::Duration;
+use std::time::Instant;
 
-use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::result::Error as DieselError;
 
-pub use crate::store::SavedResponse;
+pub use crate::store::{KeyedRequest, SavedResponse};
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 
-use crate::hooks::{HookFailure, Moment, TxHooks, WriteError};
+use crate::hooks::{HookFailure, TxHooks};
 use crate::metrics::METRICS;
-use crate::store::{Charge, FirstWrite, KeyRecord, KeyState, NewClaim, Store};
+use crate::store::keys::NewKeyStatus;
+use crate::store::{Claim, Failure, KeyRecord, KeyState, Store, classify};
 
 /// How often a transaction that failed with a serialization failure or a
 /// deadlock is tried in all before the error is returned.
@@ -65,12 +75,41 @@ pub enum Mode {
     KeyFirst,
 }
 
+/// How long a key-first claim is protected, when a request sets its own
+/// (the demo shows a lease running out within seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease(pub std::time::Duration);
+
 impl Mode {
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Atomic => "atomic",
             Mode::KeyFirst => "key-first",
         }
+    }
+}
+
+/// What runs under a key: its writes, on the transaction it is handed, and
+/// the response to store and send.
+pub trait Operation {
+    /// Runs on the transaction that holds the key. Whatever it answers is
+    /// stored and replayed, a 4xx included: once the operation has run, the
+    /// key has its answer. An `Err` rolls everything back, the key row
+    /// included (key-first: releases the key), and nothing is stored.
+    fn run(&mut self, tx: &mut dyn Store) -> Result<SavedResponse, Error>;
+
+    /// The response, if it is known before anything is written (see the
+    /// module's doc); [`run`](Operation::run) must then answer exactly it.
+    fn known_response(&self) -> Option<&SavedResponse> {
+        None
+    }
+}
+
+/// Any closure over the transaction is an operation whose response is not
+/// known in advance.
+impl<F: FnMut(&mut dyn Store) -> Result<SavedResponse, Error>> Operation for F {
+    fn run(&mut self, tx: &mut dyn Store) -> Result<SavedResponse, Error> {
+        self(tx)
     }
 }
 
@@ -83,24 +122,6 @@ impl SavedResponse {
     }
 }
 
-/// A first request, decided before anything is written: the charge (its id
-/// and time chosen already) and the response to send now and replay later.
-pub struct Created {
-    pub charge: Charge,
-    pub response: SavedResponse,
-}
-
-/// One keyed request, scoped to the account that sent it.
-pub struct KeyedRequest<'a> {
-    pub account_id: i64,
-    pub key: &'a IdempotencyKey,
-    pub fingerprint: &'a Fingerprint,
-    /// How long the key is remembered.
-    pub ttl: Duration,
-    /// Key-first: how long a claim is protected before others may take it over.
-    pub lease: Duration,
-}
-
 #[derive(Debug, PartialEq)]
 pub enum Outcome {
     /// The operation ran now; send its response.
@@ -111,15 +132,6 @@ pub enum Outcome {
     Mismatch,
     /// The key's first request is still being processed (draft: 409).
     InFlight,
-}
-
-impl From<WriteError> for Error {
-    fn from(e: WriteError) -> Self {
-        match e {
-            WriteError::Database(e) => Error::Database(e),
-            WriteError::Hook(e) => Error::Hook(e),
-        }
-    }
 }
 
 impl Outcome {
@@ -142,6 +154,169 @@ pub enum Error {
     /// Key-first: our lease was taken over before we completed the row.
     #[error("the idempotency key's lease was taken over")]
     LeaseLost,
+    /// An operation answered otherwise than the response it announced.
+    #[error("the operation answered otherwise than it announced")]
+    NotAsAnnounced,
+}
+
+/// Runs `operation` at most once for `request`'s key, in `mode`; `hooks`
+/// are called at the named points (production: none).
+pub fn execute(
+    store: &mut dyn Store,
+    mode: Mode,
+    request: &KeyedRequest<'_>,
+    hooks: &dyn TxHooks,
+    operation: &mut dyn Operation,
+) -> Result<Outcome, Error> {
+    match mode {
+        Mode::Atomic => atomic(store, request, hooks, operation),
+        Mode::KeyFirst => key_first(store, request, hooks, operation),
+    }
+}
+
+fn atomic(
+    store: &mut dyn Store,
+    request: &KeyedRequest<'_>,
+    hooks: &dyn TxHooks,
+    operation: &mut dyn Operation,
+) -> Result<Outcome, Error> {
+    with_transient_retries(|| {
+        store.transaction(|tx| {
+            // 1. Register the key. A concurrent request with the same key
+            //    makes this wait until it commits or rolls back.
+            let status = match operation.known_response() {
+                Some(response) => NewKeyStatus::Completed(response),
+                None => NewKeyStatus::InProgress,
+            };
+            let claim = match register(tx, request, status)? {
+                Registration::Claimed(claim) => claim,
+                Registration::Answered(outcome) => return Ok(outcome),
+            };
+            // 2. Run the operation, on the same transaction.
+            let response = operation.run(tx)?;
+            hooks.before_commit()?;
+            // 3. Store its response.
+            store_response(tx, &claim, &response, operation)?;
+            Ok(Outcome::Executed(response))
+        })
+    })
+}
+
+fn key_first(
+    store: &mut dyn Store,
+    request: &KeyedRequest<'_>,
+    hooks: &dyn TxHooks,
+    operation: &mut dyn Operation,
+) -> Result<Outcome, Error> {
+    // 0. A completed key never changes until it expires, so its replay
+    //    needs one indexed read and no lock; an in-progress row under a live
+    //    lease is answered the same way, without queueing.
+    let row = store.find_live_key(request.account_id, request.key)?;
+    if let Decision::Answer(outcome) = decide(row, request.fingerprint, Read::FastPath) {
+        return Ok(outcome);
+    }
+    // 1. Register the key in progress and commit: from now on a concurrent
+    //    request sees it and gets 409.
+    let registered = with_transient_retries(|| {
+        store.transaction(|tx| register(tx, request, NewKeyStatus::InProgress))
+    })?;
+    let claim = match registered {
+        Registration::Claimed(claim) => claim,
+        Registration::Answered(outcome) => return Ok(outcome),
+    };
+    hooks.after_key_committed()?;
+    // 2. Run the operation and store its response, if the lease is still
+    //    ours, in one transaction.
+    let result = with_transient_retries(|| {
+        store.transaction(|tx| {
+            let response = operation.run(tx)?;
+            hooks.before_commit()?;
+            store_response(tx, &claim, &response, operation)?;
+            Ok(response)
+        })
+    });
+    match result {
+        Ok(response) => Ok(Outcome::Executed(response)),
+        // Someone else holds the row now: answer as they will.
+        Err(Error::LeaseLost) => answer_after_lost_claim(store, request),
+        // As if the process had died: the key stays in progress.
+        Err(e @ Error::Hook(HookFailure::Abandoned)) => Err(e),
+        Err(e) => {
+            // If this fails too, the lease running out frees the key.
+            if let Err(release_error) = store.release_key(&claim) {
+                tracing::warn!(error = %release_error, "could not release the idempotency key");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// What came of registering a key.
+enum Registration {
+    /// The key row is this request's: run the operation.
+    Claimed(Claim),
+    /// The key is another request's: this is the answer.
+    Answered(Outcome),
+}
+
+/// Registers the key: inserts its row, or takes over the row it has if that
+/// may be taken over (expired; stuck in progress under a dead lease).
+fn register(
+    tx: &mut dyn Store,
+    request: &KeyedRequest<'_>,
+    status: NewKeyStatus<'_>,
+) -> Result<Registration, Error> {
+    let started = Instant::now();
+    if let Some(claim) = tx.insert_key(request, status)? {
+        return Ok(Registration::Claimed(claim));
+    }
+    // A round trip when the row was committed already; the first request's
+    // whole transaction when it was not (a concurrent duplicate).
+    METRICS
+        .key_conflicts
+        .observe(started.elapsed().as_secs_f64());
+    let row = tx.find_live_key(request.account_id, request.key)?;
+    if let Decision::Answer(outcome) = decide(row, request.fingerprint, Read::FastPath) {
+        return Ok(Registration::Answered(outcome));
+    }
+    if let Some(claim) = tx.take_over_key(request, status)? {
+        return Ok(Registration::Claimed(claim));
+    }
+    Ok(Registration::Answered(answer_after_lost_claim(
+        tx, request,
+    )?))
+}
+
+/// Stores the response in the claimed row (or, when the row was written
+/// completed with the announced response, checks that this is it).
+fn store_response(
+    tx: &mut dyn Store,
+    claim: &Claim,
+    response: &SavedResponse,
+    operation: &dyn Operation,
+) -> Result<(), Error> {
+    if claim.completed {
+        return match operation.known_response() == Some(response) {
+            true => Ok(()),
+            false => Err(Error::NotAsAnnounced),
+        };
+    }
+    match tx.complete_key(claim, response)? {
+        true => Ok(()),
+        // Rolls back the operation's writes with it.
+        false => Err(Error::LeaseLost),
+    }
+}
+
+fn answer_after_lost_claim(
+    store: &mut dyn Store,
+    request: &KeyedRequest<'_>,
+) -> Result<Outcome, Error> {
+    let row = store.find_live_key(request.account_id, request.key)?;
+    match decide(row, request.fingerprint, Read::AfterLostClaim) {
+        Decision::Answer(outcome) => Ok(outcome),
+        Decision::Claim => unreachable!("after a lost claim every row is answered"),
+    }
 }
 
 /// Where a key row was read: before anything was tried (the fast path), or
@@ -161,12 +336,11 @@ pub enum Decision {
     Answer(Outcome),
 }
 
-/// The protocol's one rule, shared by the fast path and the read after a
-/// lost claim: what a request with `fingerprint` does about the key's live
-/// row. Pure, so it is tested table by table. The design (atomic or
-/// key-first) does not change it: it changes only when a concurrent
-/// request sees a row at all.
-pub fn decide(row: Option<KeyRecord>, fingerprint: &Fingerprint, read: Read) -> Decision {
+/// The protocol's one rule, shared by every read of a key row: what a
+/// request with `fingerprint` does about the key's live row. Pure, so it is
+/// tested table by table. The design (atomic or key-first) does not change
+/// it: it changes only when a concurrent request sees a row at all.
+pub fn decide(row: Option<KeyRecord>, fingerprint: &str, read: Read) -> Decision {
     let Some(row) = row else {
         return match read {
             Read::FastPath => Decision::Claim,
@@ -175,7 +349,7 @@ pub fn decide(row: Option<KeyRecord>, fingerprint: &Fingerprint, read: Read) -> 
             Read::AfterLostClaim => Decision::Answer(Outcome::InFlight),
         };
     };
-    if row.fingerprint != fingerprint.as_str() {
+    if row.fingerprint != fingerprint {
         return Decision::Answer(Outcome::Mismatch);
     }
     match row.state {
@@ -192,103 +366,6 @@ pub fn decide(row: Option<KeyRecord>, fingerprint: &Fingerprint, read: Read) -> 
     }
 }
 
-pub fn execute(
-    store: &mut dyn Store,
-    mode: Mode,
-    request: &KeyedRequest,
-    hooks: &dyn TxHooks,
-    first: &Created,
-) -> Result<Outcome, Error> {
-    let claim = NewClaim {
-        account_id: request.account_id,
-        key: request.key.as_str(),
-        fingerprint: request.fingerprint.as_str(),
-        ttl: request.ttl,
-        lease: request.lease,
-    };
-    match mode {
-        Mode::Atomic => {
-            // The clock starts before the statement: a concurrent request
-            // makes it wait on the key's index entry (SQLite: at BEGIN).
-            let started = std::time::Instant::now();
-            let mut result = None;
-            with_transient_retries(|| {
-                Ok(hooks.run(store, Moment::AfterWrites, &mut |s| {
-                    let written = s.charge_once(&claim, &first.charge, &first.response)?;
-                    let wrote = written == FirstWrite::Written;
-                    result = Some(written);
-                    Ok(wrote)
-                })?)
-            })?;
-            match result.expect("the writes ran") {
-                FirstWrite::Written => Ok(Outcome::Executed(first.response.clone())),
-                FirstWrite::Found(row) => {
-                    // The statement's own read: one round trip for a replay.
-                    match decide(Some(row), request.fingerprint, Read::FastPath) {
-                        Decision::Answer(outcome) => Ok(outcome),
-                        // Rows that may be taken over are not returned.
-                        Decision::Claim => Ok(Outcome::InFlight),
-                    }
-                }
-                FirstWrite::Lost => {
-                    // We waited for a concurrent request's commit; its row
-                    // is committed now.
-                    METRICS
-                        .concurrent_key_waits
-                        .observe(started.elapsed().as_secs_f64());
-                    read_after_lost_claim(store, request)
-                }
-            }
-        }
-        Mode::KeyFirst => {
-            // A completed key never changes until it expires, so its replay
-            // needs one indexed read and no lock; an in-progress row under a
-            // live lease is answered the same way, without queueing.
-            let row = store.find_live_key(request.account_id, request.key.as_str())?;
-            if let Decision::Answer(outcome) = decide(row, request.fingerprint, Read::FastPath) {
-                return Ok(outcome);
-            }
-            let claimed = with_transient_retries(|| Ok(store.claim_key(&claim)?))?;
-            let Some(claim) = claimed else {
-                return read_after_lost_claim(store, request);
-            };
-            hooks.after_key_committed();
-            let mut completed = false;
-            let result = with_transient_retries(|| {
-                hooks.run(store, Moment::BeforeWrites, &mut |s| {
-                    completed = s.complete_with_charge(&claim, &first.charge, &first.response)?;
-                    Ok(completed)
-                })?;
-                if completed {
-                    Ok(())
-                } else {
-                    Err(Error::LeaseLost)
-                }
-            });
-            match result {
-                Ok(()) => Ok(Outcome::Executed(first.response.clone())),
-                // Someone else holds the row now: answer as they will.
-                Err(Error::LeaseLost) => read_after_lost_claim(store, request),
-                Err(e) => {
-                    // If this fails too, the lease running out frees the key.
-                    if let Err(release_error) = store.release_key(&claim) {
-                        tracing::warn!(error = %release_error, "could not release the idempotency key");
-                    }
-                    Err(e)
-                }
-            }
-        }
-    }
-}
-
-fn read_after_lost_claim(store: &mut dyn Store, request: &KeyedRequest) -> Result<Outcome, Error> {
-    let row = store.find_live_key(request.account_id, request.key.as_str())?;
-    match decide(row, request.fingerprint, Read::AfterLostClaim) {
-        Decision::Answer(outcome) => Ok(outcome),
-        Decision::Claim => unreachable!("after a lost claim every row is answered"),
-    }
-}
-
 /// Runs `attempt` again after a serialization failure or a deadlock, which
 /// PostgreSQL resolves by aborting one transaction that is safe to retry.
 pub fn with_transient_retries<T>(
@@ -297,21 +374,14 @@ pub fn with_transient_retries<T>(
     let mut tries = 1;
     loop {
         match attempt() {
-            Err(Error::Database(e)) if is_transient(&e) && tries < MAX_ATTEMPTS => {
+            Err(Error::Database(e))
+                if classify(&e) == Failure::Transient && tries < MAX_ATTEMPTS =>
+            {
                 tracing::warn!(error = %e, tries, "transient database error, retrying the transaction");
                 tries += 1;
             }
             result => return result,
         }
-    }
-}
-
-pub fn is_transient(error: &DieselError) -> bool {
-    match error {
-        DieselError::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => true,
-        // Diesel has no kind for SQLSTATE 40P01; PostgreSQL's message is stable.
-        DieselError::DatabaseError(_, info) => info.message().starts_with("deadlock detected"),
-        _ => false,
     }
 }
 
@@ -331,7 +401,7 @@ pub fn purge_expired(store: &mut dyn Store, batch: i64) -> Result<usize, DieselE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use diesel::result::DatabaseErrorInformation;
+    use diesel::result::{DatabaseErrorInformation, DatabaseErrorKind};
 
     struct Info(&'static str);
 
@@ -407,7 +477,7 @@ mod tests {
             (Some(&done),    false, Lost, answer(Outcome::Mismatch)),
         ];
         for (state, same, read, expected) in table {
-            let got = decide(state.map(|s| row(s, same)), &mine, read);
+            let got = decide(state.map(|s| row(s, same)), mine.as_str(), read);
             assert_eq!(
                 got, expected,
                 "{state:?}, same request: {same}, read {read:?}"

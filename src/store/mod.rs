@@ -1,10 +1,11 @@
 //! The database layer: what the application stores, as traits, with one
-//! implementation per backend, each readable top to bottom in its own
-//! dialect: [`postgres`] (Diesel's DSL over `schema.rs`, the database's
-//! clock) and [`sqlite`] (plain SQL over `migrations/sqlite`, the app's
-//! clock, times as fixed-width text). Diesel cannot share our schema's UUID,
-//! JSONB and TIMESTAMPTZ types across the two, so each writes its own queries;
-//! the names, states and rules they share are written once, here.
+//! implementation per backend in Diesel's query builder: [`postgres`] (over
+//! `schema.rs`, the database's clock) and [`sqlite`] (over its own
+//! `sqlite/schema.rs`, where UUIDs, JSON and times are TEXT, the app's
+//! clock). Diesel cannot share our schema's UUID, JSONB and TIMESTAMPTZ types
+//! across the two, so each writes its own queries, table by table
+//! (`keys.rs`, `charges.rs`, `accounts.rs` in each); the names, states and
+//! rules they share are written once, here and in [`keys`].
 //!
 //! Callers hold a `&mut dyn Store`; which backend it is is decided only at
 //! the pool's edge ([`pool`]). Diesel is synchronous: handlers call all of
@@ -13,35 +14,38 @@
 //! Layer: below everything but `schema`, `domain` and `metrics`; it knows
 //! nothing of HTTP, settings or the idempotency protocol.
 
+pub mod keys;
 pub mod pool;
 mod postgres;
 mod sqlite;
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
 use chrono::{DateTime, SecondsFormat, Utc};
-use diesel::result::Error as DieselError;
-use serde_json::Value;
+use diesel::pg::PgConnection;
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::sqlite::SqliteConnection;
 use uuid::Uuid;
 
 pub use diesel::result::Error as QueryError;
+pub use keys::{Claim, KeyRecord, KeyState, KeyStatus, KeyStore, KeyedRequest, SavedResponse};
 pub use pool::{Backend, Connection, DbPool, PoolSettings, PoolTimeout, PooledStore, SetupError};
-pub use postgres::is_connection_lost;
+/// The SQLite schema, for the demo's sandbox queries.
+pub use sqlite::schema as sqlite_schema;
 
 pub type QueryResult<T> = Result<T, DieselError>;
 
 /// Everything the application stores, on one connection of either backend.
-pub trait Store: ChargeStore + KeyStore + AccountStore + SandboxStore {
+pub trait Store: KeyStore + ChargeStore + AccountStore {
     fn backend(&self) -> Backend;
 
     /// Runs `work` in one transaction: committed if it returns `Ok`, rolled
-    /// back otherwise. PostgreSQL: READ COMMITTED, where a second insert of
-    /// the same key waits on the unique index (REPEATABLE READ would make it
-    /// fail instead). SQLite: `BEGIN IMMEDIATE`, which takes the database's
-    /// write lock up front, so a concurrent writer waits (busy timeout) for
-    /// the whole transaction rather than failing halfway. Object-safe; call
-    /// [`transaction`](trait.Store.html#method.transaction) instead.
+    /// back otherwise. PostgreSQL: Diesel's `build_transaction()
+    /// .read_committed().run(..)`, where a second insert of the same key
+    /// waits on the unique index (at REPEATABLE READ it would fail instead).
+    /// SQLite: Diesel's `immediate_transaction`, `BEGIN IMMEDIATE`, which
+    /// takes the database's write lock up front, so a concurrent writer waits
+    /// (busy timeout) for the whole transaction rather than failing halfway.
+    /// Object-safe; call [`transaction`](trait.Store.html#method.transaction)
+    /// instead.
     fn in_transaction(
         &mut self,
         work: &mut dyn FnMut(&mut dyn Store) -> QueryResult<()>,
@@ -53,6 +57,16 @@ pub trait Store: ChargeStore + KeyStore + AccountStore + SandboxStore {
 
     /// One round trip: the database answers.
     fn ping(&mut self) -> QueryResult<()>;
+
+    /// The connection itself, for queries that are not the application's
+    /// (the demo's sandbox, in `demo/`).
+    fn connection(&mut self) -> AnyConnection<'_>;
+}
+
+/// A connection of either backend, borrowed.
+pub enum AnyConnection<'a> {
+    Pg(&'a mut PgConnection),
+    Sqlite(&'a mut SqliteConnection),
 }
 
 impl dyn Store + '_ {
@@ -86,82 +100,90 @@ impl dyn Store + '_ {
     }
 }
 
-/// The `charges` table.
+/// What a database error means for the request that met it: the one
+/// classifier used by the protocol's retry loop, the pool and the HTTP
+/// errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The connection is gone (a failover, `pg_terminate_backend`, a
+    /// restart) or reached a server that refuses writes (a standby, a
+    /// demoted primary): it must not be used again; the client retries.
+    ConnectionLost,
+    /// The database aborted the transaction to resolve a conflict
+    /// (serialization failure, deadlock): the same transaction may simply
+    /// run again.
+    Transient,
+    /// The database could not take a lock in time (SQLite's write lock past
+    /// the busy timeout): nothing was done; the client retries.
+    Busy,
+    /// Anything else: a bug or a broken invariant.
+    Other,
+}
+
+/// Classifies `error` (see [`Failure`]). Diesel names some kinds; for
+/// SQLSTATEs it has no kind for (57P01 admin shutdown, 57P02/57P03 crash
+/// or cannot connect now, 40P01 deadlock) the servers' messages are stable.
+pub fn classify(error: &DieselError) -> Failure {
+    let DieselError::DatabaseError(kind, info) = error else {
+        return Failure::Other;
+    };
+    let message = info.message();
+    match kind {
+        DatabaseErrorKind::ClosedConnection
+        | DatabaseErrorKind::UnableToSendCommand
+        | DatabaseErrorKind::ReadOnlyTransaction => Failure::ConnectionLost,
+        DatabaseErrorKind::SerializationFailure => Failure::Transient,
+        _ if message.starts_with("terminating connection")
+            || message.starts_with("the database system is")
+            || message.contains("read-only transaction") =>
+        {
+            Failure::ConnectionLost
+        }
+        _ if message.starts_with("deadlock detected") => Failure::Transient,
+        _ if message.starts_with("database is locked") => Failure::Busy,
+        _ => Failure::Other,
+    }
+}
+
+/// The `charges` and `refunds` tables.
 pub trait ChargeStore {
     /// Inserts a charge whose id and time were chosen by the caller: one
-    /// statement (a charge without an Idempotency-Key).
+    /// statement.
     fn insert_charge(&mut self, charge: &Charge) -> QueryResult<()>;
     fn find_charge(&mut self, account_id: i64, id: Uuid) -> QueryResult<Option<Charge>>;
     /// Newest first.
     fn list_charges(&mut self, account_id: i64, limit: i64) -> QueryResult<Vec<Charge>>;
+    /// Sets a charge's description (one statement); the charge after it.
+    fn set_description(
+        &mut self,
+        account_id: i64,
+        id: Uuid,
+        description: Option<&str>,
+    ) -> QueryResult<Option<Charge>>;
+    /// Adds `amount` to the charge's `amount_refunded` if that stays within
+    /// its amount, in one conditional statement: of several concurrent
+    /// refunds, each waits for the row's lock and checks the sum it finds
+    /// then, so their total never passes the charge.
+    fn reserve_refund(
+        &mut self,
+        account_id: i64,
+        charge_id: Uuid,
+        amount: i64,
+    ) -> QueryResult<RefundReservation>;
+    fn insert_refund(&mut self, refund: &Refund) -> QueryResult<()>;
+    /// A charge's refunds, newest first.
+    fn list_refunds(&mut self, account_id: i64, charge_id: Uuid) -> QueryResult<Vec<Refund>>;
 }
 
-/// The `idempotency_keys` table: one row per (account, key), its primary key.
-pub trait KeyStore {
-    /// The live (unexpired) row for a key, decoded, read without a lock.
-    fn find_live_key(&mut self, account_id: i64, key: &str) -> QueryResult<Option<KeyRecord>>;
-
-    /// The atomic design's first request, whole: unless a live row for the
-    /// key exists that may not be taken over, write the key row already
-    /// completed with `response`, and the charge it points at, together.
-    /// On PostgreSQL one statement (a data-modifying CTE that also reads
-    /// the live row, so a replay is one round trip and takes no lock); on
-    /// SQLite three (a read, the key row, the charge) in one `BEGIN IMMEDIATE`
-    /// transaction.
-    ///
-    /// A concurrent request with the same key that has not committed yet
-    /// makes this wait on the key's unique index entry until it commits
-    /// (then: [`FirstWrite::Lost`], read the row again) or rolls back (then
-    /// this runs as the first). On SQLite the wait happens at
-    /// `BEGIN IMMEDIATE`, for the whole database.
-    ///
-    /// The takeover rule (each backend writes it once): an existing row is
-    /// taken over, as if it were absent, when it has expired (the purge has
-    /// not removed it yet), or when it is a stuck in-progress row of the
-    /// same request whose lease has run out (its worker died between the
-    /// key-first design's two transactions). Of several requests racing for
-    /// one row, the row lock lets exactly one take it.
-    fn charge_once(
-        &mut self,
-        claim: &NewClaim<'_>,
-        charge: &Charge,
-        response: &SavedResponse,
-    ) -> QueryResult<FirstWrite>;
-
-    /// Key-first, its first transaction: registers the key as in progress
-    /// under a fresh lease, or returns `None` when a live row for it exists
-    /// that may not be taken over (the same rule). One statement.
-    fn claim_key(&mut self, claim: &NewClaim<'_>) -> QueryResult<Option<Claim>>;
-
-    /// Key-first, its second: the charge, and the key row completed with
-    /// `response`, if this request still holds the lease. `false` when the
-    /// lease was lost (another request took the row over): then nothing is
-    /// written. One statement on PostgreSQL.
-    fn complete_with_charge(
-        &mut self,
-        claim: &Claim,
-        charge: &Charge,
-        response: &SavedResponse,
-    ) -> QueryResult<bool>;
-
-    /// Deletes a claimed, still in-progress row (key-first: the operation
-    /// failed, so the retry must run as the first).
-    fn release_key(&mut self, claim: &Claim) -> QueryResult<usize>;
-
-    /// Deletes up to `batch` expired rows in one short statement.
-    fn purge_expired_keys(&mut self, batch: i64) -> QueryResult<usize>;
-}
-
-/// What came of [`KeyStore::charge_once`].
+/// What came of [`ChargeStore::reserve_refund`].
 #[derive(Debug, Clone, PartialEq)]
-pub enum FirstWrite {
-    /// The key row and the charge are written.
-    Written,
-    /// A live row for the key was there already: nothing was written.
-    Found(KeyRecord),
-    /// The key was taken by a concurrent request while this one waited for
-    /// it: nothing was written; read the row to learn its answer.
-    Lost,
+pub enum RefundReservation {
+    /// Reserved: the charge with the amount added.
+    Reserved(Charge),
+    /// Not enough left: the charge as it is, unchanged.
+    NotEnoughLeft(Charge),
+    /// The account has no such charge.
+    NoSuchCharge,
 }
 
 /// The `accounts` table. Keys are stored only as SHA-256 digests.
@@ -176,146 +198,26 @@ pub trait AccountStore {
     fn find_account(&mut self, key_digest: &str, include_demo: bool) -> QueryResult<Option<i64>>;
 }
 
-/// What the demo sandbox reads and changes: one account's rows, and the
-/// unguarded table of the "check, then insert" algorithm the page shows
-/// failing (no unique constraint on purpose; the real protocol never
-/// touches it).
-pub trait SandboxStore {
-    /// The account's key rows as the page shows them, newest first.
-    fn key_views(&mut self, account_id: i64, limit: i64) -> QueryResult<Vec<KeyView>>;
-    fn unguarded_views(&mut self, account_id: i64, limit: i64) -> QueryResult<Vec<UnguardedView>>;
-    /// The naive look-up: the first unguarded row for the key, if any.
-    fn find_unguarded(&mut self, account_id: i64, key: &str) -> QueryResult<Option<Unguarded>>;
-    fn insert_unguarded(
-        &mut self,
-        account_id: i64,
-        row: &Unguarded,
-        charge_id: Uuid,
-    ) -> QueryResult<()>;
-    /// Deletes the account's key rows, unguarded rows and charges (in that
-    /// order: keys point at charges).
-    fn delete_account_rows(&mut self, account_id: i64) -> QueryResult<()>;
-    /// Deletes the account's expired key rows.
-    fn purge_account_keys(&mut self, account_id: i64) -> QueryResult<usize>;
-    /// Moves the key's `expires_at` one second into the past.
-    fn expire_key(&mut self, account_id: i64, key: &str) -> QueryResult<usize>;
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct Charge {
     pub id: Uuid,
     pub account_id: i64,
     pub amount: i64,
+    /// The sum of its refunds; never more than `amount`.
+    pub amount_refunded: i64,
     pub currency: String,
     pub description: Option<String>,
     pub created_at: DateTime<Utc>,
 }
 
-/// A response as stored in a key row and replayed byte for byte.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SavedResponse {
-    pub status: u16,
-    /// Lowercase header names; `BTreeMap` so the order is the same every time.
-    pub headers: BTreeMap<String, String>,
-    pub body: Value,
-}
-
-/// The `status` column's two values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyStatus {
-    InProgress,
-    Completed,
-}
-
-impl KeyStatus {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            KeyStatus::InProgress => "in_progress",
-            KeyStatus::Completed => "completed",
-        }
-    }
-}
-
-/// A live key row, decoded once.
-#[derive(Debug, Clone, PartialEq)]
-pub struct KeyRecord {
-    /// What identifies the request that registered the key.
-    pub fingerprint: String,
-    pub state: KeyState,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum KeyState {
-    /// Registered, its operation not finished (key-first: between or inside
-    /// its two transactions). `lease_live`: its worker's lease
-    /// (`locked_until`) has not run out.
-    InProgress { lease_live: bool },
-    /// Finished: the response to replay.
-    Completed(SavedResponse),
-}
-
-/// A key row's columns as either backend reads them, before decoding.
-pub(crate) struct RawKeyRow {
-    pub fingerprint: String,
-    pub status: String,
-    pub lease_live: bool,
-    pub response_status: Option<i32>,
-    pub response_headers: Option<Value>,
-    pub response_body: Option<Value>,
-}
-
-impl RawKeyRow {
-    /// The one place a row's columns become a [`KeyState`].
-    pub(crate) fn decode(self) -> QueryResult<KeyRecord> {
-        let corrupt = |what: String| DieselError::DeserializationError(what.into());
-        let state = match self.status.as_str() {
-            s if s == KeyStatus::InProgress.as_str() => KeyState::InProgress {
-                lease_live: self.lease_live,
-            },
-            s if s == KeyStatus::Completed.as_str() => {
-                // The CHECK constraint rules a completed row without its
-                // response out: treat one as corruption, never as a replay.
-                let (Some(status), Some(headers), Some(body)) = (
-                    self.response_status,
-                    self.response_headers,
-                    self.response_body,
-                ) else {
-                    return Err(corrupt("a completed key row without its response".into()));
-                };
-                KeyState::Completed(SavedResponse {
-                    status: u16::try_from(status)
-                        .map_err(|_| corrupt(format!("response status {status}")))?,
-                    headers: serde_json::from_value(headers)
-                        .map_err(|e| DieselError::DeserializationError(Box::new(e)))?,
-                    body,
-                })
-            }
-            other => return Err(corrupt(format!("key status {other:?}"))),
-        };
-        Ok(KeyRecord {
-            fingerprint: self.fingerprint,
-            state,
-        })
-    }
-}
-
-/// A key to register for one request.
-pub struct NewClaim<'a> {
+pub struct Refund {
+    pub id: Uuid,
+    pub charge_id: Uuid,
     pub account_id: i64,
-    pub key: &'a str,
-    pub fingerprint: &'a str,
-    /// How long the key is remembered.
-    pub ttl: Duration,
-    /// How long the claim is protected before others may take it over.
-    pub lease: Duration,
-}
-
-/// The row a request registered, and the lease that lets it complete it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    pub account_id: i64,
-    pub key: String,
-    pub lease_token: Uuid,
+    pub amount: i64,
+    pub currency: String,
+    pub created_at: DateTime<Utc>,
 }
 
 /// One account as `charges account list` shows it.
@@ -328,36 +230,6 @@ pub struct AccountRecord {
     pub demo: bool,
 }
 
-/// One key row as the teaching page shows it (times as RFC 3339 text).
-#[derive(Debug, Clone)]
-pub struct KeyView {
-    pub key: String,
-    pub status: String,
-    pub fingerprint: String,
-    pub response_status: Option<i32>,
-    pub charge_id: Option<String>,
-    pub created_at: String,
-    pub expires_at: String,
-    pub expired: bool,
-    pub locked_until: String,
-    pub lease_live: bool,
-}
-
-#[derive(Debug, Clone)]
-pub struct UnguardedView {
-    pub key: String,
-    pub charge_id: String,
-    pub created_at: String,
-}
-
-/// A row of the unguarded table: the key, its request and the response.
-#[derive(Debug, Clone)]
-pub struct Unguarded {
-    pub key: String,
-    pub fingerprint: String,
-    pub response_body: Value,
-}
-
 /// A time as fixed-width RFC 3339 UTC with microseconds, e.g.
 /// `2026-12-02T14:47:33.173074Z`: how the API shows times, and how SQLite
 /// stores them (fixed width, so text order is time order).
@@ -365,41 +237,69 @@ pub fn time_text(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
-fn json_column(text: Option<String>) -> QueryResult<Option<Value>> {
-    text.map(|t| {
-        serde_json::from_str(&t).map_err(|e| DieselError::DeserializationError(Box::new(e)))
-    })
-    .transpose()
+/// Now, to the microsecond (what both databases keep), on the app's clock.
+pub fn now_micros() -> DateTime<Utc> {
+    use chrono::Timelike;
+    let now = Utc::now();
+    now.with_nanosecond(now.nanosecond() / 1000 * 1000)
+        .unwrap_or(now)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use diesel::result::DatabaseErrorInformation;
 
-    fn raw(status: &str, lease_live: bool, response: bool) -> RawKeyRow {
-        RawKeyRow {
-            fingerprint: "sha256:f".into(),
-            status: status.into(),
-            lease_live,
-            response_status: response.then_some(201),
-            response_headers: response.then(|| serde_json::json!({"location": "/charges/1"})),
-            response_body: response.then(|| serde_json::json!({"id": 1})),
+    struct Info(&'static str);
+
+    impl DatabaseErrorInformation for Info {
+        fn message(&self) -> &str {
+            self.0
+        }
+        fn details(&self) -> Option<&str> {
+            None
+        }
+        fn hint(&self) -> Option<&str> {
+            None
+        }
+        fn table_name(&self) -> Option<&str> {
+            None
+        }
+        fn column_name(&self) -> Option<&str> {
+            None
+        }
+        fn constraint_name(&self) -> Option<&str> {
+            None
+        }
+        fn statement_position(&self) -> Option<i32> {
+            None
         }
     }
 
+    fn error(kind: DatabaseErrorKind, message: &'static str) -> DieselError {
+        DieselError::DatabaseError(kind, Box::new(Info(message)))
+    }
+
     #[test]
-    fn a_row_decodes_into_its_state_once() {
-        assert_eq!(
-            raw("in_progress", true, false).decode().unwrap().state,
-            KeyState::InProgress { lease_live: true }
-        );
-        let KeyState::Completed(response) = raw("completed", false, true).decode().unwrap().state
-        else {
-            panic!("completed");
-        };
-        assert_eq!(response.status, 201);
-        assert_eq!(response.headers["location"], "/charges/1");
-        assert!(raw("completed", false, false).decode().is_err());
-        assert!(raw("done", false, true).decode().is_err());
+    fn every_database_error_is_classified_once() {
+        use DatabaseErrorKind as K;
+        #[rustfmt::skip]
+        let table = [
+            (error(K::ClosedConnection, "server closed the connection"), Failure::ConnectionLost),
+            (error(K::UnableToSendCommand, "no connection to the server"), Failure::ConnectionLost),
+            (error(K::ReadOnlyTransaction, "cannot execute INSERT"), Failure::ConnectionLost),
+            (error(K::Unknown, "terminating connection due to administrator command"), Failure::ConnectionLost),
+            (error(K::Unknown, "the database system is shutting down"), Failure::ConnectionLost),
+            (error(K::Unknown, "cannot execute INSERT in a read-only transaction"), Failure::ConnectionLost),
+            (error(K::SerializationFailure, "could not serialize access"), Failure::Transient),
+            (error(K::Unknown, "deadlock detected"), Failure::Transient),
+            (error(K::Unknown, "database is locked"), Failure::Busy),
+            (error(K::UniqueViolation, "duplicate key value"), Failure::Other),
+            (error(K::CheckViolation, "violates check constraint"), Failure::Other),
+            (DieselError::NotFound, Failure::Other),
+        ];
+        for (e, expected) in table {
+            assert_eq!(classify(&e), expected, "{e}");
+        }
     }
 }

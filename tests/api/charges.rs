@@ -242,6 +242,21 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
         .check(&app, "an unknown charge id", r, 404, "not-found")
         .await;
 
+    let charged = app.charge(None, &body).await;
+    assert_eq!(charged.status, 201);
+    let r = app
+        .refund("k-too-much", &charged.charge_id().to_string(), 1_000_000)
+        .await;
+    provoked
+        .check(
+            &app,
+            "a refund of more than the charge",
+            r,
+            400,
+            "refund-exceeds-charge",
+        )
+        .await;
+
     let r = app
         .send(
             app.request(Method::DELETE, "/charges")

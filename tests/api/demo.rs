@@ -34,6 +34,81 @@ crate::on_both_backends! {
         assert_eq!(app.charges(), 1);
     }
 
+    async fn forget_commit_answers_201_then_the_database_forgets_it_and_the_retry_charges_again() {
+        let app = spawn_app().await;
+        let body = charge_body();
+        let first = app
+            .charge_with("k-forgotten", &body, &[("demo-fault", "forget-commit")])
+            .await;
+        assert_eq!(first.status, 201, "{}", first.body);
+        let held = first.charge_id();
+        // The client holds an id the database no longer has.
+        assert_eq!((app.charges(), app.keys()), (0, 0));
+        app.get_as(crate::support::DEMO_KEY, &format!("/charges/{held}"))
+            .await
+            .assert_problem(404, "not-found");
+        let state = app.get_json("/demo/state").await;
+        assert_eq!(state["charges"].as_array().unwrap().len(), 0);
+        // To the key, the charge never happened: its retry is a first charge.
+        let retry = app.charge("k-forgotten", &body).await;
+        assert_eq!(retry.status, 201);
+        assert!(!retry.replayed());
+        assert_ne!(retry.charge_id(), held);
+        assert_eq!((app.charges(), app.keys()), (1, 1));
+        // Only where a commit can be forgotten.
+        let refused = app
+            .refund_with(
+                "k-forget-refund",
+                &retry.charge_id().to_string(),
+                &serde_json::json!({"amount": 1}),
+                &[("demo-fault", "forget-commit")],
+            )
+            .await;
+        refused.assert_problem(400, "invalid-request");
+    }
+
+    async fn abandon_leaves_a_key_first_claim_in_progress_until_its_lease_runs_out() {
+        let app = spawn_app().await;
+        let body = charge_body();
+        let key_first = ("demo-mode", "key-first");
+        let abandoned = app
+            .charge_with(
+                "k-abandoned",
+                &body,
+                &[key_first, ("demo-fault", "abandon, lease=1500")],
+            )
+            .await;
+        abandoned.assert_problem(504, "simulated-lost-response");
+        assert_eq!(app.charges(), 0, "abandoned before the operation");
+        assert_eq!(
+            app.count("idempotency_keys WHERE key = 'k-abandoned' AND status = 'in_progress'"),
+            1,
+            "the key stays in progress, as after a crash"
+        );
+        let state = app.get_json("/demo/state").await;
+        assert_eq!(state["idempotency_keys"][0]["lease_live"], true);
+        // While the lease holds, a retry hears 409 (in either design).
+        app.charge_with("k-abandoned", &body, &[key_first])
+            .await
+            .assert_problem(409, "idempotency-key-in-flight");
+        app.charge("k-abandoned", &body)
+            .await
+            .assert_problem(409, "idempotency-key-in-flight");
+        tokio::time::sleep(Duration::from_millis(1700)).await;
+        let taken_over = app.charge_with("k-abandoned", &body, &[key_first]).await;
+        assert_eq!(taken_over.status, 201, "{}", taken_over.body);
+        assert!(!taken_over.replayed());
+        assert_eq!((app.charges(), app.keys()), (1, 1));
+        assert_eq!(app.charge("k-abandoned", &body).await.charge_id(), taken_over.charge_id());
+        // abandon and lease are key-first's.
+        app.charge_with("k-atomic", &body, &[("demo-fault", "abandon")])
+            .await
+            .assert_problem(400, "invalid-request");
+        app.charge_with("k-lease", &body, &[key_first, ("demo-fault", "lease=500")])
+            .await
+            .assert_problem(400, "invalid-request");
+    }
+
     async fn the_page_reads_this_servers_settings_and_every_problem_type_from_demo_config() {
         let app = spawn_app_with(|s| {
             s.idempotency_lease = Duration::from_secs(7);

@@ -34,7 +34,7 @@ crate::on_both_backends! {
             "db_pool_wait_seconds_count",
             r#"db_pool_connections{state="idle"}"#,
             "idempotency_keys_purged_total",
-            "idempotency_concurrent_key_wait_seconds_count",
+            "idempotency_key_conflict_seconds_count",
         ] {
             assert!(metrics.body.contains(expected), "missing {expected}");
         }

@@ -27,7 +27,7 @@ crate::on_both_backends! {
         assert_eq!(app.charges(), 1);
         assert_eq!(
             app.count(&format!(
-                "idempotency_keys WHERE key = 'k-first' AND status = 'completed' AND response_status = 201 AND charge_id = '{id}' AND expires_at > {}", app.at(86_340)
+                "idempotency_keys k WHERE key = 'k-first' AND status = 'completed' AND response_status = 201 AND {} = '{id}' AND expires_at > {}", app.key_charge_id(), app.at(86_340)
             )),
             1
         );
@@ -164,7 +164,7 @@ crate::on_both_backends! {
         let new_id = retry.json()["id"].as_str().unwrap().to_owned();
         assert_eq!(
             app.count(&format!(
-                "idempotency_keys WHERE charge_id = '{new_id}' AND expires_at > {}", app.at(0)
+                "idempotency_keys k WHERE {} = '{new_id}' AND expires_at > {}", app.key_charge_id(), app.at(0)
             )),
             1
         );

@@ -117,7 +117,10 @@ crate::on_both_backends! {
         assert_eq!(reclaimed.header("idempotent-replayed"), None);
         assert_eq!((app.charges(), app.keys()), (1, 1));
         assert_eq!(
-            app.count("idempotency_keys WHERE status = 'completed' AND charge_id IS NOT NULL"),
+            app.count(&format!(
+                "idempotency_keys k WHERE status = 'completed' AND {} IS NOT NULL",
+                app.key_charge_id()
+            )),
             1
         );
     }

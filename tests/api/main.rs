@@ -11,6 +11,8 @@ mod fuzz;
 mod hardening;
 mod idempotency;
 mod key_first;
+mod layers;
+mod refunds;
 mod startup;
 mod validation;
 

@@ -388,7 +388,7 @@ async fn fail_over(replication: Replication) -> Figures {
     let count = |sql: &str| -> i64 { cluster.psql(new_primary, DATABASE, sql).parse().unwrap() };
     assert_eq!(
         count(
-            "SELECT count(*) FROM charges c LEFT JOIN idempotency_keys k ON k.charge_id = c.id WHERE k.key IS NULL"
+            "SELECT count(*) FROM charges c LEFT JOIN idempotency_keys k ON k.response_body->>'id' = c.id::text WHERE k.key IS NULL"
         ),
         0,
         "charges without their key"
@@ -402,8 +402,8 @@ async fn fail_over(replication: Replication) -> Figures {
             new_primary,
             DATABASE,
             &format!(
-                "SELECT k.status || ' ' || k.charge_id FROM idempotency_keys k \
-                 JOIN charges c ON c.id = k.charge_id WHERE k.key = '{key}'"
+                "SELECT k.status || ' ' || c.id FROM idempotency_keys k \
+                 JOIN charges c ON c.id::text = k.response_body->>'id' WHERE k.key = '{key}'"
             ),
         );
         if stored != format!("completed {id}") {
@@ -432,7 +432,7 @@ async fn fail_over(replication: Replication) -> Figures {
         .collect();
     assert_eq!(
         count(&format!(
-            "SELECT count(*) FROM charges c JOIN idempotency_keys k ON k.charge_id = c.id WHERE k.key IN ({})",
+            "SELECT count(*) FROM charges c JOIN idempotency_keys k ON k.response_body->>'id' = c.id::text WHERE k.key IN ({})",
             keys.join(",")
         )),
         KEYS as i64,

@@ -67,6 +67,12 @@ impl TestApp {
         self.db.execute(sql)
     }
 
+    /// SQL for the charge a key row `k` created (see
+    /// [`TestDatabase::key_charge_id`]).
+    pub fn key_charge_id(&self) -> &'static str {
+        self.db.key_charge_id()
+    }
+
     /// SQL for "`offset_secs` from now" on this app's backend.
     pub fn at(&self, offset_secs: i64) -> String {
         self.db.at(offset_secs)

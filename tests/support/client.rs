@@ -82,8 +82,23 @@ impl AppClient {
         body: &Value,
         headers: &[(&str, &str)],
     ) -> RequestBuilder {
+        self.write_request(Method::POST, "/charges", api_key, key, body, headers)
+    }
+
+    /// `method path` with a JSON body as the account whose key is
+    /// `api_key`, the Idempotency-Key (when given) sent as a Structured
+    /// Field string, and `headers` added.
+    pub fn write_request<'k>(
+        &self,
+        method: Method,
+        path: &str,
+        api_key: &str,
+        key: impl Into<Option<&'k str>>,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> RequestBuilder {
         let mut request = self
-            .request(Method::POST, "/charges")
+            .request(method, path)
             .bearer_auth(api_key)
             .header("content-type", "application/json")
             .body(body.to_string());
@@ -125,6 +140,46 @@ impl AppClient {
         headers: &[(&str, &str)],
     ) -> impl Future<Output = Captured> + 'static {
         let request = self.charge_request(api_key, key, body, headers);
+        async move { Captured::read(request.send().await.expect("request sent")).await }
+    }
+
+    /// `POST /charges/{charge}/refunds {"amount": amount}` as the demo
+    /// account. Built now and sent when awaited, like [`AppClient::charge`].
+    pub fn refund<'k>(
+        &self,
+        key: impl Into<Option<&'k str>>,
+        charge: &str,
+        amount: i64,
+    ) -> impl Future<Output = Captured> + 'static {
+        let path = format!("/charges/{charge}/refunds");
+        let body = serde_json::json!({ "amount": amount });
+        let request = self.write_request(Method::POST, &path, DEMO_KEY, key, &body, &[]);
+        async move { Captured::read(request.send().await.expect("request sent")).await }
+    }
+
+    /// [`AppClient::refund`] with any body and more headers.
+    pub fn refund_with<'k>(
+        &self,
+        key: impl Into<Option<&'k str>>,
+        charge: &str,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> impl Future<Output = Captured> + 'static {
+        let path = format!("/charges/{charge}/refunds");
+        let request = self.write_request(Method::POST, &path, DEMO_KEY, key, body, headers);
+        async move { Captured::read(request.send().await.expect("request sent")).await }
+    }
+
+    /// `PUT /charges/{charge}/description {"description": value}` as the
+    /// demo account.
+    pub fn set_description(
+        &self,
+        charge: &str,
+        value: Option<&str>,
+    ) -> impl Future<Output = Captured> + 'static {
+        let path = format!("/charges/{charge}/description");
+        let body = serde_json::json!({ "description": value });
+        let request = self.write_request(Method::PUT, &path, DEMO_KEY, None, &body, &[]);
         async move { Captured::read(request.send().await.expect("request sent")).await }
     }
 

@@ -205,9 +205,10 @@ impl TestDatabase {
             #[diesel(sql_type = Nullable<Text>)]
             charge_id: Option<String>,
         }
-        self.load::<Row>(
-            "SELECT key, status, CAST(charge_id AS TEXT) AS charge_id FROM idempotency_keys",
-        )
+        self.load::<Row>(&format!(
+            "SELECT key, status, {} AS charge_id FROM idempotency_keys k",
+            self.key_charge_id()
+        ))
         .into_iter()
         .map(|row| {
             let charge_id = row.charge_id.map(|id| {
@@ -242,31 +243,56 @@ impl TestDatabase {
         self.load::<Id>(&sql)[0].id
     }
 
+    /// SQL for the charge a key row `k` created: the id in its stored
+    /// response when that response is a charge, as text; NULL otherwise (an
+    /// in-progress row, a refund's key, a stored problem). The key table
+    /// keeps responses, not links to what ran under the key.
+    pub fn key_charge_id(&self) -> &'static str {
+        match self.backend() {
+            TestBackend::Postgres => {
+                "(CASE WHEN k.response_body->>'object' = 'charge' THEN k.response_body->>'id' END)"
+            }
+            TestBackend::Sqlite => {
+                "(CASE WHEN json_extract(k.response_body, '$.object') = 'charge' THEN json_extract(k.response_body, '$.id') END)"
+            }
+        }
+    }
+
+    /// SQL for a charge row `c`'s id as text, to compare with
+    /// [`key_charge_id`](Self::key_charge_id).
+    pub fn charge_id_text(&self) -> &'static str {
+        match self.backend() {
+            TestBackend::Postgres => "CAST(c.id AS TEXT)",
+            TestBackend::Sqlite => "c.id",
+        }
+    }
+
     /// The invariants that hold after any failure: no charge without the key
-    /// row that points at it (such a charge is the one a retry would repeat),
-    /// no completed key without its charge, no key that committed half-done,
-    /// no charge shared by two keys.
+    /// row whose response names it (such a charge is the one a retry would
+    /// repeat), no completed charge key without its charge, no key that
+    /// committed half-done, no charge named by two keys.
     #[track_caller]
     pub fn assert_consistent(&self) {
-        let orphans = self.count(
-            "charges c LEFT JOIN idempotency_keys k ON k.charge_id = c.id WHERE k.key IS NULL",
-        );
-        assert_eq!(orphans, 0, "charges without a key row pointing at them");
-        let hollow = self.count(
-            "idempotency_keys k LEFT JOIN charges c ON c.id = k.charge_id \
-             WHERE k.status = 'completed' AND c.id IS NULL",
-        );
+        let (kid, cid) = (self.key_charge_id(), self.charge_id_text());
+        let orphans = self.count(&format!(
+            "charges c LEFT JOIN idempotency_keys k ON {kid} = {cid} WHERE k.key IS NULL"
+        ));
+        assert_eq!(orphans, 0, "charges without a key row naming them");
+        let hollow = self.count(&format!(
+            "idempotency_keys k LEFT JOIN charges c ON {kid} = {cid} \
+             WHERE k.status = 'completed' AND {kid} IS NOT NULL AND c.id IS NULL"
+        ));
         assert_eq!(hollow, 0, "completed keys without their charge");
         let in_progress = self.count("idempotency_keys WHERE status <> 'completed'");
         assert_eq!(
             in_progress, 0,
             "committed key rows not completed (the key row, the charge and the response commit together)"
         );
-        let shared = self.count(
-            "(SELECT charge_id FROM idempotency_keys WHERE charge_id IS NOT NULL \
-             GROUP BY charge_id HAVING count(*) > 1) s",
-        );
-        assert_eq!(shared, 0, "charges that two keys point at");
+        let shared = self.count(&format!(
+            "(SELECT {kid} AS id FROM idempotency_keys k WHERE {kid} IS NOT NULL \
+             GROUP BY {kid} HAVING count(*) > 1) s"
+        ));
+        assert_eq!(shared, 0, "charges that two keys name");
     }
 
     fn pg_name(&self) -> &str {

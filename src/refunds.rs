@@ -1,0 +1,225 @@
+//! Refunds: `POST /charges/{id}/refunds {"amount": n}` gives back part of a
+//! charge. A refund is a delta ("refund 100"), so a retried one refunds again
+//! unless it carries an `Idempotency-Key`: it is the protocol's second
+//! operation, under the same `idempotency::execute` as a charge.
+//!
+//! What it answers is stored under the key, whatever it is: the 201, or a
+//! 400 `refund-exceeds-charge` when too little is left, or a 404 when the
+//! account has no such charge. Once the operation has run against the
+//! database, its answer is the key's, and a retry hears it again (Stripe
+//! does the same). Only what is refused before it runs (authentication, the
+//! headers, the body's validation) is not stored.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::charges::{PATH, charge_id};
+use crate::domain::NewRefund;
+use crate::idempotency::{self, SavedResponse};
+use crate::problem::{
+    ApiError, CONTENT_TYPE, NOT_FOUND, Problem, ProblemType, REFUND_EXCEEDS_CHARGE,
+};
+use crate::requests::{self, KeyUse, json_response, record_outcome, respond};
+use crate::state::AppState;
+use crate::store::{Refund, RefundReservation, Store, now_micros, time_text};
+
+/// A refund as the API shows it.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct RefundView {
+    pub id: Uuid,
+    /// Always `"refund"`.
+    #[schema(example = "refund")]
+    pub object: &'static str,
+    pub charge_id: Uuid,
+    /// In the charge's currency's minor unit.
+    #[schema(example = 100, minimum = 1, maximum = 99_999_999)]
+    pub amount: i64,
+    #[schema(example = "jpy")]
+    pub currency: String,
+    /// RFC 3339, UTC, microseconds.
+    #[schema(example = "2026-12-02T14:47:33.173074Z")]
+    pub created_at: String,
+}
+
+impl From<&Refund> for RefundView {
+    fn from(r: &Refund) -> Self {
+        RefundView {
+            id: r.id,
+            object: "refund",
+            charge_id: r.charge_id,
+            amount: r.amount,
+            currency: r.currency.clone(),
+            created_at: time_text(r.created_at),
+        }
+    }
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct RefundList {
+    /// Always `"list"`.
+    pub object: &'static str,
+    /// Newest first.
+    pub data: Vec<RefundView>,
+}
+
+/// The body of `POST /charges/{id}/refunds`. Unknown fields are rejected.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // Documentation only: parsed by `NewRefund::parse`.
+pub struct RefundRequestBody {
+    /// In the charge's currency's minor unit; at most what is left of it.
+    #[schema(example = 100, minimum = 1, maximum = 99_999_999)]
+    amount: i64,
+}
+
+/// The refund operation: reserve the amount on the charge (one conditional
+/// statement, so concurrent refunds never pass the charge's amount), then
+/// record the refund, and answer.
+fn refund(
+    tx: &mut dyn Store,
+    account_id: i64,
+    charge: Uuid,
+    amount: i64,
+) -> Result<SavedResponse, idempotency::Error> {
+    Ok(match tx.reserve_refund(account_id, charge, amount)? {
+        RefundReservation::Reserved(charge) => {
+            let refund = Refund {
+                id: Uuid::new_v4(),
+                charge_id: charge.id,
+                account_id,
+                amount,
+                currency: charge.currency,
+                created_at: now_micros(),
+            };
+            tx.insert_refund(&refund)?;
+            json_response(
+                StatusCode::CREATED,
+                Some(format!("{PATH}/{}/refunds/{}", charge.id, refund.id)),
+                serde_json::to_value(RefundView::from(&refund)).expect("a refund serializes"),
+            )
+        }
+        RefundReservation::NotEnoughLeft(charge) => problem(
+            &REFUND_EXCEEDS_CHARGE,
+            format!(
+                "This refund of {amount} is more than is left of the charge: {} of its {} {} refunded already, {} left. Nothing was refunded.",
+                charge.amount_refunded,
+                charge.amount,
+                charge.currency,
+                charge.amount - charge.amount_refunded
+            ),
+        ),
+        RefundReservation::NoSuchCharge => problem(
+            &NOT_FOUND,
+            "There is no such charge for your account; nothing was refunded.",
+        ),
+    })
+}
+
+/// A problem as a response to store (the operation's answer).
+fn problem(kind: &ProblemType, detail: impl Into<String>) -> SavedResponse {
+    SavedResponse {
+        status: kind.status,
+        headers: [("content-type".to_owned(), CONTENT_TYPE.to_owned())].into(),
+        body: serde_json::to_value(Problem::new(kind, detail)).expect("a problem serializes"),
+    }
+}
+
+/// Refund part or all of a charge. With an `Idempotency-Key`, at most once
+/// per key.
+#[utoipa::path(
+    post, path = "/charges/{id}/refunds", tag = "charges",
+    params(
+        ("id" = Uuid, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = crate::charges::IDEMPOTENCY_KEY_DOC),
+    ),
+    request_body(content = RefundRequestBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Refunded now, or replayed from the key (then with `Idempotent-Replayed: true`).", body = RefundView,
+            headers(
+                ("Location" = String, description = "`/charges/{id}/refunds/{refund_id}`"),
+                ("Idempotent-Replayed" = String, description = "`true` when this response was stored earlier for the same key and request"),
+            )),
+        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not-found`: no such charge for this account (stored under the key, like every answer of the operation)", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "`request-timeout`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`idempotency-key-in-flight` (key-first mode); retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 413, description = "`payload-too-large`: over 16 KiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`idempotency-key-reused`: the key was used with a different request (body or endpoint)", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn create(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
+    let charge = charge_id(&path)?;
+    let amount = NewRefund::parse(&request.body)
+        .map_err(|errors| ApiError::InvalidRequest {
+            detail: "The refund has invalid fields; see `errors`.".to_owned(),
+            errors,
+        })?
+        .amount
+        .get();
+    let account_id = request.account_id;
+    let operation = move |tx: &mut dyn Store| refund(tx, account_id, charge, amount);
+    match request.key.clone() {
+        Some(key) => requests::run_keyed(&req, &state, request, key, operation).await,
+        // No key: every retry refunds again (lesson 2 shows it).
+        None => {
+            let (pool, hooks) = (state.pool.clone(), request.hooks);
+            let response = web::block(move || -> Result<SavedResponse, ApiError> {
+                let mut conn = pool.checkout()?;
+                // Two statements that must commit together: a transaction.
+                Ok(conn.store().transaction(|tx| {
+                    let response = refund(tx, account_id, charge, amount)?;
+                    hooks.0.before_commit()?;
+                    Ok::<_, idempotency::Error>(response)
+                })?)
+            })
+            .await??;
+            record_outcome("no_key", "none");
+            Ok(respond(&response, false))
+        }
+    }
+}
+
+/// A charge's refunds, newest first.
+#[utoipa::path(
+    get, path = "/charges/{id}/refunds", tag = "charges",
+    params(("id" = Uuid, Path)),
+    responses(
+        (status = 200, body = RefundList),
+        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not-found` (also another account's charge)", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn list(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let account_id = state.accounts.authenticate(&req, &state.pool).await?;
+    let charge = charge_id(&path)?;
+    let pool = state.pool.clone();
+    let refunds = web::block(move || -> Result<Option<Vec<Refund>>, ApiError> {
+        let mut conn = pool.checkout()?;
+        let store = conn.store();
+        if store.find_charge(account_id, charge)?.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(store.list_refunds(account_id, charge)?))
+    })
+    .await??
+    .ok_or(ApiError::NotFound)?;
+    Ok(HttpResponse::Ok().json(RefundList {
+        object: "list",
+        data: refunds.iter().map(RefundView::from).collect(),
+    }))
+}

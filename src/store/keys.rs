@@ -1,0 +1,217 @@
+//! The `idempotency_keys` table, as the protocol in `idempotency/` uses it:
+//! one row per (account, key), its primary key. What a row says is decoded
+//! once, here, into a [`KeyState`]. The table knows nothing of what ran
+//! under a key: it keeps the request's fingerprint and the response to
+//! replay, whatever the operation was.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use diesel::result::Error as DieselError;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::QueryResult;
+
+/// The key store's steps; each backend writes each one once, in Diesel's
+/// query builder (`postgres/keys.rs`, `sqlite/keys.rs`).
+pub trait KeyStore {
+    /// The live (unexpired) row for a key, decoded, read without a lock.
+    fn find_live_key(&mut self, account_id: i64, key: &str) -> QueryResult<Option<KeyRecord>>;
+
+    /// `INSERT … ON CONFLICT (account_id, key) DO NOTHING RETURNING`: the
+    /// key row, as `status` says, or `None` if the key has a row already.
+    /// A concurrent transaction that inserted the same key and has not
+    /// committed makes this wait on the unique index entry until it commits
+    /// (then: `None`) or rolls back (then the row is ours).
+    fn insert_key(
+        &mut self,
+        request: &KeyedRequest<'_>,
+        status: NewKeyStatus<'_>,
+    ) -> QueryResult<Option<Claim>>;
+
+    /// Overwrites the key's row with a new one, as `insert_key` would have
+    /// written it, if the row may be taken over: it has expired (the purge
+    /// has not removed it yet), or it is a stuck in-progress row of the same
+    /// request whose lease has run out (its worker died between the
+    /// key-first design's two transactions). Of several requests racing for
+    /// one row, the row lock lets exactly one take it. Each backend writes
+    /// this rule once.
+    fn take_over_key(
+        &mut self,
+        request: &KeyedRequest<'_>,
+        status: NewKeyStatus<'_>,
+    ) -> QueryResult<Option<Claim>>;
+
+    /// Completes the claimed row with `response`, if it is still in
+    /// progress under this claim's lease; `false` when the lease was lost
+    /// (another request took the row over): then nothing is written.
+    fn complete_key(&mut self, claim: &Claim, response: &SavedResponse) -> QueryResult<bool>;
+
+    /// Deletes a claimed, still in-progress row (key-first: the operation
+    /// failed, so the retry must run as the first).
+    fn release_key(&mut self, claim: &Claim) -> QueryResult<usize>;
+
+    /// Deletes up to `batch` expired rows in one short statement.
+    fn purge_expired_keys(&mut self, batch: i64) -> QueryResult<usize>;
+}
+
+/// One keyed request, scoped to the account that sent it: what its key row
+/// is written from.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyedRequest<'a> {
+    pub account_id: i64,
+    pub key: &'a str,
+    /// What identifies the request (method, path, body).
+    pub fingerprint: &'a str,
+    /// How long the key is remembered.
+    pub ttl: Duration,
+    /// Key-first: how long a claim is protected before others may take it over.
+    pub lease: Duration,
+}
+
+/// How a new key row is written.
+#[derive(Debug, Clone, Copy)]
+pub enum NewKeyStatus<'a> {
+    /// Registered, its operation to run, under a fresh lease.
+    InProgress,
+    /// Already completed with its response: for an operation whose response
+    /// is known before it writes (see `idempotency::Operation`).
+    Completed(&'a SavedResponse),
+}
+
+/// The row a request registered, and the lease that lets it complete it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub account_id: i64,
+    pub key: String,
+    pub lease_token: Uuid,
+    /// Whether the row was written completed already.
+    pub completed: bool,
+}
+
+/// A response as stored in a key row and replayed byte for byte.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SavedResponse {
+    pub status: u16,
+    /// Lowercase header names; `BTreeMap` so the order is the same every time.
+    pub headers: BTreeMap<String, String>,
+    pub body: Value,
+}
+
+impl SavedResponse {
+    pub(crate) fn headers_json(&self) -> Value {
+        serde_json::to_value(&self.headers).expect("a string map serializes")
+    }
+}
+
+/// The `status` column's two values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyStatus {
+    InProgress,
+    Completed,
+}
+
+impl KeyStatus {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            KeyStatus::InProgress => "in_progress",
+            KeyStatus::Completed => "completed",
+        }
+    }
+}
+
+/// A live key row, decoded once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyRecord {
+    /// What identifies the request that registered the key.
+    pub fingerprint: String,
+    pub state: KeyState,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyState {
+    /// Registered, its operation not finished (key-first: between or inside
+    /// its two transactions). `lease_live`: its worker's lease
+    /// (`locked_until`) has not run out.
+    InProgress { lease_live: bool },
+    /// Finished: the response to replay.
+    Completed(SavedResponse),
+}
+
+/// A key row's columns as either backend reads them, before decoding.
+pub(crate) struct RawKeyRow {
+    pub fingerprint: String,
+    pub status: String,
+    pub lease_live: bool,
+    pub response_status: Option<i32>,
+    pub response_headers: Option<Value>,
+    pub response_body: Option<Value>,
+}
+
+impl RawKeyRow {
+    /// The one place a row's columns become a [`KeyState`].
+    pub(crate) fn decode(self) -> QueryResult<KeyRecord> {
+        let corrupt = |what: String| DieselError::DeserializationError(what.into());
+        let state = match self.status.as_str() {
+            s if s == KeyStatus::InProgress.as_str() => KeyState::InProgress {
+                lease_live: self.lease_live,
+            },
+            s if s == KeyStatus::Completed.as_str() => {
+                // The CHECK constraint rules a completed row without its
+                // response out: treat one as corruption, never as a replay.
+                let (Some(status), Some(headers), Some(body)) = (
+                    self.response_status,
+                    self.response_headers,
+                    self.response_body,
+                ) else {
+                    return Err(corrupt("a completed key row without its response".into()));
+                };
+                KeyState::Completed(SavedResponse {
+                    status: u16::try_from(status)
+                        .map_err(|_| corrupt(format!("response status {status}")))?,
+                    headers: serde_json::from_value(headers)
+                        .map_err(|e| DieselError::DeserializationError(Box::new(e)))?,
+                    body,
+                })
+            }
+            other => return Err(corrupt(format!("key status {other:?}"))),
+        };
+        Ok(KeyRecord {
+            fingerprint: self.fingerprint,
+            state,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(status: &str, lease_live: bool, response: bool) -> RawKeyRow {
+        RawKeyRow {
+            fingerprint: "sha256:f".into(),
+            status: status.into(),
+            lease_live,
+            response_status: response.then_some(201),
+            response_headers: response.then(|| serde_json::json!({"location": "/charges/1"})),
+            response_body: response.then(|| serde_json::json!({"id": 1})),
+        }
+    }
+
+    #[test]
+    fn a_row_decodes_into_its_state_once() {
+        assert_eq!(
+            raw("in_progress", true, false).decode().unwrap().state,
+            KeyState::InProgress { lease_live: true }
+        );
+        let KeyState::Completed(response) = raw("completed", false, true).decode().unwrap().state
+        else {
+            panic!("completed");
+        };
+        assert_eq!(response.status, 201);
+        assert_eq!(response.headers["location"], "/charges/1");
+        assert!(raw("completed", false, false).decode().is_err());
+        assert!(raw("done", false, true).decode().is_err());
+    }
+}

@@ -1,0 +1,213 @@
+//! The key store's steps on PostgreSQL, each one statement of Diesel's
+//! query builder; times on the database's clock.
+
+use std::time::Duration;
+
+use diesel::dsl::{AsExprOf, now, sql};
+use diesel::expression::{SqlLiteral, UncheckedBind};
+use diesel::pg::PgConnection;
+use diesel::pg::data_types::PgInterval;
+use diesel::prelude::*;
+use diesel::sql_types::{Interval, Timestamptz};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{Prepared, note};
+use crate::schema::idempotency_keys as keys;
+use crate::store::QueryResult;
+use crate::store::keys::{
+    Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, RawKeyRow, SavedResponse,
+};
+
+const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
+const COMPLETED: &str = KeyStatus::Completed.as_str();
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = keys, check_for_backend(diesel::pg::Pg))]
+struct KeyRow {
+    fingerprint: String,
+    status: String,
+    response_status: Option<i16>,
+    response_headers: Option<Value>,
+    response_body: Option<Value>,
+    /// `locked_until` is still ahead (meaningful for in-progress rows).
+    #[diesel(select_expression = keys::locked_until.gt(now))]
+    #[diesel(select_expression_type = diesel::dsl::Gt<keys::locked_until, now>)]
+    lease_live: bool,
+}
+
+/// `now() + d`, on the database's clock.
+fn from_now(d: Duration) -> UncheckedBind<SqlLiteral<Timestamptz>, AsExprOf<PgInterval, Interval>> {
+    let micros = i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+    sql::<Timestamptz>("now() + ").bind::<Interval, _>(PgInterval::from_microseconds(micros))
+}
+
+fn status_code(response: &SavedResponse) -> QueryResult<i16> {
+    i16::try_from(response.status)
+        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
+}
+
+/// Every column of a new key row, as `insert_key` writes it and
+/// `take_over_key` writes it over a row it takes. A completed row's lease
+/// is over at once; an in-progress one is protected for the lease.
+macro_rules! new_row {
+    ($request:expr, $status:expr, $lease_token:expr) => {{
+        let (status, code, headers, body, lease) = match $status {
+            NewKeyStatus::InProgress => (IN_PROGRESS, None, None, None, $request.lease),
+            NewKeyStatus::Completed(response) => (
+                COMPLETED,
+                Some(status_code(response)?),
+                Some(response.headers_json()),
+                Some(&response.body),
+                Duration::ZERO,
+            ),
+        };
+        (
+            keys::fingerprint.eq($request.fingerprint),
+            keys::status.eq(status),
+            keys::response_status.eq(code),
+            keys::response_headers.eq(headers),
+            keys::response_body.eq(body),
+            keys::created_at.eq(now),
+            keys::expires_at.eq(from_now($request.ttl)),
+            keys::locked_until.eq(from_now(lease)),
+            keys::lease_token.eq($lease_token),
+        )
+    }};
+}
+
+fn claim(request: &KeyedRequest<'_>, lease_token: Uuid, status: NewKeyStatus<'_>) -> Claim {
+    Claim {
+        account_id: request.account_id,
+        key: request.key.to_owned(),
+        lease_token,
+        completed: matches!(status, NewKeyStatus::Completed(_)),
+    }
+}
+
+impl KeyStore for PgConnection {
+    fn find_live_key(&mut self, account_id: i64, key: &str) -> QueryResult<Option<KeyRecord>> {
+        let row: Option<KeyRow> = keys::table
+            .filter(keys::account_id.eq(account_id))
+            .filter(keys::key.eq(key))
+            .filter(keys::expires_at.gt(now))
+            .select(KeyRow::as_select())
+            .first(self)
+            .inspect_err(note)
+            .optional()?;
+        row.map(|r| {
+            RawKeyRow {
+                fingerprint: r.fingerprint,
+                status: r.status,
+                lease_live: r.lease_live,
+                response_status: r.response_status.map(i32::from),
+                response_headers: r.response_headers,
+                response_body: r.response_body,
+            }
+            .decode()
+        })
+        .transpose()
+    }
+
+    fn insert_key(
+        &mut self,
+        request: &KeyedRequest<'_>,
+        status: NewKeyStatus<'_>,
+    ) -> QueryResult<Option<Claim>> {
+        let lease_token = Uuid::new_v4();
+        let inserted: Option<Uuid> = Prepared(
+            diesel::insert_into(keys::table)
+                .values((
+                    keys::account_id.eq(request.account_id),
+                    keys::key.eq(request.key),
+                    new_row!(request, status, lease_token),
+                ))
+                .on_conflict((keys::account_id, keys::key))
+                .do_nothing()
+                .returning(keys::lease_token),
+        )
+        .get_result(self)
+        .inspect_err(note)
+        .optional()?;
+        Ok(inserted.map(|token| claim(request, token, status)))
+    }
+
+    fn take_over_key(
+        &mut self,
+        request: &KeyedRequest<'_>,
+        status: NewKeyStatus<'_>,
+    ) -> QueryResult<Option<Claim>> {
+        let lease_token = Uuid::new_v4();
+        // The takeover rule: expired, or a stuck in-progress row of this
+        // same request whose lease has run out.
+        let takeable = keys::expires_at.le(now).or(keys::status
+            .eq(IN_PROGRESS)
+            .and(keys::locked_until.lt(now))
+            .and(keys::fingerprint.eq(request.fingerprint)));
+        let taken: Option<Uuid> = Prepared(
+            diesel::update(
+                keys::table
+                    .filter(keys::account_id.eq(request.account_id))
+                    .filter(keys::key.eq(request.key))
+                    .filter(takeable),
+            )
+            .set(new_row!(request, status, lease_token))
+            .returning(keys::lease_token),
+        )
+        .get_result(self)
+        .inspect_err(note)
+        .optional()?;
+        Ok(taken.map(|token| claim(request, token, status)))
+    }
+
+    fn complete_key(&mut self, claim: &Claim, response: &SavedResponse) -> QueryResult<bool> {
+        let completed: Option<Uuid> = Prepared(
+            diesel::update(
+                keys::table
+                    .filter(keys::account_id.eq(claim.account_id))
+                    .filter(keys::key.eq(&claim.key))
+                    .filter(keys::status.eq(IN_PROGRESS))
+                    .filter(keys::lease_token.eq(claim.lease_token)),
+            )
+            .set((
+                keys::status.eq(COMPLETED),
+                keys::response_status.eq(status_code(response)?),
+                keys::response_headers.eq(response.headers_json()),
+                keys::response_body.eq(&response.body),
+            ))
+            .returning(keys::lease_token),
+        )
+        .get_result(self)
+        .inspect_err(note)
+        .optional()?;
+        Ok(completed.is_some())
+    }
+
+    fn release_key(&mut self, claim: &Claim) -> QueryResult<usize> {
+        diesel::delete(
+            keys::table
+                .filter(keys::account_id.eq(claim.account_id))
+                .filter(keys::key.eq(&claim.key))
+                .filter(keys::status.eq(IN_PROGRESS))
+                .filter(keys::lease_token.eq(claim.lease_token)),
+        )
+        .execute(self)
+        .inspect_err(note)
+    }
+
+    /// `SKIP LOCKED` keeps the purge off rows a request is taking over right
+    /// now, and lets several instances purge at once without waiting on
+    /// each other. No `ORDER BY`: any expired rows will do, found through
+    /// the BRIN index on `expires_at` without sorting them. (Diesel's query
+    /// builder has no `ctid` nor `FOR UPDATE` in a subquery: plain SQL.)
+    fn purge_expired_keys(&mut self, batch: i64) -> QueryResult<usize> {
+        diesel::sql_query(
+            "DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(\
+               SELECT ctid FROM idempotency_keys WHERE expires_at <= now() \
+               LIMIT $1 FOR UPDATE SKIP LOCKED))",
+        )
+        .bind::<diesel::sql_types::BigInt, _>(batch)
+        .execute(self)
+        .inspect_err(note)
+    }
+}

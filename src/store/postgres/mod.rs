@@ -1,0 +1,118 @@
+//! The store on PostgreSQL, the reference backend: Diesel's query builder
+//! over `schema.rs`, one file per table. Every time a key row is compared
+//! with is the database's clock (`now()`), so several app instances agree
+//! on what has expired.
+
+mod accounts;
+mod charges;
+mod keys;
+
+use diesel::pg::PgConnection;
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+
+use super::{AnyConnection, Backend, Failure, QueryResult, Store, classify};
+
+const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+/// The advisory lock migrations run under: "charges" in ASCII.
+const MIGRATION_LOCK: i64 = 0x0063_6861_7267_6573;
+
+thread_local! {
+    /// A query on this thread failed in a way that says its connection is
+    /// no longer usable: dead, cut by the server, or now a read-only
+    /// standby. The pool reads it when the connection comes back (on the
+    /// same thread: a connection is used by one `web::block` closure at a
+    /// time).
+    static CONNECTION_SUSPECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Every query's error passes here on its way out (`.inspect_err(note)`).
+fn note(error: &diesel::result::Error) {
+    if classify(error) == Failure::ConnectionLost {
+        CONNECTION_SUSPECT.with(|s| s.set(true));
+    }
+}
+
+/// Whether a query on this thread found its connection lost since the last
+/// call (and forgets it).
+pub(super) fn take_connection_suspect() -> bool {
+    CONNECTION_SUSPECT.with(|s| s.replace(false))
+}
+
+impl Store for PgConnection {
+    fn backend(&self) -> Backend {
+        Backend::Postgres
+    }
+
+    fn in_transaction(
+        &mut self,
+        work: &mut dyn FnMut(&mut dyn Store) -> QueryResult<()>,
+    ) -> QueryResult<()> {
+        self.build_transaction()
+            .read_committed()
+            .run(|tx| work(tx))
+            .inspect_err(note)
+    }
+
+    fn migrate(&mut self) -> Result<Vec<String>, String> {
+        let lock = |conn: &mut PgConnection, sql: &str| {
+            diesel::sql_query(sql)
+                .bind::<BigInt, _>(MIGRATION_LOCK)
+                .execute(conn)
+                .map_err(|e| e.to_string())
+        };
+        lock(self, "SELECT pg_advisory_lock($1)")?;
+        let applied = self
+            .run_pending_migrations(MIGRATIONS)
+            .map(|applied| applied.iter().map(|m| m.to_string()).collect())
+            .map_err(|e| e.to_string());
+        lock(self, "SELECT pg_advisory_unlock($1)")?;
+        applied
+    }
+
+    fn ping(&mut self) -> QueryResult<()> {
+        diesel::sql_query("SELECT 1")
+            .execute(self)
+            .inspect_err(note)
+            .map(|_| ())
+    }
+
+    fn connection(&mut self) -> AnyConnection<'_> {
+        AnyConnection::Pg(self)
+    }
+}
+
+/// A statement whose SQL text is the same every time it runs: no optional
+/// parts, no IN lists. Diesel never caches upserts, UPDATEs or SQL literals
+/// as prepared statements, because in general their text can vary; ours
+/// cannot, and wrapping them lets PostgreSQL plan them once per connection
+/// instead of on every request (the cache is keyed by the SQL text). Run it
+/// with `get_result`/`load`: Diesel's `execute` path ignores the wrapper.
+#[derive(Debug, Clone, Copy)]
+struct Prepared<Q>(Q);
+
+impl<Q> diesel::query_builder::QueryId for Prepared<Q> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<Q: diesel::query_builder::Query> diesel::query_builder::Query for Prepared<Q> {
+    type SqlType = Q::SqlType;
+}
+
+impl<Q, DB> diesel::query_builder::QueryFragment<DB> for Prepared<Q>
+where
+    DB: diesel::backend::Backend,
+    Q: diesel::query_builder::QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, pass: diesel::query_builder::AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        self.0.walk_ast(pass)
+    }
+
+    fn is_safe_to_cache_prepared(&self, _backend: &DB) -> QueryResult<bool> {
+        Ok(true)
+    }
+}
+
+impl<Q, Conn> RunQueryDsl<Conn> for Prepared<Q> {}

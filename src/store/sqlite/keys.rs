@@ -1,0 +1,186 @@
+//! The key store's steps on SQLite, each one statement of Diesel's query
+//! builder; times on the app's clock, as text.
+
+use diesel::prelude::*;
+use diesel::sqlite::SqliteConnection;
+use uuid::Uuid;
+
+use super::schema::idempotency_keys as keys;
+use super::{from_now, now_text};
+use crate::store::QueryResult;
+use crate::store::keys::{
+    Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, RawKeyRow, SavedResponse,
+};
+
+const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
+const COMPLETED: &str = KeyStatus::Completed.as_str();
+
+fn json_column(text: Option<String>) -> QueryResult<Option<serde_json::Value>> {
+    text.map(|t| {
+        serde_json::from_str(&t)
+            .map_err(|e| diesel::result::Error::DeserializationError(Box::new(e)))
+    })
+    .transpose()
+}
+
+/// Every column of a new key row, as `insert_key` writes it and
+/// `take_over_key` writes it over a row it takes. A completed row's lease
+/// is over at once; an in-progress one is protected for the lease.
+macro_rules! new_row {
+    ($request:expr, $status:expr, $lease_token:expr) => {{
+        let now = now_text();
+        let (status, code, headers, body, locked_until) = match $status {
+            NewKeyStatus::InProgress => (IN_PROGRESS, None, None, None, from_now($request.lease)),
+            NewKeyStatus::Completed(response) => (
+                COMPLETED,
+                Some(i32::from(response.status)),
+                Some(response.headers_json().to_string()),
+                Some(response.body.to_string()),
+                now.clone(),
+            ),
+        };
+        (
+            keys::fingerprint.eq($request.fingerprint),
+            keys::status.eq(status),
+            keys::response_status.eq(code),
+            keys::response_headers.eq(headers),
+            keys::response_body.eq(body),
+            keys::created_at.eq(now),
+            keys::expires_at.eq(from_now($request.ttl)),
+            keys::locked_until.eq(locked_until),
+            keys::lease_token.eq($lease_token.to_string()),
+        )
+    }};
+}
+
+fn claim(request: &KeyedRequest<'_>, lease_token: Uuid, status: NewKeyStatus<'_>) -> Claim {
+    Claim {
+        account_id: request.account_id,
+        key: request.key.to_owned(),
+        lease_token,
+        completed: matches!(status, NewKeyStatus::Completed(_)),
+    }
+}
+
+impl KeyStore for SqliteConnection {
+    fn find_live_key(&mut self, account_id: i64, key: &str) -> QueryResult<Option<KeyRecord>> {
+        type Row = (
+            String,
+            String,
+            Option<i32>,
+            Option<String>,
+            Option<String>,
+            String,
+        );
+        let now = now_text();
+        let row: Option<Row> = keys::table
+            .filter(keys::account_id.eq(account_id))
+            .filter(keys::key.eq(key))
+            .filter(keys::expires_at.gt(&now))
+            .select((
+                keys::fingerprint,
+                keys::status,
+                keys::response_status,
+                keys::response_headers,
+                keys::response_body,
+                keys::locked_until,
+            ))
+            .first(self)
+            .optional()?;
+        row.map(|(fingerprint, status, code, headers, body, locked_until)| {
+            RawKeyRow {
+                fingerprint,
+                status,
+                lease_live: locked_until > now,
+                response_status: code,
+                response_headers: json_column(headers)?,
+                response_body: json_column(body)?,
+            }
+            .decode()
+        })
+        .transpose()
+    }
+
+    fn insert_key(
+        &mut self,
+        request: &KeyedRequest<'_>,
+        status: NewKeyStatus<'_>,
+    ) -> QueryResult<Option<Claim>> {
+        let lease_token = Uuid::new_v4();
+        let inserted = diesel::insert_into(keys::table)
+            .values((
+                keys::account_id.eq(request.account_id),
+                keys::key.eq(request.key),
+                new_row!(request, status, lease_token),
+            ))
+            .on_conflict((keys::account_id, keys::key))
+            .do_nothing()
+            .execute(self)?;
+        Ok((inserted == 1).then(|| claim(request, lease_token, status)))
+    }
+
+    fn take_over_key(
+        &mut self,
+        request: &KeyedRequest<'_>,
+        status: NewKeyStatus<'_>,
+    ) -> QueryResult<Option<Claim>> {
+        let lease_token = Uuid::new_v4();
+        let now = now_text();
+        // The takeover rule: expired, or a stuck in-progress row of this
+        // same request whose lease has run out.
+        let takeable = keys::expires_at.le(now.clone()).or(keys::status
+            .eq(IN_PROGRESS)
+            .and(keys::locked_until.lt(now))
+            .and(keys::fingerprint.eq(request.fingerprint)));
+        let taken = diesel::update(
+            keys::table
+                .filter(keys::account_id.eq(request.account_id))
+                .filter(keys::key.eq(request.key))
+                .filter(takeable),
+        )
+        .set(new_row!(request, status, lease_token))
+        .execute(self)?;
+        Ok((taken == 1).then(|| claim(request, lease_token, status)))
+    }
+
+    fn complete_key(&mut self, claim: &Claim, response: &SavedResponse) -> QueryResult<bool> {
+        let completed = diesel::update(
+            keys::table
+                .filter(keys::account_id.eq(claim.account_id))
+                .filter(keys::key.eq(&claim.key))
+                .filter(keys::status.eq(IN_PROGRESS))
+                .filter(keys::lease_token.eq(claim.lease_token.to_string())),
+        )
+        .set((
+            keys::status.eq(COMPLETED),
+            keys::response_status.eq(i32::from(response.status)),
+            keys::response_headers.eq(response.headers_json().to_string()),
+            keys::response_body.eq(response.body.to_string()),
+        ))
+        .execute(self)?;
+        Ok(completed == 1)
+    }
+
+    fn release_key(&mut self, claim: &Claim) -> QueryResult<usize> {
+        diesel::delete(
+            keys::table
+                .filter(keys::account_id.eq(claim.account_id))
+                .filter(keys::key.eq(&claim.key))
+                .filter(keys::status.eq(IN_PROGRESS))
+                .filter(keys::lease_token.eq(claim.lease_token.to_string())),
+        )
+        .execute(self)
+    }
+
+    /// Oldest first, by rowid (the primary key is a pair, which Diesel's
+    /// `IN` cannot spell): plain SQL.
+    fn purge_expired_keys(&mut self, batch: i64) -> QueryResult<usize> {
+        diesel::sql_query(
+            "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys \
+             WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)",
+        )
+        .bind::<diesel::sql_types::Text, _>(now_text())
+        .bind::<diesel::sql_types::BigInt, _>(batch)
+        .execute(self)
+    }
+}

@@ -1,0 +1,69 @@
+//! The store on SQLite, the zero-setup default: Diesel's query builder over
+//! [`schema`] (`migrations/sqlite`), where UUIDs, JSON and times are TEXT,
+//! one file per table. SQLite is one local file, so its clock is the app's:
+//! every time is written by the app as fixed-width RFC 3339 text
+//! ([`time_text`]), so comparing the text compares the times.
+
+mod accounts;
+mod charges;
+mod keys;
+pub mod schema;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sqlite::SqliteConnection;
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use uuid::Uuid;
+
+use super::{AnyConnection, Backend, QueryResult, Store, time_text};
+
+const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+
+fn now_text() -> String {
+    time_text(Utc::now())
+}
+
+/// `now + d` as SQLite stores times.
+fn from_now(d: Duration) -> String {
+    time_text(Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
+}
+
+fn parse_time(text: &str) -> QueryResult<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| diesel::result::Error::DeserializationError(Box::new(e)))
+}
+
+fn parse_uuid(text: &str) -> QueryResult<Uuid> {
+    Uuid::parse_str(text).map_err(|e| diesel::result::Error::DeserializationError(Box::new(e)))
+}
+
+impl Store for SqliteConnection {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    fn in_transaction(
+        &mut self,
+        work: &mut dyn FnMut(&mut dyn Store) -> QueryResult<()>,
+    ) -> QueryResult<()> {
+        self.immediate_transaction(|tx| work(tx))
+    }
+
+    /// SQLite's write lock makes instances starting at once take turns.
+    fn migrate(&mut self) -> Result<Vec<String>, String> {
+        self.run_pending_migrations(MIGRATIONS)
+            .map(|applied| applied.iter().map(|m| m.to_string()).collect())
+            .map_err(|e| e.to_string())
+    }
+
+    fn ping(&mut self) -> QueryResult<()> {
+        diesel::sql_query("SELECT 1").execute(self).map(|_| ())
+    }
+
+    fn connection(&mut self) -> AnyConnection<'_> {
+        AnyConnection::Sqlite(self)
+    }
+}

@@ -1,0 +1,74 @@
+//! The SQLite schema of `migrations/sqlite`, for Diesel's query builder:
+//! `src/schema.rs` in SQLite's types (UUIDs, JSON and times are TEXT, times
+//! as fixed-width RFC 3339 so that text order is time order). Written by
+//! hand: `diesel print-schema` is pointed at PostgreSQL, the reference.
+
+diesel::table! {
+    accounts (id) {
+        id -> BigInt,
+        name -> Text,
+        api_key_sha256 -> Text,
+        created_at -> Text,
+        revoked_at -> Nullable<Text>,
+        demo -> Bool,
+    }
+}
+
+diesel::table! {
+    charges (id) {
+        id -> Text,
+        account_id -> BigInt,
+        amount -> BigInt,
+        currency -> Text,
+        description -> Nullable<Text>,
+        created_at -> Text,
+        amount_refunded -> BigInt,
+    }
+}
+
+diesel::table! {
+    demo_unguarded_keys (id) {
+        id -> BigInt,
+        account_id -> BigInt,
+        key -> Text,
+        fingerprint -> Text,
+        charge_id -> Text,
+        response_body -> Text,
+        created_at -> Text,
+    }
+}
+
+diesel::table! {
+    idempotency_keys (account_id, key) {
+        account_id -> BigInt,
+        key -> Text,
+        fingerprint -> Text,
+        status -> Text,
+        response_status -> Nullable<Integer>,
+        response_headers -> Nullable<Text>,
+        response_body -> Nullable<Text>,
+        created_at -> Text,
+        expires_at -> Text,
+        locked_until -> Text,
+        lease_token -> Text,
+    }
+}
+
+diesel::table! {
+    refunds (id) {
+        id -> Text,
+        charge_id -> Text,
+        account_id -> BigInt,
+        amount -> BigInt,
+        currency -> Text,
+        created_at -> Text,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(
+    accounts,
+    charges,
+    demo_unguarded_keys,
+    idempotency_keys,
+    refunds,
+);

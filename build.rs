@@ -22,7 +22,11 @@ fn main() {
         .is_ok_and(|o| o.status.success());
     let npm_packages = ["playwright-core/package.json", "axe-core/axe.min.js"]
         .iter()
-        .all(|file| std::path::Path::new("tests/browser/node_modules").join(file).exists());
+        .all(|file| {
+            std::path::Path::new("tests/browser/node_modules")
+                .join(file)
+                .exists()
+        });
     let browser = std::path::Path::new(&chromium).exists();
     let missing: Vec<&str> = [("node", node), ("npm", npm_packages), ("chromium", browser)]
         .into_iter()

@@ -143,9 +143,17 @@ async fn run_lessons(backend: support::TestBackend) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
-    let sections = (1..=6)
-        .map(|n| format!("lesson-{n}"))
-        .chain(["self-check".to_owned()]);
+    let sections = [
+        "load",
+        "lesson-1",
+        "lesson-2",
+        "lesson-3",
+        "lesson-4-atomic",
+        "lesson-4-key-first",
+        "lesson-5",
+        "lesson-6",
+        "self-check",
+    ];
     for section in sections {
         for view in ["en-desktop", "ja-desktop", "ja-phone", "en-phone"] {
             let file = format!("artifacts/browser/{name}/{section}-{view}.png");

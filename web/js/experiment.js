@@ -310,7 +310,9 @@ export class Experiment {
     v.dataset.tone = tone;
     v.dataset.newCharges = String(newCharges ?? this.ctx.newCharges().length);
     v.className = `verdict verdict-${tone}`;
-    v.innerHTML = `<strong class="verdict-title"><span class="verdict-icon" aria-hidden="true">${VERDICT_ICON[tone]}</span>${esc(t(`exp.result.${tone}`))}</strong> <span>${tHtml(`${key}.${ok ? 'ok' : 'bad'}.html`, params)}</span>`;
+    // A parameter may be a thunk (an amount, a span of time), so it is told in the language of the moment.
+    const resolved = Object.fromEntries(Object.entries(params).map(([name, value]) => [name, typeof value === 'function' ? value() : value]));
+    v.innerHTML = `<strong class="verdict-title"><span class="verdict-icon" aria-hidden="true">${VERDICT_ICON[tone]}</span>${esc(t(`exp.result.${tone}`))}</strong> <span>${tHtml(`${key}.${ok ? 'ok' : 'bad'}.html`, resolved)}</span>`;
   }
 
   /** A lesson's running figure (lesson 2: the amount left to refund), one value per step. */

@@ -631,7 +631,7 @@ const lesson2NoKey = experiment({
     const refunds = refundsOf(ctx);
     const refunded = chargeOf(ctx)?.amount_refunded ?? null;
     const ok = refunds.length === 3 && refunded === 3 * L2_REFUND;
-    return { ok, key: 'l2.nokey.verdict', params: { n: refunds.length, refunded: fmtAmount(refunded ?? 0, 'jpy'), left: fmtAmount(L2_AMOUNT - (refunded ?? 0), 'jpy') } };
+    return { ok, key: 'l2.nokey.verdict', params: { n: refunds.length, refunded: () => fmtAmount(refunded ?? 0, 'jpy'), left: () => fmtAmount(L2_AMOUNT - (refunded ?? 0), 'jpy') } };
   },
 });
 
@@ -647,7 +647,7 @@ const lesson2Key = experiment({
     const d = ctx.records.D;
     const same = refunds.length === 1 && d?.json?.id === refunds[0].id;
     const ok = refunds.length === 1 && refunded === L2_REFUND && outcomeOf(d) === REPLAYED && same;
-    return { ok, key: 'l2.key.verdict', params: { n: refunds.length, refunded: fmtAmount(refunded ?? 0, 'jpy'), replayed: d?.replayed ?? false, same } };
+    return { ok, key: 'l2.key.verdict', params: { n: refunds.length, refunded: () => fmtAmount(refunded ?? 0, 'jpy'), replayed: d?.replayed ?? false, same } };
   },
 });
 
@@ -825,7 +825,7 @@ const lesson6Abandon = experiment({
     return {
       ok,
       key: 'l6.abandon.verdict',
-      params: { a: A?.status ?? '—', row: row?.status ?? '—', b: B?.status ?? '—', c: C?.status ?? '—', n: fresh.length, waited: fmtSpan(ctx.vars.waitedMs ?? 0) },
+      params: { a: A?.status ?? '—', row: row?.status ?? '—', b: B?.status ?? '—', c: C?.status ?? '—', n: fresh.length, waited: () => fmtSpan(ctx.vars.waitedMs ?? 0) },
     };
   },
 });

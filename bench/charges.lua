@@ -7,6 +7,10 @@
 --        naive   no Idempotency-Key at all
 --        replay  cycle over REPLAY_KEYS keys shared by all threads: after the
 --                warm-up has completed them, every request is a replay
+--        refund  POST /charges/{id}/refunds {"amount": 1} with a new key on
+--                every request, over the charges whose ids are the lines of
+--                the file named by the environment's BENCH_REFUND_CHARGES
+--                (spread so that concurrent refunds rarely share a charge)
 -- PHASE  a small integer, unique per phase of one run, so the keys of two
 --        phases never collide
 --
@@ -22,6 +26,9 @@ local headers = {
   ["Content-Type"] = "application/json",
 }
 
+local refund_body = '{"amount":1}'
+local refund_charges = {}
+
 local threads_seen = 0
 
 function setup(thread)
@@ -36,8 +43,16 @@ function init(args)
   mode = args[1] or "fresh"
   phase = tonumber(args[2] or "0") or 0
   replay_keys = tonumber(args[3] or "256") or 256
-  if mode ~= "fresh" and mode ~= "naive" and mode ~= "replay" then
+  if mode ~= "fresh" and mode ~= "naive" and mode ~= "replay" and mode ~= "refund" then
     error("charges.lua: unknown mode " .. tostring(mode))
+  end
+  if mode == "refund" then
+    for line in io.lines(os.getenv("BENCH_REFUND_CHARGES")) do
+      refund_charges[#refund_charges + 1] = line
+    end
+    if #refund_charges == 0 then
+      error("charges.lua: no charges to refund in " .. tostring(os.getenv("BENCH_REFUND_CHARGES")))
+    end
   end
   math.randomseed(os.time() * 1000 + (tid or 0) * 7919 + phase)
 end
@@ -57,6 +72,10 @@ function request()
   counter = counter + 1
   if mode == "naive" then
     headers["Idempotency-Key"] = nil
+  elseif mode == "refund" then
+    headers["Idempotency-Key"] = fresh_key()
+    local charge = refund_charges[math.random(1, #refund_charges)]
+    return wrk.format("POST", "/charges/" .. charge .. "/refunds", headers, refund_body)
   elseif mode == "fresh" then
     headers["Idempotency-Key"] = fresh_key()
   else

@@ -4,5 +4,5 @@
 -- limit.sql it gives the ceiling of the ratio keyed / plain: what PostgreSQL
 -- itself does with the two statements, with no server in front.
 \set cid random(0, 9223372036854775806)
-INSERT INTO charges (id, account_id, amount, currency, description, created_at)
-VALUES (md5(:cid::text)::uuid, :account, 1000, 'jpy', 'bench', now());
+INSERT INTO charges (id, account_id, amount, amount_refunded, currency, description, created_at)
+VALUES (md5(:cid::text)::uuid, :account, 1000, 0, 'jpy', 'bench', now());

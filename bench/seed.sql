@@ -12,7 +12,8 @@ WITH c AS (
     RETURNING id, amount, currency, description, created_at
 )
 INSERT INTO idempotency_keys (account_id, key, fingerprint, status, response_status,
-                              response_headers, response_body, charge_id, created_at, expires_at)
+                              response_headers, response_body, created_at, expires_at,
+                              locked_until, lease_token)
 SELECT :account, gen_random_uuid()::text,
        'sha256:' || encode(sha256(c.id::text::bytea), 'hex'),
        'completed', 201,
@@ -20,5 +21,5 @@ SELECT :account, gen_random_uuid()::text,
        jsonb_build_object('id', c.id, 'object', 'charge', 'amount', c.amount,
                           'currency', c.currency, 'description', c.description,
                           'created_at', (to_jsonb(c.created_at AT TIME ZONE 'UTC') #>> '{}') || 'Z'),
-       c.id, c.created_at, c.created_at + interval '24 hours'
+       c.created_at, c.created_at + interval '24 hours', c.created_at, gen_random_uuid()
   FROM c;

@@ -2,7 +2,7 @@
 //! stored only as its SHA-256 digest; a request's key is hashed and looked
 //! up, never compared in clear.
 //!
-//! The seeded demo account (demo mode, see `demo.rs`) is flagged `demo`: its
+//! The seeded demo account (demo mode, see `demo/`) is flagged `demo`: its
 //! key is public, so it authenticates only on a server in demo mode.
 
 use std::collections::HashMap;

@@ -143,6 +143,36 @@ fn exact(doc: &mut Value, demo: bool) {
             },
         },
     });
+    doc["components"]["schemas"]["RefundRequestBody"] = json!({
+        "type": "object",
+        "description": "The body of `POST /charges/{id}/refunds`. An unknown member, or a member given twice, is a 400.",
+        "additionalProperties": false,
+        "required": ["amount"],
+        "properties": {
+            "amount": {
+                "type": "integer",
+                "minimum": MIN_AMOUNT,
+                "maximum": MAX_AMOUNT,
+                "description": "In the charge's currency's minor unit; more than is left of the charge is a 400 `refund-exceeds-charge`.",
+                "examples": [100],
+            },
+        },
+    });
+    doc["components"]["schemas"]["DescriptionBody"] = json!({
+        "type": "object",
+        "description": "The body of `PUT /charges/{id}/description`: the whole new value. An unknown member, or a member given twice, is a 400.",
+        "additionalProperties": false,
+        "required": ["description"],
+        "properties": {
+            "description": {
+                "type": ["string", "null"],
+                "maxLength": MAX_DESCRIPTION_CHARS,
+                "pattern": DESCRIPTION_PATTERN,
+                "description": "At most 500 characters; no control characters but tab and line feed; `null` removes it.",
+                "examples": ["a book, gift-wrapped"],
+            },
+        },
+    });
     let problem = |description: &str| {
         json!({
             "description": description,
@@ -165,8 +195,12 @@ fn exact(doc: &mut Value, demo: bool) {
                 responses["503"] = unavailable.clone();
             }
             if path.starts_with("/charges") {
-                responses["400"] = problem(if method == "post" {
+                responses["400"] = problem(if path.ends_with("/refunds") && method == "post" {
+                    "`invalid-request` (a field, the JSON, or a header given twice), `invalid-idempotency-key`, `refund-exceeds-charge` (more than is left of the charge; stored under the key like a 201), or (demo mode) `demo-account-only`"
+                } else if method == "post" {
                     "`invalid-request` (a field, the JSON, or a header given twice), `invalid-idempotency-key`, or (demo mode) `demo-account-only`"
+                } else if method == "put" {
+                    "`invalid-request` (the description, the JSON, or a header given twice), or (demo mode) `demo-account-only`"
                 } else if path == "/charges" {
                     "`invalid-request`: `limit` out of range, an unknown query parameter, or a header given twice"
                 } else {
@@ -175,45 +209,63 @@ fn exact(doc: &mut Value, demo: bool) {
             }
         }
     }
-    let post = &mut paths["/charges"]["post"];
-    if let Some(key) = post["parameters"]
-        .as_array_mut()
-        .and_then(|ps| ps.iter_mut().find(|p| p["name"] == "Idempotency-Key"))
-    {
-        key["schema"] = json!({
-            "type": "string",
-            "minLength": 1,
-            // A quoted key of 255 characters, each escaped.
-            "maxLength": 2 * MAX_LEN + 2,
-            "pattern": HEADER_PATTERN,
-        });
-    }
-    post["responses"]["415"] = problem(
-        "`unsupported-media-type`: the body is not `application/json` (UTF-8); `unsupported-content-encoding`: the body is compressed (the answer carries `Accept-Encoding: identity`)",
-    );
-    post["responses"]["201"]["links"] = json!({
-        "GetChargeById": {
-            "operationId": "get",
-            "parameters": {"id": "$response.body#/id"},
-            "description": "The charge just created (or replayed).",
-        },
-    });
-    if demo {
-        post["responses"]["504"] = problem(
-            "Demo mode, `Demo-Fault: lose-response` only: `simulated-lost-response`; the charge was made, only the answer was thrown away",
+    let writes = [
+        ("/charges", "post"),
+        ("/charges/{id}/refunds", "post"),
+        ("/charges/{id}/description", "put"),
+    ];
+    for (path, method) in writes {
+        let operation = &mut paths[path][method];
+        if let Some(key) = operation["parameters"]
+            .as_array_mut()
+            .and_then(|ps| ps.iter_mut().find(|p| p["name"] == "Idempotency-Key"))
+        {
+            key["schema"] = json!({
+                "type": "string",
+                "minLength": 1,
+                // A quoted key of 255 characters, each escaped.
+                "maxLength": 2 * MAX_LEN + 2,
+                "pattern": HEADER_PATTERN,
+            });
+        }
+        operation["responses"]["415"] = problem(
+            "`unsupported-media-type`: the body is not `application/json` (UTF-8); `unsupported-content-encoding`: the body is compressed (the answer carries `Accept-Encoding: identity`)",
         );
+        if demo {
+            operation["responses"]["504"] = problem(
+                "Demo mode, `Demo-Fault: lose-response`, `abandon` only: `simulated-lost-response`; the work was done (or, for `abandon`, left half done), only the answer was thrown away",
+            );
+        }
     }
-    for param in paths["/charges/{id}"]["get"]["parameters"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-    {
-        param["schema"] = json!({
-            "type": "string",
-            "format": "uuid",
-            "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            "description": "As the API gives it out: lowercase, hyphenated. Any other spelling is a 404.",
-        });
+    // What a client does next with a charge: the links the stateful tests follow.
+    let by_id = json!({"id": "$response.body#/id"});
+    paths["/charges"]["post"]["responses"]["201"]["links"] = json!({
+        "GetChargeById": {"operationId": "get", "parameters": by_id, "description": "The charge just created (or replayed)."},
+        "RefundCharge": {"operationId": "create_refund", "parameters": by_id, "description": "Refund part of it."},
+        "ListRefunds": {"operationId": "list_refunds", "parameters": by_id, "description": "Its refunds."},
+        "SetDescription": {"operationId": "set_description", "parameters": by_id, "description": "Set its description."},
+    });
+    let charge_id = json!({
+        "type": "string",
+        "format": "uuid",
+        "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+        "description": "As the API gives it out: lowercase, hyphenated. Any other spelling is a 404.",
+    });
+    for (path, methods) in [
+        ("/charges/{id}", &["get"][..]),
+        ("/charges/{id}/refunds", &["get", "post"][..]),
+        ("/charges/{id}/description", &["put"][..]),
+    ] {
+        for method in methods {
+            for param in paths[path][*method]["parameters"]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["name"] == "id")
+            {
+                param["schema"] = charge_id.clone();
+            }
+        }
     }
     for param in paths["/problems/{slug}"]["get"]["parameters"]
         .as_array_mut()

@@ -128,7 +128,7 @@ fn problem(kind: &ProblemType, detail: impl Into<String>) -> SavedResponse {
 /// Refund part or all of a charge. With an `Idempotency-Key`, at most once
 /// per key.
 #[utoipa::path(
-    post, path = "/charges/{id}/refunds", tag = "charges",
+    post, path = "/charges/{id}/refunds", tag = "charges", operation_id = "create_refund",
     params(
         ("id" = Uuid, Path),
         ("Idempotency-Key" = Option<String>, Header, description = crate::charges::IDEMPOTENCY_KEY_DOC),
@@ -191,7 +191,7 @@ pub async fn create(
 
 /// A charge's refunds, newest first.
 #[utoipa::path(
-    get, path = "/charges/{id}/refunds", tag = "charges",
+    get, path = "/charges/{id}/refunds", tag = "charges", operation_id = "list_refunds",
     params(("id" = Uuid, Path)),
     responses(
         (status = 200, body = RefundList),

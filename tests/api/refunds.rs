@@ -95,6 +95,21 @@ crate::on_both_backends! {
         );
     }
 
+    async fn a_200_way_storm_with_one_key_on_a_refund_leaves_one_refund() {
+        let app = spawn_app().await;
+        let id = a_charge_of(&app, 500).await;
+        let answers =
+            futures::future::join_all((0..200).map(|_| app.refund("k-storm", &id, 100))).await;
+        let first = &answers[0];
+        for a in &answers {
+            assert_eq!(a.status, 201, "{}", a.body);
+            assert_eq!(a.body, first.body, "every answer is the one refund");
+        }
+        assert_eq!(answers.iter().filter(|a| !a.replayed()).count(), 1);
+        assert_eq!(refunded(&app, &id), 1);
+        assert_eq!(charge(&app, &id).await["amount_refunded"], 100);
+    }
+
     async fn more_than_is_left_is_a_400_stored_under_its_key_and_nothing_is_refunded() {
         let app = spawn_app().await;
         let id = a_charge_of(&app, 500).await;

@@ -4,22 +4,39 @@
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(postgres_tests)");
-    println!("cargo::rustc-check-cfg=cfg(browser_tests_unavailable)");
     // The browser test reports itself ignored, never passed, where Node, its
     // npm packages or Chromium are missing, unless BROWSER_TESTS=required
-    // (CI), where it runs and fails on what is missing.
+    // (CI), where it runs and fails on what is missing. The cfg names exactly
+    // what is missing (tests/browser.rs turns each value into the ignore
+    // reason that says how to get it).
+    println!(
+        "cargo::rustc-check-cfg=cfg(browser_tests_missing, values(\"node\", \"npm\", \"chromium\", \"node+npm\", \"node+chromium\", \"npm+chromium\", \"node+npm+chromium\"))"
+    );
     println!("cargo::rerun-if-env-changed=BROWSER_TESTS");
     println!("cargo::rerun-if-env-changed=CHROMIUM");
     println!("cargo::rerun-if-changed=tests/browser");
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    let available = std::path::Path::new("tests/browser/node_modules/playwright-core").exists()
-        && std::path::Path::new(&chromium).exists()
-        && std::process::Command::new("node")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if !available && std::env::var("BROWSER_TESTS").as_deref() != Ok("required") {
-        println!("cargo::rustc-cfg=browser_tests_unavailable");
+    let node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let npm_packages = ["playwright-core/package.json", "axe-core/axe.min.js"]
+        .iter()
+        .all(|file| {
+            std::path::Path::new("tests/browser/node_modules")
+                .join(file)
+                .exists()
+        });
+    let browser = std::path::Path::new(&chromium).exists();
+    let missing: Vec<&str> = [("node", node), ("npm", npm_packages), ("chromium", browser)]
+        .into_iter()
+        .filter_map(|(what, present)| (!present).then_some(what))
+        .collect();
+    if !missing.is_empty() && std::env::var("BROWSER_TESTS").as_deref() != Ok("required") {
+        println!(
+            "cargo::rustc-cfg=browser_tests_missing=\"{}\"",
+            missing.join("+")
+        );
     }
     // The failover test starts its own primary and standby: it needs the
     // server binaries and root (initdb runs as `postgres` through runuser).

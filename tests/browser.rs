@@ -1,14 +1,18 @@
 //! The teaching page in a real browser: headless Chromium (Debian's package,
 //! never a downloaded one) driven by playwright-core clicks through lessons
-//! 1 to 5 against the real app on a fresh database, checks what the page
-//! shows and what the database holds, and saves a screenshot per lesson to
-//! `artifacts/browser/<backend>/`: on SQLite always, on PostgreSQL too when
-//! `TEST_DATABASE_URL` is set. See `tests/browser/lessons.mjs`.
+//! 1 to 6 and the self-check against the real app on a fresh database,
+//! checks what the page shows and what the database holds after each step,
+//! runs axe-core in English and Japanese at desktop and phone sizes after
+//! every experiment (and on /docs), and saves screenshots of every lesson in
+//! those four views to `artifacts/browser/<backend>/`: on SQLite always, on
+//! PostgreSQL too when `TEST_DATABASE_URL` is set. See
+//! `tests/browser/lessons.mjs`.
 //!
-//! It needs Node.js, `npm ci --prefix tests/browser` and `/usr/bin/chromium`
-//! (`.ci/run` installs them). Where they are missing when the tests are built
-//! (see `build.rs`) the tests are ignored with that reason, never passed;
-//! with `BROWSER_TESTS=required` (as in CI) they run and fail instead.
+//! It needs Node.js, `npm ci --prefix tests/browser` (playwright-core and
+//! axe-core) and `/usr/bin/chromium` (`.ci/run` installs them). Where any is
+//! missing when the tests are built (see `build.rs`), the tests are ignored
+//! with a reason that names exactly what is missing and how to get it, never
+//! passed; with `BROWSER_TESTS=required` (as in CI) they run and fail instead.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -16,24 +20,56 @@ mod support;
 use std::path::Path;
 use std::process::Command;
 
-#[tokio::test(flavor = "multi_thread")]
-#[cfg_attr(
-    browser_tests_unavailable,
-    ignore = "needs node, `npm ci --prefix tests/browser` and /usr/bin/chromium (apt-get install chromium)"
-)]
-async fn the_lessons_work_in_a_real_browser_on_sqlite() {
-    run_lessons(support::TestBackend::Sqlite).await;
+// Why the test is ignored, by what build.rs found missing. Each reason says
+// what is missing and the command that brings it.
+macro_rules! browser_test {
+    ($(#[$attr:meta])* $name:ident, $backend:expr) => {
+        $(#[$attr])*
+        #[tokio::test(flavor = "multi_thread")]
+        #[cfg_attr(
+            browser_tests_missing = "node",
+            ignore = "needs Node.js >= 20 on PATH (apt-get install nodejs npm)"
+        )]
+        #[cfg_attr(
+            browser_tests_missing = "npm",
+            ignore = "needs the npm packages playwright-core and axe-core: npm ci --prefix tests/browser"
+        )]
+        #[cfg_attr(
+            browser_tests_missing = "chromium",
+            ignore = "needs Chromium at $CHROMIUM or /usr/bin/chromium: apt-get install chromium"
+        )]
+        #[cfg_attr(
+            browser_tests_missing = "node+npm",
+            ignore = "needs Node.js >= 20 (apt-get install nodejs npm), then its npm packages: npm ci --prefix tests/browser"
+        )]
+        #[cfg_attr(
+            browser_tests_missing = "node+chromium",
+            ignore = "needs Node.js >= 20 and Chromium: apt-get install nodejs npm chromium"
+        )]
+        #[cfg_attr(
+            browser_tests_missing = "npm+chromium",
+            ignore = "needs the npm packages (npm ci --prefix tests/browser) and Chromium (apt-get install chromium)"
+        )]
+        #[cfg_attr(
+            browser_tests_missing = "node+npm+chromium",
+            ignore = "needs Node.js >= 20 and Chromium (apt-get install nodejs npm chromium), then the npm packages: npm ci --prefix tests/browser"
+        )]
+        async fn $name() {
+            run_lessons($backend).await;
+        }
+    };
 }
 
-#[cfg(postgres_tests)]
-#[tokio::test(flavor = "multi_thread")]
-#[cfg_attr(
-    browser_tests_unavailable,
-    ignore = "needs node, `npm ci --prefix tests/browser` and /usr/bin/chromium (apt-get install chromium)"
-)]
-async fn the_lessons_work_in_a_real_browser_on_postgres() {
-    run_lessons(support::TestBackend::Postgres).await;
-}
+browser_test!(
+    the_lessons_work_in_a_real_browser_on_sqlite,
+    support::TestBackend::Sqlite
+);
+
+browser_test!(
+    #[cfg(postgres_tests)]
+    the_lessons_work_in_a_real_browser_on_postgres,
+    support::TestBackend::Postgres
+);
 
 async fn run_lessons(backend: support::TestBackend) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -47,9 +83,10 @@ async fn run_lessons(backend: support::TestBackend) {
                 .is_ok_and(|o| o.status.success()),
         ),
         (
-            "tests/browser/node_modules (npm ci --prefix tests/browser)",
-            root.join("tests/browser/node_modules/playwright-core")
-                .exists(),
+            "the npm packages playwright-core and axe-core (npm ci --prefix tests/browser)",
+            ["playwright-core/package.json", "axe-core/axe.min.js"]
+                .iter()
+                .all(|file| root.join("tests/browser/node_modules").join(file).exists()),
         ),
         (
             "chromium (apt-get install chromium)",
@@ -66,7 +103,18 @@ async fn run_lessons(backend: support::TestBackend) {
         missing.join(", ")
     );
 
-    let app = support::BACKEND.scope(backend, support::spawn_app()).await;
+    // The server's own purge waits an hour, so lesson 5's purge is the one
+    // that removes the expired key, however long the test looks at the page
+    // before it presses the button (the page says "every 1 hour on this
+    // server").
+    let app = support::BACKEND
+        .scope(
+            backend,
+            support::spawn_app_with(|settings| {
+                settings.purge_interval = std::time::Duration::from_secs(3600);
+            }),
+        )
+        .await;
     let name = match backend {
         support::TestBackend::Sqlite => "sqlite",
         support::TestBackend::Postgres => "postgres",
@@ -95,11 +143,21 @@ async fn run_lessons(backend: support::TestBackend) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
-    for lesson in 1..=4 {
-        assert!(
-            root.join(format!("artifacts/browser/{name}/lesson-{lesson}.png"))
-                .exists(),
-            "screenshot of lesson {lesson}"
-        );
+    let sections = [
+        "load",
+        "lesson-1",
+        "lesson-2",
+        "lesson-3",
+        "lesson-4-atomic",
+        "lesson-4-key-first",
+        "lesson-5",
+        "lesson-6",
+        "self-check",
+    ];
+    for section in sections {
+        for view in ["en-desktop", "ja-desktop", "ja-phone", "en-phone"] {
+            let file = format!("artifacts/browser/{name}/{section}-{view}.png");
+            assert!(root.join(&file).exists(), "screenshot {file}");
+        }
     }
 }

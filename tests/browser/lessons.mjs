@@ -1,6 +1,10 @@
 // Clicks through the teaching page in headless Chromium, the way a learner
 // would, and checks that each lesson shows what it promises, both on the
-// page and in the database (GET /demo/state).
+// page and in the database (GET /demo/state). After every experiment (and
+// at load, and on /docs) it looks at the page in English and Japanese at
+// 1280×900 and 390×844: axe-core (WCAG 2.2 AA and best practice) must find
+// nothing, nothing may scroll sideways, and at 1280 px no database table may
+// be cut off. It saves a screenshot of each lesson in each of the four.
 //
 //   BASE_URL       the running charges server, on a fresh database (required)
 //   ARTIFACTS_DIR  where screenshots go (default: artifacts/browser)
@@ -11,15 +15,29 @@
 
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 
 const BASE_URL = (process.env.BASE_URL || '').replace(/\/+$/, '');
 const ARTIFACTS_DIR = path.resolve(process.env.ARTIFACTS_DIR || 'artifacts/browser');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 
-const RUN_TIMEOUT_MS = 120_000; // the whole script (it takes about 40 s)
+const RUN_TIMEOUT_MS = 480_000; // the whole script (it takes about 2–3 minutes)
 const STEP_TIMEOUT_MS = 20_000; // one step of an experiment (lesson 4 needs ~5 s)
 const ACTION_TIMEOUT_MS = 10_000; // a click, a locator, an API call
+
+/** axe-core, pinned in package.json, injected from node_modules: nothing is fetched from a CDN. */
+const AXE_PATH = path.join(path.dirname(fileURLToPath(import.meta.url)), 'node_modules/axe-core/axe.min.js');
+/** The rules axe runs: WCAG 2.0 to 2.2, A and AA, and best practice. */
+const AXE_TAGS = ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa', 'best-practice'];
+/** The four ways the page is looked at in every state. */
+const VIEWS = [
+  { lang: 'en', size: 'desktop', viewport: { width: 1280, height: 900 } },
+  { lang: 'ja', size: 'desktop', viewport: { width: 1280, height: 900 } },
+  { lang: 'ja', size: 'phone', viewport: { width: 390, height: 844 } },
+  { lang: 'en', size: 'phone', viewport: { width: 390, height: 844 } },
+];
+const DESKTOP = VIEWS[0].viewport;
 
 if (!BASE_URL) {
   console.error('lessons.mjs: set BASE_URL to the running server, e.g. BASE_URL=http://127.0.0.1:8080');
@@ -153,6 +171,103 @@ async function screenshot(page, testid, file) {
   console.log(`# screenshot ${target}`);
 }
 
+// ---- looking at a state in every language and size -----------------------------------------
+
+/** Switches the page's language with its own button, if it is not `lang` already. */
+async function setLang(page, lang) {
+  if ((await page.evaluate(() => document.documentElement.lang)) === lang) return;
+  await page.getByTestId('lang-toggle').click({ timeout: ACTION_TIMEOUT_MS });
+  await page.waitForFunction((l) => document.documentElement.lang === l, lang, { timeout: ACTION_TIMEOUT_MS });
+}
+
+/** Runs axe-core on the page as it is now; answers its violations, one line each. */
+async function axe(page) {
+  if (!(await page.evaluate(() => typeof window.axe === 'object'))) await page.addScriptTag({ path: AXE_PATH });
+  return page.evaluate(async (tags) => {
+    const result = await window.axe.run(document, {
+      runOnly: { type: 'tag', values: tags },
+      // An experimental rule, asked for by name: a control's name must contain what it shows.
+      rules: { 'label-content-name-mismatch': { enabled: true } },
+      resultTypes: ['violations'],
+    });
+    return result.violations.map((v) => `${v.id} (${v.impact}, ${v.nodes.length}): ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(' | ')}`);
+  }, AXE_TAGS);
+}
+
+/** The database panels' tables that are wider than their box (so cut off, or scrolled). */
+function clippedTables(page) {
+  return page.evaluate(() =>
+    [...document.querySelectorAll('[data-testid="db-panel"] .table-scroll')]
+      .filter((el) => el.offsetParent !== null && el.scrollWidth > el.clientWidth + 1)
+      .map((el) => `${el.getAttribute('aria-label')}: ${el.scrollWidth} > ${el.clientWidth}`));
+}
+
+/** Per state: the axe violations found in each view, for the closing table. */
+const axeCounts = [];
+
+/**
+ * Looks at the page in its present state in the four views (English and
+ * Japanese, 1280×900 and 390×844): no axe violation, nothing scrolls
+ * sideways, no database table cut off at 1280 px, and a screenshot of
+ * `section` in each. Leaves the page in English at 1280×900.
+ */
+async function look(page, state, { section = null, shot = null } = {}) {
+  const counts = [];
+  for (const view of VIEWS) {
+    await page.setViewportSize(view.viewport);
+    await setLang(page, view.lang);
+    // Let the diagrams redraw at the new width.
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+    const where = `${state} (${view.lang}, ${view.viewport.width}×${view.viewport.height})`;
+    const violations = await axe(page);
+    counts.push(violations.length);
+    check(`axe: no violations ${where}`, violations.length === 0, violations.join('; '));
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    check(`layout: nothing scrolls sideways ${where}`, overflow <= 1, `overflow ${overflow} px`);
+    if (view.size === 'desktop') {
+      const clipped = await clippedTables(page);
+      check(`layout: no database table is cut off ${where}`, clipped.length === 0, clipped.join('; '));
+    }
+    if (section === 'viewport') {
+      // The top of the page as it opens: the header, the language button, the introduction.
+      await page.evaluate(() => window.scrollTo(0, 0));
+      await mkdir(ARTIFACTS_DIR, { recursive: true });
+      await page.screenshot({ path: path.join(ARTIFACTS_DIR, `${shot}-${view.lang}-${view.size}.png`) });
+    } else if (section) {
+      await screenshot(page, section, `${shot ?? section}-${view.lang}-${view.size}.png`);
+    }
+  }
+  axeCounts.push({ state, counts });
+  await page.setViewportSize(DESKTOP);
+  await setLang(page, 'en');
+}
+
+/**
+ * Starts finished experiments afresh ("Run this experiment again"), once
+ * their states have been looked at: the page stays as small as one lesson's
+ * run, so axe and the screenshots of later states stay quick.
+ */
+async function clear(page, ids) {
+  for (const id of ids) await freshRun(page, id);
+}
+
+async function cardEl(page, id, tag) {
+  const c = exp(page, id).locator(`[data-testid="request"][data-tag="${tag}"]`);
+  await c.waitFor({ timeout: ACTION_TIMEOUT_MS });
+  return c;
+}
+
+/** The card's status pill is drawn as harm (red) and says so, not in the colour of success. */
+async function harmShown(page, id, tag, harm) {
+  const c = await cardEl(page, id, tag);
+  const cls = await c.getByTestId('status').getAttribute('class');
+  return (await c.getAttribute('data-harm')) === harm && /status-bad/.test(cls) && (await c.getByTestId('harm').count()) === 1;
+}
+
+async function tone(page, id) {
+  return exp(page, id).getByTestId('verdict').getAttribute('data-tone');
+}
+
 function responseId(rawResponse) {
   return rawResponse.match(/"id":\s*"([0-9a-f-]{36})"/)?.[1] ?? null;
 }
@@ -167,6 +282,9 @@ async function lesson1(page) {
     `status ${a.status}`);
   check('lesson 1: the raw request shows Demo-Fault and no Idempotency-Key',
     /Demo-Fault: lose-response/.test(a.request) && !/Idempotency-Key/i.test(a.request));
+  check('lesson 1: the request body is in English ("Lesson 1: a book")', /"description": "Lesson 1: a book"/.test(a.request));
+  const afterA = await dbState();
+  check('lesson 1: after the lost answer GET /demo/state already has the charge', afterA.charges.length === 1, `${afterA.charges.length} charges`);
   await clickStep(page, 'l1', 2);
   const b = await card(page, 'l1', 'B');
   check('lesson 1: the retry without a key is answered 201', b.status === 201, `status ${b.status}`);
@@ -176,27 +294,105 @@ async function lesson1(page) {
   check('lesson 1: GET /demo/state has 2 charges', state.charges.length === 2, `${state.charges.length} charges`);
   const v = await verdict(page, 'l1');
   check('lesson 1: the result box says the retry charged twice', v.ok, v.text);
-  await screenshot(page, 'lesson-1', 'lesson-1.png');
+  check('lesson 1: the double charge is shown as harm, not in green (result box and the retry\'s card)',
+    (await tone(page, 'l1')) === 'bad' && (await harmShown(page, 'l1', 'B', 'duplicate')));
+  await look(page, 'after lesson 1', { section: 'lesson-1' });
+  await clear(page, ['l1']);
+}
+
+/** The refunds of one charge, and its amount_refunded, in GET /demo/state. */
+function refundsIn(state, chargeId) {
+  return {
+    n: (state.refunds ?? []).filter((r) => r.charge_id === chargeId).length,
+    refunded: state.charges.find((c) => c.id === chargeId)?.amount_refunded ?? null,
+  };
+}
+
+async function track(page, id) {
+  return (await exp(page, id).getByTestId('track').locator('li').allInnerTexts()).map((s) => s.replace(/\D/g, ''));
 }
 
 async function lesson2(page) {
-  const root = page.getByTestId('lesson-2');
-  for (let i = 0; i < 3; i += 1) {
-    await root.getByTestId('l2-dec-apply').click({ timeout: ACTION_TIMEOUT_MS });
-    await root.getByTestId('l2-set-apply').click({ timeout: ACTION_TIMEOUT_MS });
+  // ---- refund 100, three times, without a key: 300 refunded -------------------------------
+  await resetViaPage(page);
+  await clickStep(page, 'l2-nokey', 1);
+  const a = await card(page, 'l2-nokey', 'A');
+  const chargeId = responseId(a.response);
+  let state = await dbState();
+  check('lesson 2 (no key): step 1 creates the lesson\'s charge of 500, nothing refunded',
+    a.status === 201 && state.charges.length === 1 && state.charges[0].id === chargeId && state.charges[0].amount === 500
+      && state.charges[0].amount_refunded === 0, `status ${a.status}, ${state.charges.length} charges`);
+  const expected = [[1, 100, 504], [2, 200, 504], [3, 300, 201]];
+  for (const [n, refunded, status] of expected) {
+    await clickStep(page, 'l2-nokey', n + 1);
+    const c = await card(page, 'l2-nokey', ['B', 'C', 'D'][n - 1]);
+    state = await dbState();
+    const r = refundsIn(state, chargeId);
+    check(`lesson 2 (no key): refund ${n} without a key is answered ${status}, and the database holds ${n} refund(s), ${refunded} refunded`,
+      c.status === status && !/Idempotency-Key/i.test(c.request) && new RegExp(`POST /charges/${chargeId}/refunds`).test(c.request)
+        && r.n === n && r.refunded === refunded,
+      `status ${c.status}, ${r.n} refunds, ${r.refunded} refunded`);
   }
-  const dec = (await root.getByTestId('l2-dec-values').locator('li').allInnerTexts()).map((s) => s.replace(/\D/g, ''));
-  const set = (await root.getByTestId('l2-set-values').locator('li').allInnerTexts()).map((s) => s.replace(/\D/g, ''));
-  check('lesson 2: "decrease by 100" three times gives 500 → 400 → 300 → 200', dec.join(',') === '500,400,300,200', dec.join(' → '));
-  check('lesson 2: "set to 400" three times gives 500 → 400 → 400 → 400', set.join(',') === '500,400,400,400', set.join(' → '));
-  await root.getByTestId('l2-delete-send').click({ timeout: ACTION_TIMEOUT_MS });
-  await root.getByTestId('l2-delete-send').click({ timeout: ACTION_TIMEOUT_MS });
-  const log = await root.getByTestId('l2-delete-log').locator('li').allInnerTexts();
-  check('lesson 2: the second DELETE answers 404 after the first answered 204',
-    log.length === 2 && /204/.test(log[0]) && /404/.test(log[1]), log.join(' | '));
-  await screenshot(page, 'lesson-2', 'lesson-2.png');
-}
+  const t1 = await track(page, 'l2-nokey');
+  check('lesson 2 (no key): the page shows what is left to refund: 500 → 400 → 300 → 200', t1.join(',') === '500,400,300,200', t1.join(' → '));
+  check('lesson 2 (no key): the page\'s refunds table shows 3 refunds',
+    Number(await exp(page, 'l2-nokey').getByTestId('db-panel').getByTestId('refunds-count').getAttribute('data-count')) === 3);
+  const v1 = await verdict(page, 'l2-nokey');
+  check('lesson 2 (no key): the result box says three refunds, shown as harm', v1.ok && (await tone(page, 'l2-nokey')) === 'bad'
+    && (await harmShown(page, 'l2-nokey', 'D', 'duplicate')), v1.text.slice(0, 100));
 
+  // ---- the same with one key: 100 refunded -------------------------------------------------
+  await resetViaPage(page);
+  await clickStep(page, 'l2-key', 1);
+  const ka = await card(page, 'l2-key', 'A');
+  const keyedCharge = responseId(ka.response);
+  let refundKey = null;
+  for (const [n, status] of [[1, 504], [2, 504], [3, 201]]) {
+    await clickStep(page, 'l2-key', n + 1);
+    const c = await card(page, 'l2-key', ['B', 'C', 'D'][n - 1]);
+    const key = c.request.match(/Idempotency-Key: "([^"]+)"/)?.[1] ?? null;
+    refundKey ??= key;
+    state = await dbState();
+    const r = refundsIn(state, keyedCharge);
+    check(`lesson 2 (one key): refund ${n} with the key is answered ${status}, and the database holds 1 refund, 100 refunded`,
+      c.status === status && key !== null && key === refundKey && r.n === 1 && r.refunded === 100,
+      `status ${c.status}, ${r.n} refunds, ${r.refunded} refunded`);
+  }
+  const kd = await card(page, 'l2-key', 'D');
+  check('lesson 2 (one key): the last attempt is the stored 201 (Idempotent-Replayed) with the one refund\'s id',
+    kd.replayed && responseId(kd.response) === state.refunds.find((r) => r.charge_id === keyedCharge)?.id);
+  const keyRow = state.idempotency_keys.find((k) => k.key === refundKey);
+  check('lesson 2 (one key): the refund\'s key row is completed with a 201', keyRow?.status === 'completed' && keyRow?.response_status === 201,
+    `${keyRow?.status} ${keyRow?.response_status}`);
+  const t2 = await track(page, 'l2-key');
+  check('lesson 2 (one key): the page shows what is left to refund: 500 → 400 → 400 → 400', t2.join(',') === '500,400,400,400', t2.join(' → '));
+  const v2 = await verdict(page, 'l2-key');
+  check('lesson 2 (one key): the result box confirms one refund, shown as safe', v2.ok && (await tone(page, 'l2-key')) === 'good', v2.text.slice(0, 100));
+
+  // ---- PUT the description three times: one state ---------------------------------------------
+  await resetViaPage(page);
+  await clickStep(page, 'l2-put', 1);
+  const pa = await card(page, 'l2-put', 'A');
+  const putCharge = responseId(pa.response);
+  let wanted = null;
+  for (const [n, status] of [[1, 504], [2, 504], [3, 200]]) {
+    await clickStep(page, 'l2-put', n + 1);
+    const c = await card(page, 'l2-put', ['B', 'C', 'D'][n - 1]);
+    wanted ??= JSON.parse(c.request.slice(c.request.indexOf('{'))).description;
+    state = await dbState();
+    const charge = state.charges.find((x) => x.id === putCharge);
+    check(`lesson 2 (PUT): PUT ${n} is answered ${status}, and the database holds one charge with the new description`,
+      c.status === status && new RegExp(`PUT /charges/${putCharge}/description`).test(c.request) && !/Idempotency-Key/i.test(c.request)
+        && state.charges.length === 1 && charge?.description === wanted,
+      `status ${c.status}, ${state.charges.length} charges, "${charge?.description}"`);
+  }
+  const v3 = await verdict(page, 'l2-put');
+  check('lesson 2 (PUT): the result box confirms one state, shown as safe', v3.ok && (await tone(page, 'l2-put')) === 'good', v3.text.slice(0, 100));
+  const dl = await page.getByTestId('l2-delete-log').locator('li').allInnerTexts();
+  check('lesson 2: the second DELETE answering 404 is explained', dl.length === 2 && /204/.test(dl[0]) && /404/.test(dl[1]), dl.join(' | '));
+  await look(page, 'after lesson 2', { section: 'lesson-2' });
+  await clear(page, ['l2-nokey', 'l2-key', 'l2-put']);
+}
 async function lesson3(page) {
   // The same lost answer, retried with the same key.
   await resetViaPage(page);
@@ -215,7 +411,7 @@ async function lesson3(page) {
   const shown = await shownCharges(page, 'l3-retry');
   check('lesson 3: the page\'s charges table shows 1 charge', shown.count === 1 && shown.rows[0] === id, `${shown.rows.length} rows`);
   check('lesson 3: GET /demo/state has 1 charge', state.charges.length === 1, `${state.charges.length} charges`);
-  check('lesson 3: the result box confirms one charge', (await verdict(page, 'l3-retry')).ok);
+  check('lesson 3: the result box confirms one charge, shown as safe', (await verdict(page, 'l3-retry')).ok && (await tone(page, 'l3-retry')) === 'good');
 
   // Two at once, check-then-insert.
   await resetViaPage(page);
@@ -231,7 +427,8 @@ async function lesson3(page) {
     naive.unguarded_keys.length === 2 && keys.size === 1, `${naive.unguarded_keys.length} rows, ${keys.size} distinct keys`);
   check('lesson 3: check-then-insert race: the page shows the unguarded_keys table',
     Number(await exp(page, 'l3-naive').getByTestId('db-panel').getByTestId('unguarded-count').getAttribute('data-count', { timeout: ACTION_TIMEOUT_MS })) === 2);
-  check('lesson 3: check-then-insert race: the result box confirms the double charge', (await verdict(page, 'l3-naive')).ok);
+  check('lesson 3: check-then-insert race: the result box confirms the double charge, shown as harm',
+    (await verdict(page, 'l3-naive')).ok && (await tone(page, 'l3-naive')) === 'bad' && (await harmShown(page, 'l3-naive', 'B', 'duplicate')));
 
   // Two at once, unique constraint.
   await resetViaPage(page);
@@ -244,8 +441,10 @@ async function lesson3(page) {
   check('lesson 3: unique constraint race: one 201 fresh, one 201 replayed with the same id',
     ga.status === 201 && gb.status === 201 && ga.replayed !== gb.replayed && responseId(ga.response) === responseId(gb.response),
     `A ${ga.status}${ga.replayed ? ' replayed' : ''}, B ${gb.status}${gb.replayed ? ' replayed' : ''}`);
-  check('lesson 3: unique constraint race: the result box confirms one charge', (await verdict(page, 'l3-guarded')).ok);
-  await screenshot(page, 'lesson-3', 'lesson-3.png');
+  check('lesson 3: unique constraint race: the result box confirms one charge, shown as safe',
+    (await verdict(page, 'l3-guarded')).ok && (await tone(page, 'l3-guarded')) === 'good');
+  await look(page, 'after lesson 3', { section: 'lesson-3' });
+  await clear(page, ['l3-retry', 'l3-naive', 'l3-guarded']);
 }
 
 const l4Card = (page, tag) => exp(page, 'l4').locator(`[data-testid="request"][data-tag="${tag}"]`);
@@ -262,7 +461,20 @@ async function lesson4(page) {
   const atomic = root.getByTestId('l4-mode-atomic');
   check('lesson 4: the mode switch starts on "atomic"', await atomic.isChecked());
   check('lesson 4: the lesson says the experiment runs in "atomic" mode', /“atomic” mode/.test(await page.getByTestId('l4-backend').innerText()));
-  await clickStep(page, 'l4', 1);
+  const atomicDone = clickStep(page, 'l4', 1);
+  // While A and B are both running, each has its own live timer, and the two never overlap.
+  await exp(page, 'l4').locator('[data-testid="request"][data-tag="B"]').waitFor({ timeout: 4000 });
+  await page.waitForTimeout(600);
+  const timers = await exp(page, 'l4').locator('svg text').evaluateAll((texts) =>
+    texts.filter((el) => /ms…$/.test(el.textContent)).map((el) => {
+      const b = el.getBBox();
+      return { text: el.textContent, x: b.x, y: b.y, w: b.width, h: b.height };
+    }));
+  const overlap = timers.some((p, i) => timers.some((q, j) => j > i && p.x < q.x + q.w && q.x < p.x + p.w && p.y < q.y + q.h && q.y < p.y + p.h));
+  check('lesson 4 atomic: while A and B run, their two live timers are drawn apart (A: …, B: …)',
+    timers.length === 2 && !overlap && /^A: /.test(timers[0].text) && /^B: /.test(timers[1].text), timers.map((x) => x.text).join(' / '));
+  await screenshot(page, 'lesson-4', 'lesson-4-live-timers.png');
+  await atomicDone;
   const a = await card(page, 'l4', 'A');
   const b = await card(page, 'l4', 'B');
   check('lesson 4 atomic: A and B carry Demo-Mode: atomic', /Demo-Mode: atomic/.test(a.request) && /Demo-Mode: atomic/.test(b.request));
@@ -278,7 +490,7 @@ async function lesson4(page) {
   check('lesson 4 atomic: the page shows 1 charge', (await shownCharges(page, 'l4')).count === 1);
   check('lesson 4 atomic: the result box confirms the wait and one charge', (await verdict(page, 'l4')).ok);
   console.log(`# lesson 4 atomic: A took ${a.ms} ms, the retry B waited ${b.ms} ms`);
-  await screenshot(page, 'lesson-4', 'lesson-4.png');
+  await look(page, 'after lesson 4 (atomic)', { section: 'lesson-4', shot: 'lesson-4-atomic' });
 
   // ---- key-first, chosen with the keyboard: B gets 409 at once, C replays ----------------
   await atomic.focus({ timeout: ACTION_TIMEOUT_MS });
@@ -304,7 +516,11 @@ async function lesson4(page) {
   const leaseShown = seen ? (await row.getByTestId('lease').innerText()).trim() : '';
   check('lesson 4 key-first: while A still runs, the page\'s table shows the key row in_progress with a live lease',
     seen && aPending && lease === 'true', `row seen: ${seen}, A pending: ${aPending}, lease "${leaseShown}"`);
-  if (seen) await screenshot(page, 'lesson-4', 'lesson-4-key-first-in-progress.png');
+  if (seen) {
+    const clipped = await clippedTables(page);
+    check('lesson 4 key-first: the key table with its in_progress row and lease is not cut off at 1280 px', clipped.length === 0, clipped.join('; '));
+    await screenshot(page, 'lesson-4', 'lesson-4-key-first-in-progress.png');
+  }
   await stepDone;
   const ka = await card(page, 'l4', 'A');
   const kb = await card(page, 'l4', 'B');
@@ -329,7 +545,8 @@ async function lesson4(page) {
   const kv = await verdict(page, 'l4');
   check('lesson 4 key-first: the result box confirms the 409, the replay and one charge', kv.ok, kv.text.slice(0, 120));
   console.log(`# lesson 4 key-first: B answered ${kb.status} after ${kb.ms} ms, A took ${ka.ms} ms, C ${kc.status} after ${kc.ms} ms`);
-  await screenshot(page, 'lesson-4', 'lesson-4-key-first.png');
+  await look(page, 'after lesson 4 (key-first)', { section: 'lesson-4', shot: 'lesson-4-key-first' });
+  await clear(page, ['l4']);
 }
 
 async function lesson5(page) {
@@ -337,6 +554,10 @@ async function lesson5(page) {
   await clickStep(page, 'l5-expire', 1);
   const first = await card(page, 'l5-expire', 'A');
   const key = first.request.match(/Idempotency-Key: "([^"]+)"/)?.[1];
+  const validFor = exp(page, 'l5-expire').getByTestId('db-panel').getByTestId('expiry-relative');
+  const fresh = { text: await validFor.innerText(), ms: Number(await validFor.getAttribute('data-ms')) };
+  check('lesson 5: a new key\'s expires_at reads as about 24 hours to go, by the server\'s clock',
+    /^valid for 2[34] h( \d+ min)? more$/.test(fresh.text) && fresh.ms > 23.9 * 3_600_000 && fresh.ms <= 24 * 3_600_000, `"${fresh.text}" (${fresh.ms} ms)`);
   await clickStep(page, 'l5-expire', 2);
   const e = await card(page, 'l5-expire', 'B');
   const expiredState = await dbState();
@@ -344,6 +565,10 @@ async function lesson5(page) {
     e.status === 200 && expiredState.idempotency_keys.length === 1 && expiredState.idempotency_keys[0].expired === true, `status ${e.status}`);
   check('lesson 5: the page still shows the expired key row before the purge',
     (await exp(page, 'l5-expire').getByTestId('db-panel').getByTestId('key-expired').count()) === 1);
+  const expired = { text: await validFor.innerText(), ms: Number(await validFor.getAttribute('data-ms')) };
+  check('lesson 5: after "expire now" its expires_at reads as expired, seconds ago',
+    /^expired [\d.]+ s ago$/.test(expired.text) && expired.ms <= 0 && expired.ms > -60_000, `"${expired.text}" (${expired.ms} ms)`);
+  await look(page, 'lesson 5, the key expired', { section: 'lesson-5', shot: 'lesson-5-expired' });
 
   await clickStep(page, 'l5-expire', 3);
   const p = exp(page, 'l5-expire').locator('[data-testid="request"][data-tag="C"]');
@@ -369,7 +594,8 @@ async function lesson5(page) {
   check('lesson 5: after the retry the database holds 2 charges, the new one with the key',
     afterPurge.charges.length === 2 && afterPurge.idempotency_keys.find((k) => k.key === key)?.charge_id === responseId(d.response),
     `${afterPurge.charges.length} charges`);
-  check('lesson 5: the purge result box agrees with the database', (await verdict(page, 'l5-expire')).ok);
+  check('lesson 5: the purge result box agrees with the database, and the second charge is shown as harm',
+    (await verdict(page, 'l5-expire')).ok && (await tone(page, 'l5-expire')) === 'bad' && (await harmShown(page, 'l5-expire', 'D', 'duplicate')));
 
   await resetViaPage(page);
   await clickStep(page, 'l5-reuse', 1, { keyboard: true });
@@ -389,12 +615,174 @@ async function lesson5(page) {
     `${newKeyState.charges.length} charges, ${newKeyState.idempotency_keys.length} keys`);
   check('lesson 5: every result box agrees with the database',
     (await verdict(page, 'l5-expire')).ok && (await verdict(page, 'l5-reuse')).ok && (await verdict(page, 'l5-newkey')).ok);
-  await screenshot(page, 'lesson-5', 'lesson-5.png');
+  check('lesson 5: the refused reuse is shown as safe, the new key per attempt as harm',
+    (await tone(page, 'l5-reuse')) === 'good' && (await tone(page, 'l5-newkey')) === 'bad' && (await harmShown(page, 'l5-newkey', 'B', 'duplicate')));
+  await look(page, 'after lesson 5', { section: 'lesson-5' });
+  await clear(page, ['l5-expire', 'l5-reuse', 'l5-newkey']);
 }
 
-/** A phone-sized visit in Japanese: language detection, the toggle, no sideways scrolling. */
+async function lesson6(page) {
+  // ---- (a) the database forgets an acknowledged commit ---------------------------------------
+  await resetViaPage(page);
+  await clickStep(page, 'l6-forget', 1);
+  const a = await card(page, 'l6-forget', 'A');
+  const x = responseId(a.response);
+  let state = await dbState();
+  check('lesson 6 (lost commit): A is answered 201 with an id, and the database has neither that charge nor its key',
+    a.status === 201 && x !== null && /Demo-Fault: forget-commit/.test(a.request) && !state.charges.some((c) => c.id === x)
+      && state.idempotency_keys.length === 0,
+    `status ${a.status}, ${state.charges.length} charges, ${state.idempotency_keys.length} keys`);
+  check('lesson 6 (lost commit): A\'s 201 is shown as harm (forgotten), not as success', await harmShown(page, 'l6-forget', 'A', 'forgotten'));
+  await clickStep(page, 'l6-forget', 2);
+  const b = await card(page, 'l6-forget', 'B');
+  const y = responseId(b.response);
+  state = await dbState();
+  check('lesson 6 (lost commit): the retry with the same key is charged again under a new id (201, not replayed)',
+    b.status === 201 && !b.replayed && y !== null && y !== x && state.charges.length === 1 && state.charges[0].id === y
+      && state.idempotency_keys[0]?.charge_id === y,
+    `status ${b.status}, ${state.charges.length} charges`);
+  await clickStep(page, 'l6-forget', 3);
+  const c = await card(page, 'l6-forget', 'C');
+  check('lesson 6 (lost commit): GET /charges/{the id the client holds} is 404', c.status === 404 && new RegExp(`GET /charges/${x}`).test(c.request),
+    `status ${c.status}`);
+  const failover = await page.getByTestId('l6-failover').innerText();
+  check('lesson 6 (lost commit): the measured figures are shown beside it (synchronous 0/0, asynchronous 1/1)',
+    /synchronous\s+0\s+0/.test(failover) && /asynchronous\s+1\s+1/.test(failover), failover.replace(/\s+/g, ' ').slice(0, 160));
+  const v1 = await verdict(page, 'l6-forget');
+  check('lesson 6 (lost commit): the result box agrees, shown as harm', v1.ok && (await tone(page, 'l6-forget')) === 'bad', v1.text.slice(0, 120));
+
+  // ---- (b) key-first, abandoned after its key: 409 while the lease holds, then a takeover ----
+  await resetViaPage(page);
+  await clickStep(page, 'l6-abandon', 1);
+  const ka = await card(page, 'l6-abandon', 'A');
+  const kb = await card(page, 'l6-abandon', 'B');
+  const key = ka.request.match(/Idempotency-Key: "([^"]+)"/)?.[1];
+  state = await dbState();
+  const row = state.idempotency_keys.find((k) => k.key === key);
+  check('lesson 6 (abandoned): A (Demo-Fault: abandon, lease=5000) is answered 504 and leaves its key in_progress, no charge',
+    ka.status === 504 && /Demo-Fault: abandon, lease=5000/.test(ka.request) && /Demo-Mode: key-first/.test(ka.request)
+      && row?.status === 'in_progress' && state.charges.length === 0,
+    `status ${ka.status}, key ${row?.status}, ${state.charges.length} charges`);
+  check('lesson 6 (abandoned): the retry B while the lease holds gets 409 and charges nothing',
+    kb.status === 409 && /idempotency-key-in-flight/.test(kb.response) && state.charges.length === 0, `status ${kb.status}`);
+  check('lesson 6 (abandoned): the page shows the key row in_progress with its lease', (await exp(page, 'l6-abandon').getByTestId('db-panel')
+    .locator('[data-testid="key-row"][data-status="in_progress"]').getByTestId('lease-relative').count()) === 1);
+  await look(page, 'lesson 6, a key abandoned in progress', { section: 'lesson-6', shot: 'lesson-6-abandoned' });
+  await clickStep(page, 'l6-abandon', 2);
+  const kc = await card(page, 'l6-abandon', 'C');
+  state = await dbState();
+  const done = state.idempotency_keys.find((k) => k.key === key);
+  check('lesson 6 (abandoned): after the lease, the retry C takes the key over and charges once (201, not replayed)',
+    kc.status === 201 && !kc.replayed && state.charges.length === 1 && state.charges[0].id === responseId(kc.response)
+      && done?.status === 'completed' && done?.charge_id === responseId(kc.response),
+    `status ${kc.status}, ${state.charges.length} charges, key ${done?.status}`);
+  const v2 = await verdict(page, 'l6-abandon');
+  check('lesson 6 (abandoned): the result box agrees, shown as safe', v2.ok && (await tone(page, 'l6-abandon')) === 'good', v2.text.slice(0, 120));
+
+  // ---- (c) the retention ends before the retries do --------------------------------------------
+  await resetViaPage(page);
+  await clickStep(page, 'l6-retention', 1);
+  state = await dbState();
+  const ra = await card(page, 'l6-retention', 'A');
+  check('lesson 6 (retention): the first attempt is answered 504 and charged', ra.status === 504 && state.charges.length === 1,
+    `status ${ra.status}, ${state.charges.length} charges`);
+  await clickStep(page, 'l6-retention', 2);
+  state = await dbState();
+  check('lesson 6 (retention): the retention ends: the key row is expired', state.idempotency_keys[0]?.expired === true);
+  await clickStep(page, 'l6-retention', 3);
+  const rc = await card(page, 'l6-retention', 'C');
+  state = await dbState();
+  check('lesson 6 (retention): the late retry with the same key charges again (201, not replayed; 2 charges)',
+    rc.status === 201 && !rc.replayed && state.charges.length === 2, `status ${rc.status}, ${state.charges.length} charges`);
+  const v3 = await verdict(page, 'l6-retention');
+  check('lesson 6 (retention): the result box agrees, shown as harm',
+    v3.ok && (await tone(page, 'l6-retention')) === 'bad' && (await harmShown(page, 'l6-retention', 'C', 'duplicate')), v3.text.slice(0, 120));
+  await look(page, 'after lesson 6', { section: 'lesson-6' });
+  await clear(page, ['l6-forget', 'l6-abandon', 'l6-retention']);
+}
+
+/** The self-check: every question answered, wrong and then right, by mouse and by keyboard. */
+async function selfCheck(page) {
+  const root = page.getByTestId('self-check');
+  const quizzes = root.locator('fieldset.quiz');
+  const n = await quizzes.count();
+  check('self-check: six to eight questions, each a fieldset with a legend and radios', n >= 6 && n <= 8
+    && (await root.locator('fieldset.quiz > legend').count()) === n, `${n} questions`);
+  const answers = await page.evaluate(async () => (await import('/js/selfcheck.js')).QUESTIONS.map((q) => ({ answer: q.answer, see: q.see })));
+  const first = root.getByTestId('quiz-1');
+  await first.getByTestId('quiz-check').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid="quiz-1"] [data-testid="quiz-feedback"]').dataset.correct === 'none');
+  check('self-check: "Check" with no answer asks for one', true);
+  for (let i = 0; i < n; i += 1) {
+    const q = root.getByTestId(`quiz-${i + 1}`);
+    const { answer, see } = answers[i];
+    const wrong = answer === 0 ? 1 : 0;
+    await q.getByTestId(`quiz-${i + 1}-option-${wrong + 1}`).check();
+    await q.getByTestId('quiz-check').click();
+    const feedback = q.getByTestId('quiz-feedback');
+    await page.waitForFunction((k) => document.querySelector(`[data-testid="quiz-${k}"] [data-testid="quiz-feedback"]`).dataset.correct === 'false', i + 1);
+    if (i === n - 1) {
+      // The last one by keyboard: from the wrong radio, the arrow keys move the choice, Tab reaches "Check".
+      await q.getByTestId(`quiz-${i + 1}-option-${wrong + 1}`).focus();
+      const steps = (answer - wrong + 3) % 3;
+      for (let k = 0; k < steps; k += 1) await page.keyboard.press('ArrowDown');
+      await page.keyboard.press('Tab');
+      await page.keyboard.press('Enter');
+    } else {
+      await q.getByTestId(`quiz-${i + 1}-option-${answer + 1}`).check();
+      await q.getByTestId('quiz-check').click();
+    }
+    await page.waitForFunction((k) => document.querySelector(`[data-testid="quiz-${k}"] [data-testid="quiz-feedback"]`).dataset.correct === 'true', i + 1);
+    const link = feedback.getByTestId('quiz-link');
+    const href = await link.getAttribute('href');
+    const target = await page.locator(href).count();
+    check(`self-check: question ${i + 1}: a wrong answer is told so, the right one explained, with a link to the experiment (${href})`,
+      href === `#${see}` && target === 1 && (await feedback.innerText()).length > 60, (await feedback.innerText()).replace(/\s+/g, ' ').slice(0, 90));
+  }
+  const score = await page.getByTestId('self-check-score').getAttribute('data-right');
+  check('self-check: the score counts every question right', Number(score) === n, `${score} of ${n}`);
+  const link = root.getByTestId('quiz-7').getByTestId('quiz-link');
+  await link.click();
+  const hash = await page.evaluate(() => window.location.hash);
+  const inView = await page.evaluate((id) => {
+    const r = document.getElementById(id).getBoundingClientRect();
+    return r.top >= 0 && r.top < window.innerHeight;
+  }, hash.slice(1));
+  check('self-check: the link goes back to the experiment that shows the answer', hash === `#${answers[6].see}` && inView, hash);
+  await look(page, 'the self-check, answered', { section: 'self-check' });
+}
+
+/** The API reference at /docs: no axe violation at either size. */
+async function docs(browser) {
+  const context = await browser.newContext({ viewport: DESKTOP, locale: 'en-US', reducedMotion: 'reduce' });
+  const page = await context.newPage();
+  const notFound = [];
+  page.on('response', (r) => { if (r.status() === 404) notFound.push(r.url()); });
+  try {
+    const response = await page.goto(`${BASE_URL}/docs`, { waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
+    check('/docs is served', response?.status() === 200);
+    await page.waitForFunction(() => document.querySelectorAll('#reference .op').length > 3, null, { timeout: ACTION_TIMEOUT_MS });
+    for (const viewport of [DESKTOP, VIEWS[2].viewport]) {
+      await page.setViewportSize(viewport);
+      const violations = await axe(page);
+      axeCounts.push({ state: `/docs ${viewport.width}×${viewport.height}`, counts: [violations.length] });
+      check(`axe: no violations on /docs (${viewport.width}×${viewport.height})`, violations.length === 0, violations.join('; '));
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      check(`layout: /docs does not scroll sideways (${viewport.width} px)`, overflow <= 1, `overflow ${overflow} px`);
+    }
+    await mkdir(ARTIFACTS_DIR, { recursive: true });
+    await page.screenshot({ path: path.join(ARTIFACTS_DIR, 'docs-phone.png') });
+    const icon = await page.evaluate(() => document.querySelector('link[rel="icon"]')?.getAttribute('href') ?? '');
+    check('/docs has its own favicon (inline, as it is served with demo mode off too), and asks for nothing that is not there',
+      icon.startsWith('data:image/svg+xml,') && notFound.length === 0, notFound.join(' '));
+  } finally {
+    await context.close();
+  }
+}
+
+/** A phone-sized visit in Japanese: language detection, Japanese request bodies, the toggle, no sideways scrolling. */
 async function phone(browser) {
-  const context = await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, locale: 'ja-JP', isMobile: true, hasTouch: true });
+  const context = await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, locale: 'ja-JP', isMobile: true, hasTouch: true, reducedMotion: 'reduce' });
   context.setDefaultTimeout(ACTION_TIMEOUT_MS);
   const page = await context.newPage();
   try {
@@ -404,9 +792,13 @@ async function phone(browser) {
     await resetViaPage(page);
     await clickStep(page, 'l1', 1);
     await clickStep(page, 'l1', 2);
+    const a = await card(page, 'l1', 'A');
+    const state = await dbState();
+    check('phone: in Japanese the request bodies are Japanese too ("レッスン 1: 本"), and so is the database',
+      /"description": "レッスン 1: 本"/.test(a.request) && state.charges.every((c) => c.description === 'レッスン 1: 本'), a.request.split('\n').at(-2));
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     check('phone: the page does not scroll sideways at 390 px', overflow <= 1, `overflow ${overflow} px`);
-    await screenshot(page, 'lesson-1', 'lesson-1-phone-ja.png');
+    await screenshot(page, 'lesson-1', 'lesson-1-phone-ja-2x.png');
     await page.getByTestId('lang-toggle').click();
     check('phone: the toggle switches to English', (await page.evaluate(() => document.documentElement.lang)) === 'en');
     await page.reload({ waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
@@ -419,23 +811,30 @@ async function phone(browser) {
 
 // ---- main ----------------------------------------------------------------------------------
 
+const startedAt = Date.now();
 const browser = await chromium.launch({
   executablePath: CHROMIUM,
   args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   timeout: 30_000,
 });
 try {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, locale: 'en-US' });
+  // Reduced motion: axe must not judge a card's colours half way through its fade-in.
+  const context = await browser.newContext({ viewport: DESKTOP, locale: 'en-US', reducedMotion: 'reduce' });
   context.setDefaultTimeout(ACTION_TIMEOUT_MS);
   const page = await context.newPage();
   const pageErrors = [];
+  const notFound = [];
   page.on('pageerror', (error) => pageErrors.push(error.message));
   page.on('console', (message) => {
     // Chromium logs every 4xx/5xx answer as "Failed to load resource"; the
-    // lessons provoke 409, 422 and 504 on purpose, so only other errors count.
-    if (message.type() === 'error' && !/^Failed to load resource: the server responded with a status of (409|422|504)\b/.test(message.text())) {
+    // lessons provoke 404, 409, 422 and 504 on purpose, so only other errors count.
+    if (message.type() === 'error' && !/^Failed to load resource: the server responded with a status of (404|409|422|504)\b/.test(message.text())) {
       pageErrors.push(message.text());
     }
+  });
+  // Every 404 but lesson 6's look-up of a forgotten charge is a missing file (a favicon, say).
+  page.on('response', (r) => {
+    if (r.status() === 404 && !/\/charges\/[0-9a-f-]{36}$/.test(new URL(r.url()).pathname)) notFound.push(r.url());
   });
 
   const loaded = await lesson('page', async () => {
@@ -446,6 +845,9 @@ try {
     const state = await (await fetch(`${BASE_URL}/demo/state`)).json();
     BACKEND_NAME = state.backend === 'sqlite' ? /SQLite/ : /PostgreSQL/;
     check('the header shows the backend and mode from GET /demo/state', BACKEND_NAME.test(status) && /atomic/.test(status), `${state.backend}: ${status}`);
+    const icon = await page.evaluate(() => document.querySelector('link[rel="icon"]')?.href ?? '');
+    const favicon = await fetch(icon);
+    check('the page links a favicon that is served', /favicon\.svg$/.test(icon) && favicon.status === 200, `${icon}: ${favicon.status}`);
   });
   if (!loaded) {
     console.log(`${passed} passed, ${failed} failed`);
@@ -453,17 +855,25 @@ try {
     await browser.close();
     process.exit(1);
   }
+  await lesson('the page at load', () => look(page, 'at load', { section: 'viewport', shot: 'load' }));
   await lesson('lesson 1: retrying without a key', () => lesson1(page));
-  await lesson('lesson 2: operations that are safe to repeat', () => lesson2(page));
+  await lesson('lesson 2: a change needs a key, a whole new value does not', () => lesson2(page));
   await lesson('lesson 3: the idempotency key', () => lesson3(page));
   await lesson('lesson 4: a retry while the first is still running', () => lesson4(page));
   await lesson('lesson 5: key lifetime and reuse', () => lesson5(page));
+  await lesson('lesson 6: what a key cannot promise', () => lesson6(page));
+  await lesson('self-check', () => selfCheck(page));
   check('no JavaScript errors on the page', pageErrors.length === 0, pageErrors.slice(0, 3).join(' | '));
+  check('no file the page asks for is missing (no 404 but the lesson\'s own)', notFound.length === 0, notFound.slice(0, 3).join(' '));
   await context.close();
+  await lesson('/docs', () => docs(browser));
   await lesson('phone', () => phone(browser));
 } finally {
   await browser.close();
 }
 
+console.log('# axe violations per state (en desktop, ja desktop, ja phone, en phone):');
+for (const { state, counts } of axeCounts) console.log(`#   ${state}: ${counts.join(', ')}`);
+console.log(`# took ${Math.round((Date.now() - startedAt) / 1000)} s`);
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

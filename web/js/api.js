@@ -30,13 +30,7 @@ export function newKey() {
  *  - mode: Demo-Mode, e.g. 'check-then-insert', 'atomic' or 'key-first'.
  */
 export function chargeRequest({ apiKey, amount, currency = 'jpy', description, key, faults = [], mode } = {}) {
-  const headers = [
-    ['Authorization', `Bearer ${apiKey}`],
-    ['Content-Type', 'application/json'],
-  ];
-  if (key) headers.push(['Idempotency-Key', `"${key}"`]);
-  if (faults.length) headers.push(['Demo-Fault', faults.join(', ')]);
-  if (mode) headers.push(['Demo-Mode', mode]);
+  const headers = apiHeaders(apiKey, { key, faults, mode });
   const body = { amount, currency };
   if (description !== undefined) body.description = description;
   return {
@@ -47,6 +41,59 @@ export function chargeRequest({ apiKey, amount, currency = 'jpy', description, k
     body: JSON.stringify(body, null, 2),
     // What the lesson meant, kept for the diagram's narration.
     intent: { amount, currency, description, key: key ?? null, faults, mode: mode ?? null },
+  };
+}
+
+/** Headers every request of the demo account's API carries, plus the optional ones. */
+function apiHeaders(apiKey, { key, faults = [], mode, json = true } = {}) {
+  const headers = [['Authorization', `Bearer ${apiKey}`]];
+  if (json) headers.push(['Content-Type', 'application/json']);
+  if (key) headers.push(['Idempotency-Key', `"${key}"`]);
+  if (faults.length) headers.push(['Demo-Fault', faults.join(', ')]);
+  if (mode) headers.push(['Demo-Mode', mode]);
+  return headers;
+}
+
+/**
+ * The request for `POST /charges/{id}/refunds`: refund `amount` (minor
+ * units) of the charge. A refund is a change ("refund 100"), so only a key
+ * makes its retry safe.
+ */
+export function refundRequest({ apiKey, chargeId, amount, currency = 'jpy', key, faults = [], mode } = {}) {
+  return {
+    kind: 'refund',
+    method: 'POST',
+    path: `/charges/${encodeURIComponent(chargeId)}/refunds`,
+    headers: apiHeaders(apiKey, { key, faults, mode }),
+    body: JSON.stringify({ amount }, null, 2),
+    intent: { amount, currency, chargeId, key: key ?? null, faults, mode: mode ?? null },
+  };
+}
+
+/**
+ * The request for `PUT /charges/{id}/description`: the whole new value, so
+ * sending it again changes nothing more. It needs no key.
+ */
+export function describeRequest({ apiKey, chargeId, description, faults = [] } = {}) {
+  return {
+    kind: 'describe',
+    method: 'PUT',
+    path: `/charges/${encodeURIComponent(chargeId)}/description`,
+    headers: apiHeaders(apiKey, { faults }),
+    body: JSON.stringify({ description }, null, 2),
+    intent: { chargeId, description, key: null, faults, mode: null },
+  };
+}
+
+/** The request for `GET /charges/{id}`: does the database know this charge? */
+export function lookupRequest({ apiKey, chargeId } = {}) {
+  return {
+    kind: 'lookup',
+    method: 'GET',
+    path: `/charges/${encodeURIComponent(chargeId)}`,
+    headers: apiHeaders(apiKey, { json: false }),
+    body: null,
+    intent: { chargeId, key: null, faults: [], mode: null },
   };
 }
 

@@ -155,7 +155,17 @@ export class SequenceDiagram {
       y += box.h;
     }
     const open = this._openBars();
-    if (open.length) y += liveTail(performance.now() - (this.lastEventAt ?? performance.now()));
+    // One live timer per pending request (a request may have two open bars,
+    // its run on the API and its wait on the DB), each on a line of its own
+    // at the foot of the drawing, so two timers never overlap.
+    const timers = [];
+    for (const bar of open) {
+      if (bar.record && !timers.some((tm) => tm.record === bar.record)) timers.push(bar);
+    }
+    if (open.length) {
+      const tail = liveTail(performance.now() - (this.lastEventAt ?? performance.now()));
+      y += Math.max(tail, timers.length * m.smallLine + 10);
+    }
     const H = Math.ceil(y + 12);
 
     // Lifelines.
@@ -174,12 +184,15 @@ export class SequenceDiagram {
       const color = tagColor(bar.tag);
       const fill = bar.kind === 'wait' ? 'url(#wait-hatch)' : '#edf3ef';
       out.push(`<rect x="${bx}" y="${y0}" width="10" height="${Math.max(6, y1 - y0)}" fill="${fill}" stroke="${color}" stroke-width="1.3" rx="1.5"/>`);
-      if (bar.end === null && bar.record) {
-        const label = t('d.waitingLive', { ms: Math.round(bar.record.elapsedNow()).toLocaleString() });
-        const anchorLeft = bar.lane === 'db';
-        out.push(text(anchorLeft ? bx - 4 : bx + 14, y1 - 2, label, { size: m.small, fill: color, anchor: anchorLeft ? 'end' : 'start', weight: 600 }));
-      }
     }
+    // The live timers, last one lowest, each next to the lane its request is on.
+    timers.forEach((bar, i) => {
+      const label = `${bar.tag}: ${t('d.waitingLive', { ms: Math.round(bar.record.elapsedNow()).toLocaleString() })}`;
+      const ty = H - 10 - (timers.length - 1 - i) * m.smallLine;
+      const anchorLeft = bar.lane === 'db';
+      const bx = lx[bar.lane];
+      out.push(text(anchorLeft ? bx - 12 : bx + 16, ty, label, { size: m.small, fill: tagColor(bar.tag), anchor: anchorLeft ? 'end' : 'start', weight: 600 }));
+    });
 
     for (const [i, row] of this.rows.entries()) out.push(this._drawRow(row, layout[i], lx, m, W));
 
@@ -240,8 +253,8 @@ export class SequenceDiagram {
     }
     const color = row.tag ? tagColor(row.tag) : INK;
     if (row.type === 'note') {
-      const fill = row.tone === 'result' ? '#eef5ee' : '#f7f1e5';
-      const stroke = row.tone === 'result' ? '#8fb096' : '#c5b99b';
+      const fill = { result: '#eef5ee', harm: '#fbeae8' }[row.tone] ?? '#f7f1e5';
+      const stroke = { result: '#8fb096', harm: '#d9a39c' }[row.tone] ?? '#c5b99b';
       const parts = [`<rect x="${box.left}" y="${box.top + 4}" width="${box.right - box.left}" height="${box.boxH}" rx="3" fill="${fill}" stroke="${stroke}"/>`];
       const cx = (box.left + box.right) / 2;
       box.lines.forEach((line, i) => {

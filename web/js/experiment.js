@@ -68,10 +68,16 @@ export class Experiment {
     this.host = host;
     host.classList.add('experiment');
     host.dataset.testid = `exp-${def.id}`;
+    // The experiment's own headings continue the outline where it stands:
+    // one level below the heading it follows.
+    this.heading = precedingHeading(host);
+    this.level = Math.min(6, (this.heading ? Number(this.heading.tagName.slice(1)) : 2) + 1);
+    const h = this.level;
     host.innerHTML = `
       <div class="exp-controls">
         <p class="exp-steps-title" data-role="steps-title"></p>
         <ol class="steps" data-role="steps"></ol>
+        <div class="exp-track" data-role="track" hidden></div>
         <div class="exp-after">
           <button type="button" class="secondary" data-testid="run-again" data-role="again" hidden></button>
         </div>
@@ -85,13 +91,13 @@ export class Experiment {
           <div data-role="diagram"></div>
         </figure>
         <section class="exp-db" data-testid="db-panel" data-role="db">
-          <h4 data-role="db-title"></h4>
+          <h${h} class="exp-sub" data-role="db-title"></h${h}>
           <p class="exp-db-when" data-role="db-when"></p>
           <div data-role="db-tables"></div>
         </section>
       </div>
       <section class="exp-log" data-role="log-section" hidden>
-        <h4 data-role="log-title"></h4>
+        <h${h} class="exp-sub" data-role="log-title"></h${h}>
         <div class="cards" data-role="cards"></div>
       </section>`;
     this.el = Object.fromEntries([...host.querySelectorAll('[data-role]')].map((n) => [n.dataset.role, n]));
@@ -159,13 +165,13 @@ export class Experiment {
    * what the server did (or leaves that to the caller when narrate is false),
    * then reads the state.
    */
-  _start(spec, { tag, title, narrate = null, detail = [] }) {
+  _start(spec, { tag, title, narrate = null, detail = [], harm = null }) {
     const { record, done: answeredRaw } = startRequest(spec);
     this.ctx.records[tag] = record;
-    const call = { expire: L('d.callExpire'), purge: L('d.callPurge') }[spec.kind] ?? L('d.callCharge');
+    const call = CALLS[spec.kind] ?? L('d.callCharge');
     this.diagram.message('client', 'api', call, { tag, kind: 'call', detail: detail.length ? detail : callDetail(spec) });
     const bar = this.diagram.openBar(tag, 'api', { record });
-    const card = new RequestCard(record, { tag, title });
+    const card = new RequestCard(record, { tag, title, harm, level: Math.min(6, this.level + 1), context: () => this.contextName() });
     this.cards.push(card);
     this.el.cards.append(card.el);
     this.el['log-section'].hidden = false;
@@ -182,7 +188,7 @@ export class Experiment {
         const seq = ++this.stateSeq;
         const state = await getState();
         this._setState(state, seq);
-        card.setAfter(state, this.ctx.baseline);
+        card.setAfter(state, this.ctx.baseline, null, this.def.refunds);
       } catch (error) {
         card.setAfter(null, null, String(error.message || error));
       }
@@ -234,11 +240,18 @@ export class Experiment {
 
   _finish() {
     const n = this.ctx.latest?.charges.length ?? 0;
-    this.diagram.note(['db'], L('d.countNote', { n }), { tone: 'result' });
     this.result = this.def.verdict(this.ctx);
+    // The closing note takes the result's colour: harm in red, safety in green.
+    const tone = !this.result.ok ? 'note' : this.def.tone === 'bad' ? 'harm' : 'result';
+    this.diagram.note(['db'], L('d.countNote', { n }), { tone });
   }
 
   // ---- rendering -----------------------------------------------------------
+
+  /** What this experiment is called on the page (the heading it follows), to name its regions. */
+  contextName() {
+    return (this.heading?.textContent ?? this.def.id).trim();
+  }
 
   renderAll() {
     this.el['steps-title'].textContent = t('exp.steps');
@@ -253,6 +266,7 @@ export class Experiment {
     this.renderControls();
     this.renderVerdict();
     this.renderDb();
+    this.renderTrack();
     this.diagram.render();
     for (const card of this.cards) card.render();
   }
@@ -287,11 +301,32 @@ export class Experiment {
       return;
     }
     const { ok, key, params, newCharges } = this.result;
+    // What the lesson shows may be harm (a double charge) or safety (one
+    // charge): the box's colour and its title say which, and a run that did
+    // not show what the lesson expects says that instead.
+    const tone = ok ? this.def.tone ?? 'good' : 'unexpected';
     v.hidden = false;
     v.dataset.ok = String(ok);
+    v.dataset.tone = tone;
     v.dataset.newCharges = String(newCharges ?? this.ctx.newCharges().length);
-    v.className = `verdict ${ok ? 'verdict-ok' : 'verdict-bad'}`;
-    v.innerHTML = `<strong class="verdict-title">${esc(t('exp.resultTitle'))}</strong> <span>${tHtml(`${key}.${ok ? 'ok' : 'bad'}.html`, params)}</span>`;
+    v.className = `verdict verdict-${tone}`;
+    // A parameter may be a thunk (an amount, a span of time), so it is told in the language of the moment.
+    const resolved = Object.fromEntries(Object.entries(params).map(([name, value]) => [name, typeof value === 'function' ? value() : value]));
+    v.innerHTML = `<strong class="verdict-title"><span class="verdict-icon" aria-hidden="true">${VERDICT_ICON[tone]}</span>${esc(t(`exp.result.${tone}`))}</strong> <span>${tHtml(`${key}.${ok ? 'ok' : 'bad'}.html`, resolved)}</span>`;
+  }
+
+  /** A lesson's running figure (lesson 2: the amount left to refund), one value per step. */
+  renderTrack() {
+    const el = this.el.track;
+    const track = this.def.track?.(this.ctx);
+    if (!track || !track.values.length) {
+      el.hidden = true;
+      el.innerHTML = '';
+      return;
+    }
+    el.hidden = false;
+    const values = track.values.map((v, i) => `<li${i === track.values.length - 1 ? ' class="current"' : ''}><span class="v">${esc(v)}</span></li>`).join('');
+    el.innerHTML = `<p class="track-title" id="${this.def.id}-track-title">${esc(track.label())}</p><ol class="track" data-testid="track" aria-labelledby="${this.def.id}-track-title">${values}</ol>`;
   }
 
   renderDb() {
@@ -302,16 +337,24 @@ export class Experiment {
       return;
     }
     this.el['db-when'].textContent = t('exp.dbWhen', { time: fmtTime(this.ctx.latestAt) });
-    this.el['db-tables'].innerHTML = renderState(state, { baseline: this.ctx.baseline });
+    this.el['db-tables'].innerHTML = renderState(state, {
+      baseline: this.ctx.baseline,
+      context: t('exp.dbContext', { name: this.contextName() }),
+      refunds: this.def.refunds,
+    });
+    this.renderTrack();
   }
 }
 
 /** One request as sent and as answered. */
 class RequestCard {
-  constructor(record, { tag, title }) {
+  constructor(record, { tag, title, harm = null, level = 5, context = () => '' }) {
     this.record = record;
     this.tag = tag;
     this.title = title;
+    this.harm = harm;
+    this.level = level;
+    this.context = context;
     this.after = null;
     this.el = document.createElement('article');
     this.el.className = 'card';
@@ -322,8 +365,8 @@ class RequestCard {
     this.render();
   }
 
-  setAfter(state, baseline, error = null) {
-    this.after = { state, baseline, error };
+  setAfter(state, baseline, error = null, refunds = false) {
+    this.after = { state, baseline, error, refunds };
     this.render();
   }
 
@@ -344,36 +387,49 @@ class RequestCard {
     const pending = r.elapsedMs === null;
     if (!pending) clearInterval(this.ticker);
     const statusText = r.error ? 'error' : pending ? '…' : `${r.status} ${r.statusText || REASONS[r.status] || ''}`.trim();
-    const statusClass = pending ? 'pending' : STATUS_CLASS[outcomeOf(r)] ?? 'bad';
+    const outcome = outcomeOf(r);
+    // A request that did harm (charged again, or was acknowledged and then
+    // forgotten) is never drawn in the colour of success.
+    const harmed = !pending && this.harm && (outcome === EXECUTED || outcome === REPLAYED);
+    const statusClass = pending ? 'pending' : harmed ? 'bad' : STATUS_CLASS[outcome] ?? 'bad';
+    const h = this.level;
     const after = this.after;
     this.el.dataset.status = pending ? '' : String(r.status ?? 'error');
     this.el.dataset.replayed = String(r.replayed);
+    this.el.dataset.harm = harmed ? this.harm : '';
     if (r.spec.kind === 'purge' && !pending && typeof r.json?.purged === 'number') this.el.dataset.purged = String(r.json.purged);
     this.el.innerHTML = `
       <header class="card-head">
         <span class="tag" aria-hidden="true">${esc(this.tag)}</span>
-        <h5><span class="visually-hidden">${esc(t('tag.request', { tag: this.tag }))}: </span>${esc(this.title())}</h5>
+        <h${h} class="card-title"><span class="visually-hidden">${esc(t('tag.request', { tag: this.tag }))}: </span>${esc(this.title())}</h${h}>
         <span class="status status-${statusClass}" data-testid="status">${esc(statusText)}</span>
         <span class="elapsed${pending ? ' pending' : ''}" data-testid="elapsed" ${pending ? '' : `data-ms="${r.elapsedMs}"`}
           title="${esc(t('card.elapsedLabel'))}"><span class="ms">${fmtMs(r.elapsedNow())}</span> ms</span>
       </header>
-      <p class="card-explain" data-testid="explain">${esc(pending ? t('card.waiting') : explain(r))}</p>
+      <p class="card-explain" data-testid="explain">${esc(pending ? t('card.waiting') : explain(r))}${
+        harmed ? ` <strong class="harm-note" data-testid="harm">${esc(t(`card.harm.${this.harm}`))}</strong>` : ''
+      }</p>
       <div class="raw">
-        <section>
-          <h6>${esc(t('card.request'))}</h6>
+        <div>
+          <p class="raw-label">${esc(t('card.request'))}</p>
           <pre data-testid="raw-request">${rawRequest(r)}</pre>
           <p class="fine">${esc(t('card.browserAdds'))}</p>
-        </section>
-        <section>
-          <h6>${esc(t('card.response'))}</h6>
+        </div>
+        <div>
+          <p class="raw-label">${esc(t('card.response'))}</p>
           <pre data-testid="raw-response">${pending ? esc(t('card.waiting')) : rawResponse(r)}</pre>
           <p class="fine">${esc(t('card.formatted'))}</p>
-        </section>
+        </div>
       </div>
       ${
         after
           ? `<details class="card-after"><summary>${esc(t('card.after'))}: ${esc(after.state ? summarize(after.state) : after.error)}</summary>
-              ${after.state ? renderState(after.state, { baseline: after.baseline, compact: true }) : ''}</details>`
+              ${after.state ? renderState(after.state, {
+                baseline: after.baseline,
+                compact: true,
+                refunds: after.refunds,
+                context: t('card.afterContext', { name: this.context(), tag: this.tag }),
+              }) : ''}</details>`
           : ''
       }`;
     // Keep an open <details> open across re-renders.
@@ -387,23 +443,55 @@ class RequestCard {
 /** The colour of a card's status, by what came of the request. */
 const STATUS_CLASS = { [EXECUTED]: 'good', [REPLAYED]: 'good', [LOST]: 'lost' };
 
+/** The sign before a result's title, so its meaning is not told by colour alone. */
+const VERDICT_ICON = { good: '✓', bad: '⚠', unexpected: '?' };
+
+/** The label of a request's arrow in the diagram, by what it asks for. */
+const CALLS = {
+  expire: L('d.callExpire'),
+  purge: L('d.callPurge'),
+  refund: L('d.callRefund'),
+  describe: L('d.callDescribe'),
+  lookup: L('d.callLookup'),
+};
+
+/** The nearest heading before `el` in document order. */
+function precedingHeading(el) {
+  const found = document.evaluate(
+    'preceding::*[self::h1 or self::h2 or self::h3 or self::h4 or self::h5][1]',
+    el,
+    null,
+    XPathResult.FIRST_ORDERED_NODE_TYPE,
+    null,
+  );
+  return found.singleNodeValue;
+}
+
 /** The card's one line on what came of the request. */
 function explain(r) {
   switch (outcomeOf(r)) {
     case EXECUTED:
       if (r.spec.kind === 'expire') return t('card.explain.expired');
       if (r.spec.kind === 'purge') return t('card.explain.purged', { n: Number(r.json?.purged ?? 0) });
+      if (r.spec.kind === 'refund') return t('card.explain.refunded', { amount: fmtAmount(r.json?.amount ?? 0, r.json?.currency ?? 'jpy') });
+      if (r.spec.kind === 'describe') return t('card.explain.described');
+      if (r.spec.kind === 'lookup') return t('card.explain.found');
       return t('card.explain.created');
     case REPLAYED:
+      if (r.spec.kind === 'refund') return t('card.explain.refundReplayed');
       return t('card.explain.replayed');
     case MISMATCH:
       return t('card.explain.reused');
     case IN_FLIGHT:
       return t('card.explain.inFlight');
     case LOST:
+      if (r.spec.intent?.faults?.includes('abandon')) return t('card.explain.abandoned');
+      if (r.spec.kind === 'refund') return t(r.replayed || r.spec.intent?.key ? 'card.explain.lostRefundKey' : 'card.explain.lostRefund');
+      if (r.spec.kind === 'describe') return t('card.explain.lostDescribe');
       return t('card.explain.lost');
     default:
       if (r.error) return t('card.explain.failed', { message: r.error });
+      if (r.spec.kind === 'lookup' && r.status === 404) return t('card.explain.notFound');
       return t('card.explain.other', { status: `${r.status} ${r.statusText}` });
   }
 }
@@ -451,11 +539,16 @@ export function amountOf(spec) {
 function callDetail(spec) {
   const lines = [];
   const i = spec.intent ?? {};
-  if (spec.kind === 'charge') {
+  if (spec.kind === 'charge' || spec.kind === 'refund') {
     lines.push(L('d.amount', { amount: amountOf(spec) }));
     lines.push(i.key ? L('d.withKey', { key: shortKeyOf(i.key) }) : L('d.noKey'));
     if (i.faults?.length) lines.push(() => `Demo-Fault: ${i.faults.join(', ')}`);
     if (i.mode) lines.push(() => `Demo-Mode: ${i.mode}`);
+  } else if (spec.kind === 'describe') {
+    lines.push(() => `"description": ${JSON.stringify(i.description)}`);
+    if (i.faults?.length) lines.push(() => `Demo-Fault: ${i.faults.join(', ')}`);
+  } else if (spec.kind === 'lookup') {
+    lines.push(() => `id ${shortKeyOf(i.chargeId)}`);
   } else if (spec.kind === 'expire') {
     lines.push(() => `key ${shortKeyOf(i.key)}`);
   }

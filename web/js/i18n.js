@@ -120,6 +120,36 @@ export function fmtTime(isoOrDate) {
   return `${hms}.${String(date.getMilliseconds()).padStart(3, '0')}`;
 }
 
+/** A date and time to the millisecond, e.g. "3 Dec, 18:38:13.148" / "12月3日 18:38:13.148". */
+export function fmtDateTime(isoOrDate) {
+  const date = isoOrDate instanceof Date ? isoOrDate : new Date(String(isoOrDate).replace(/(\.\d{3})\d+/, '$1'));
+  if (Number.isNaN(date.getTime())) return String(isoOrDate ?? '');
+  const day = date.toLocaleDateString(current === 'ja' ? 'ja-JP' : 'en-GB', { month: current === 'ja' ? 'numeric' : 'short', day: 'numeric' });
+  return `${day} ${fmtTime(date)}`;
+}
+
+/**
+ * A stretch of time in words, coarse where it is long:
+ * 86_340_000 → "23 h 59 min", 65_000 → "1 min 5 s", 1200 → "1.2 s", 4000 → "4 s".
+ */
+export function fmtSpan(ms) {
+  const ja = current === 'ja';
+  const u = ja ? { h: ' 時間', min: ' 分', s: ' 秒' } : { h: ' h', min: ' min', s: ' s' };
+  const abs = Math.abs(ms);
+  if (abs >= 3_600_000) {
+    const h = Math.floor(abs / 3_600_000);
+    const min = Math.floor((abs % 3_600_000) / 60_000);
+    return `${h}${u.h}${min ? ` ${min}${u.min}` : ''}`;
+  }
+  if (abs >= 60_000) {
+    const min = Math.floor(abs / 60_000);
+    const s = Math.floor((abs % 60_000) / 1000);
+    return `${min}${u.min}${s ? ` ${s}${u.s}` : ''}`;
+  }
+  if (abs >= 10_000 || abs % 1000 < 50) return `${Math.round(abs / 1000)}${u.s}`;
+  return `${(abs / 1000).toFixed(1)}${u.s}`;
+}
+
 /** A duration as the page shows it, e.g. 4009 → "4,009". */
 export function fmtMs(ms) {
   return fmtInt(ms);

@@ -7,16 +7,22 @@
 // (outcomeOf: status, problem type, Idempotent-Replayed), never from guesses
 // about timing.
 
-import { chargeRequest, expireRequest, purgeRequest, newKey } from './api.js';
+import { chargeRequest, expireRequest, purgeRequest, refundRequest, describeRequest, lookupRequest, newKey } from './api.js';
 import { L } from './diagram.js';
 import { Experiment, amountOf, shortKeyOf, onBusyChange } from './experiment.js';
-import { t, tHtml, fmtAmount, fmtInt, fmtMs, fmtDuration, onLangChange } from './i18n.js';
+import { t, tHtml, fmtAmount, fmtInt, fmtMs, fmtDuration, fmtSpan } from './i18n.js';
 import { outcomeOf, problemFor, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST } from './outcome.js';
 import { server, serverOrNull } from './server.js';
+import { timeOf, nowOf } from './tables.js';
 
 /** A POST /charges as the demo account. */
 function charge(fields) {
   return chargeRequest({ apiKey: server().account.api_key, ...fields });
+}
+
+/** A POST /charges/{id}/refunds as the demo account. */
+function refund(fields) {
+  return refundRequest({ apiKey: server().account.api_key, ...fields });
 }
 
 // ---- narration ----------------------------------------------------------------
@@ -29,7 +35,9 @@ function reply(d, rec, bar) {
   if (rec.error) {
     d.note(['client', 'api'], L('d.failed', { message: rec.error }), { tag });
   } else if (outcome === LOST) {
-    d.message('api', 'client', L('d.lost'), { tag, kind: 'lost', detail: [() => `${rec.status} ${rec.statusText} · ${ms()} ms`] });
+    // What was thrown away: the 201 (or a PUT's 200); an abandoned request had no answer at all.
+    const text = rec.spec.intent?.faults?.includes('abandon') ? L('d.abandonedReply') : L('d.lost', { status: rec.spec.kind === 'describe' ? 200 : 201 });
+    d.message('api', 'client', text, { tag, kind: 'lost', detail: [() => `${rec.status} ${rec.statusText} · ${ms()} ms`] });
   } else if (outcome === REPLAYED) {
     d.message('api', 'client', L('d.replyReplayed', { ms }), { tag, kind: 'reply' });
   } else {
@@ -127,8 +135,17 @@ function sendCharge(ctx, step) {
   return ctx.send(spec, {
     tag: step.tag,
     title: T(step.title, { amount: amountOf(spec) }),
-    narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { keyWas }),
+    harm: step.harm ?? null,
+    narrate: (d, rec, bar) => (step.narrate ?? narrateCharge)(d, rec, bar, { keyWas }),
   });
+}
+
+/**
+ * A charge's body as sent: the description is written in the page's
+ * language when the request goes out ("Lesson 4: a book" / "レッスン 4: 本").
+ */
+function bodyOf({ desc, ...body }) {
+  return desc ? { ...body, description: t(desc) } : body;
 }
 
 /** An experiment for experiment.js, its charge steps made runnable. */
@@ -136,13 +153,13 @@ function experiment({ body, steps, setup, ...rest }) {
   return {
     ...rest,
     setup(ctx) {
-      ctx.vars.body = body;
+      Object.defineProperty(ctx.vars, 'body', { get: () => bodyOf(body), enumerable: true, configurable: true });
       ctx.vars.key = newKey();
       setup?.(ctx);
     },
     steps: steps.map((step) => {
       if (step.run) return step;
-      const { amount, currency } = { ...body, ...step.body };
+      const { amount, currency } = { ...bodyOf(body), ...step.body };
       return { label: L(step.label, { amount: () => fmtAmount(amount, currency) }), run: (ctx) => sendCharge(ctx, step) };
     }),
   };
@@ -152,11 +169,12 @@ function experiment({ body, steps, setup, ...rest }) {
 
 const lesson1 = experiment({
   id: 'l1',
-  body: { amount: 1000, currency: 'jpy', description: 'Lesson 1: a book' },
+  body: { amount: 1000, currency: 'jpy', desc: 'body.l1' },
   steps: [
     { label: 'l1.step1', tag: 'A', title: 'title.first', faults: [LOSE_RESPONSE] },
-    { label: 'l1.step2', tag: 'B', title: 'title.retryNoKey' },
+    { label: 'l1.step2', tag: 'B', title: 'title.retryNoKey', harm: 'duplicate' },
   ],
+  tone: 'bad',
   verdict(ctx) {
     const n = ctx.newCharges().length;
     return { ok: n === 2, key: 'l1.verdict', params: { n } };
@@ -167,7 +185,7 @@ const lesson1 = experiment({
 
 const lesson3Retry = experiment({
   id: 'l3-retry',
-  body: { amount: 1000, currency: 'jpy', description: 'Lesson 3: a book' },
+  body: { amount: 1000, currency: 'jpy', desc: 'body.l3' },
   steps: [
     { label: 'l3.retry.step1', tag: 'A', title: 'title.first', key: 'same', faults: [LOSE_RESPONSE] },
     { label: 'l3.retry.step2', tag: 'B', title: 'title.retrySameKey', key: 'same' },
@@ -189,8 +207,10 @@ const lesson3Retry = experiment({
 async function sendPair(ctx, { mode }) {
   const key = ctx.vars.key;
   const spec = () => charge({ ...ctx.vars.body, key, mode });
+  // Under check-then-insert both charge: whichever it is, the second charge is the duplicate.
+  const harm = mode === 'check-then-insert' ? 'duplicate' : null;
   const a = ctx.start(spec(), { tag: 'A', title: T('title.concurrent') });
-  const b = ctx.start(spec(), { tag: 'B', title: T('title.concurrent') });
+  const b = ctx.start(spec(), { tag: 'B', title: T('title.concurrent'), harm });
   await Promise.all([a.answered, b.answered]);
   const d = ctx.diagram;
   const [ra, rb] = [a.record, b.record];
@@ -222,7 +242,8 @@ async function sendPair(ctx, { mode }) {
 
 const lesson3Naive = experiment({
   id: 'l3-naive',
-  body: { amount: 1000, currency: 'jpy', description: 'Lesson 3: check, then insert' },
+  body: { amount: 1000, currency: 'jpy', desc: 'body.l3naive' },
+  tone: 'bad',
   steps: [{ label: 'l3.naive.step1', run: (ctx) => sendPair(ctx, { mode: 'check-then-insert' }) }],
   verdict(ctx) {
     const n = ctx.newCharges().length;
@@ -233,7 +254,7 @@ const lesson3Naive = experiment({
 
 const lesson3Guarded = experiment({
   id: 'l3-guarded',
-  body: { amount: 1000, currency: 'jpy', description: 'Lesson 3: unique constraint' },
+  body: { amount: 1000, currency: 'jpy', desc: 'body.l3guarded' },
   steps: [{ label: 'l3.guarded.step1', run: (ctx) => sendPair(ctx, { mode: null }) }],
   verdict(ctx) {
     const n = ctx.newCharges().length;
@@ -408,7 +429,7 @@ const LESSON4_MODES = {
 const lesson4 = experiment({
   id: 'l4',
   mode: 'atomic',
-  body: { amount: 1000, currency: 'jpy', description: 'Lesson 4: a book' },
+  body: { amount: 1000, currency: 'jpy', desc: 'body.l4' },
   setup(ctx) {
     ctx.vars.mode = lesson4.mode;
   },
@@ -448,7 +469,7 @@ function mountLesson4Modes(root, experiment) {
 
 const lesson5Expire = experiment({
   id: 'l5-expire',
-  body: { amount: 1000, currency: 'jpy', description: 'Lesson 5: expiry' },
+  body: { amount: 1000, currency: 'jpy', desc: 'body.l5expire' },
   steps: [
     { label: 'l5.expire.step1', tag: 'A', title: 'title.first', key: 'same' },
     {
@@ -473,9 +494,11 @@ const lesson5Expire = experiment({
       tag: 'D',
       title: 'title.retryAfterPurge',
       key: 'same',
+      harm: 'duplicate',
       keyWas: (ctx) => (ctx.vars.purge?.keyLeft ? 'expired' : 'purged'),
     },
   ],
+  tone: 'bad',
   verdict(ctx) {
     const n = ctx.newCharges().length;
     const retry = ctx.records.D;
@@ -491,7 +514,7 @@ const lesson5Expire = experiment({
 
 const lesson5Reuse = experiment({
   id: 'l5-reuse',
-  body: { amount: 1000, currency: 'jpy', description: 'Lesson 5: reuse' },
+  body: { amount: 1000, currency: 'jpy', desc: 'body.l5reuse' },
   steps: [
     { label: 'l5.reuse.step1', tag: 'A', title: 'title.charge', key: 'same' },
     { label: 'l5.reuse.step2', tag: 'B', title: 'title.otherAmount', key: 'same', body: { amount: 2500 } },
@@ -511,20 +534,328 @@ const lesson5Reuse = experiment({
 
 const lesson5NewKey = experiment({
   id: 'l5-newkey',
-  body: { amount: 1000, currency: 'jpy', description: 'Lesson 5: a new key per attempt' },
+  body: { amount: 1000, currency: 'jpy', desc: 'body.l5newkey' },
   steps: [
     { label: 'l5.newkey.step1', tag: 'A', title: 'title.key1', key: 'fresh', faults: [LOSE_RESPONSE] },
-    { label: 'l5.newkey.step2', tag: 'B', title: 'title.key2', key: 'fresh' },
+    { label: 'l5.newkey.step2', tag: 'B', title: 'title.key2', key: 'fresh', harm: 'duplicate' },
   ],
+  tone: 'bad',
   verdict(ctx) {
     const n = ctx.newCharges().length;
     return { ok: n === 2, key: 'l5.newkey.verdict', params: { n } };
   },
 });
 
+
+// ---- lesson 2: a change needs a key, a whole new value does not ---------------------------------
+//
+// Each experiment makes a charge of L2_AMOUNT for itself (step 1), then sends
+// one request three times, the first two of whose answers are lost, as a
+// client that retries until it hears back would. The track above the diagram
+// is what the database holds for that charge after each step.
+
+const L2_AMOUNT = 500;
+const L2_REFUND = 100;
+
+/** Step 1 of every lesson 2 experiment: the charge it works on (with a key of its own). */
+const l2ChargeStep = {
+  label: L('l2.step.charge', { amount: () => fmtAmount(L2_AMOUNT, 'jpy') }),
+  run: async (ctx) => {
+    const rec = await sendCharge(ctx, { tag: 'A', title: 'title.l2charge', key: 'fresh' });
+    ctx.vars.chargeId = outcomeOf(rec) === EXECUTED ? rec.json?.id ?? null : null;
+    if (!ctx.vars.chargeId) throw new Error(t('l2.noCharge', { status: rec.status ?? rec.error }));
+    ctx.vars.track = [chargeOf(ctx)];
+  },
+};
+
+/** The lesson's charge as the database has it now. */
+function chargeOf(ctx) {
+  return ctx.latest?.charges.find((c) => c.id === ctx.vars.chargeId) ?? null;
+}
+
+/** This lesson's refunds in the database now. */
+function refundsOf(ctx) {
+  return (ctx.latest?.refunds ?? []).filter((r) => r.charge_id === ctx.vars.chargeId);
+}
+
+function narrateRefund(d, rec, bar) {
+  const tag = bar.tag;
+  const outcome = outcomeOf(rec);
+  const amount = amountOf(rec.spec);
+  const key = rec.spec.intent.key ? shortKeyOf(rec.spec.intent.key) : null;
+  if (outcome === REPLAYED) {
+    d.message('api', 'db', L('d.insertKeyTaken', { key }), { tag });
+    d.message('db', 'api', L('d.readStored'), { tag, kind: 'reply' });
+  } else if (outcome === EXECUTED || outcome === LOST) {
+    if (key) d.message('api', 'db', L('d.insertKeyNew', { key }), { tag });
+    d.message('api', 'db', L(key ? 'd.refundAndSave' : 'd.insertRefund', { amount }), { tag });
+  }
+  reply(d, rec, bar);
+}
+
+/** One refund of L2_REFUND; `keyed`: with the run's key. The first two answers are lost. */
+function l2RefundStep(n, keyed) {
+  const tag = ['B', 'C', 'D'][n - 1];
+  const lost = n < 3;
+  return {
+    label: L(`l2.step.refund${keyed ? 'Key' : ''}${lost ? 'Lost' : ''}`, { amount: () => fmtAmount(L2_REFUND, 'jpy'), n }),
+    run: async (ctx) => {
+      const spec = refund({ chargeId: ctx.vars.chargeId, amount: L2_REFUND, key: keyed ? ctx.vars.key : undefined, faults: lost ? [LOSE_RESPONSE] : [] });
+      await ctx.send(spec, {
+        tag,
+        title: T(n === 1 ? 'title.refund' : 'title.refundAgain', { amount: amountOf(spec), n }),
+        harm: !keyed && n > 1 ? 'duplicate' : null,
+        narrate: narrateRefund,
+      });
+      ctx.vars.track.push(chargeOf(ctx));
+    },
+  };
+}
+
+/** What is left to refund of the lesson's charge, after each step so far. */
+function refundTrack(ctx) {
+  return {
+    label: L('l2.track.refundable'),
+    values: (ctx.vars.track ?? []).map((c) => (c ? fmtAmount(c.amount - (c.amount_refunded ?? 0), c.currency) : '—')),
+  };
+}
+
+const lesson2NoKey = experiment({
+  id: 'l2-nokey',
+  body: { amount: L2_AMOUNT, currency: 'jpy', desc: 'body.l2nokey' },
+  refunds: true,
+  tone: 'bad',
+  steps: [l2ChargeStep, l2RefundStep(1, false), l2RefundStep(2, false), l2RefundStep(3, false)],
+  track: refundTrack,
+  verdict(ctx) {
+    const refunds = refundsOf(ctx);
+    const refunded = chargeOf(ctx)?.amount_refunded ?? null;
+    const ok = refunds.length === 3 && refunded === 3 * L2_REFUND;
+    return { ok, key: 'l2.nokey.verdict', params: { n: refunds.length, refunded: () => fmtAmount(refunded ?? 0, 'jpy'), left: () => fmtAmount(L2_AMOUNT - (refunded ?? 0), 'jpy') } };
+  },
+});
+
+const lesson2Key = experiment({
+  id: 'l2-key',
+  body: { amount: L2_AMOUNT, currency: 'jpy', desc: 'body.l2key' },
+  refunds: true,
+  steps: [l2ChargeStep, l2RefundStep(1, true), l2RefundStep(2, true), l2RefundStep(3, true)],
+  track: refundTrack,
+  verdict(ctx) {
+    const refunds = refundsOf(ctx);
+    const refunded = chargeOf(ctx)?.amount_refunded ?? null;
+    const d = ctx.records.D;
+    const same = refunds.length === 1 && d?.json?.id === refunds[0].id;
+    const ok = refunds.length === 1 && refunded === L2_REFUND && outcomeOf(d) === REPLAYED && same;
+    return { ok, key: 'l2.key.verdict', params: { n: refunds.length, refunded: () => fmtAmount(refunded ?? 0, 'jpy'), replayed: d?.replayed ?? false, same } };
+  },
+});
+
+function narrateDescribe(d, rec, bar) {
+  const outcome = outcomeOf(rec);
+  if (outcome === EXECUTED || outcome === LOST) {
+    d.message('api', 'db', L('d.setDescription', { text: rec.spec.intent.description }), { tag: bar.tag });
+  }
+  reply(d, rec, bar);
+}
+
+/** One PUT of the whole new description; the first two answers are lost. */
+function l2PutStep(n) {
+  const tag = ['B', 'C', 'D'][n - 1];
+  const lost = n < 3;
+  return {
+    label: L(lost ? 'l2.step.putLost' : 'l2.step.put', { n }),
+    run: async (ctx) => {
+      const spec = describeRequest({ apiKey: server().account.api_key, chargeId: ctx.vars.chargeId, description: ctx.vars.newDescription, faults: lost ? [LOSE_RESPONSE] : [] });
+      await ctx.send(spec, { tag, title: T(n === 1 ? 'title.put' : 'title.putAgain', { n }), narrate: narrateDescribe });
+      ctx.vars.track.push(chargeOf(ctx));
+    },
+  };
+}
+
+const lesson2Put = experiment({
+  id: 'l2-put',
+  body: { amount: L2_AMOUNT, currency: 'jpy', desc: 'body.l2put' },
+  setup(ctx) {
+    // Chosen once per run, in the language of the moment, and sent as is three times.
+    ctx.vars.newDescription = null;
+  },
+  steps: [
+    {
+      ...l2ChargeStep,
+      run: async (ctx) => {
+        await l2ChargeStep.run(ctx);
+        ctx.vars.newDescription = t('body.l2putNew');
+      },
+    },
+    l2PutStep(1),
+    l2PutStep(2),
+    l2PutStep(3),
+  ],
+  track: (ctx) => ({ label: L('l2.track.description'), values: (ctx.vars.track ?? []).map((c) => c?.description ?? '—') }),
+  verdict(ctx) {
+    const charge = chargeOf(ctx);
+    const after = (ctx.vars.track ?? []).slice(1).map((c) => c?.description);
+    const same = after.length === 3 && after.every((v) => v === ctx.vars.newDescription);
+    const ok = ctx.newCharges().length === 1 && charge?.description === ctx.vars.newDescription && same && ctx.records.D?.status === 200;
+    return { ok, key: 'l2.put.verdict', params: { n: ctx.newCharges().length, description: charge?.description ?? '—', same, status: ctx.records.D?.status ?? '—' } };
+  },
+});
+
+// ---- lesson 6: what a key cannot promise -----------------------------------------------------
+
+const FORGET_COMMIT = 'forget-commit';
+
+/** (a) The database acknowledges a commit, then loses it, as an asynchronous standby's promotion does. */
+const lesson6Forget = experiment({
+  id: 'l6-forget',
+  body: { amount: 1000, currency: 'jpy', desc: 'body.l6forget' },
+  tone: 'bad',
+  steps: [
+    {
+      label: 'l6.forget.step1',
+      run: async (ctx) => {
+        const rec = await sendCharge(ctx, {
+          tag: 'A', title: 'title.forgotten', key: 'same', faults: [FORGET_COMMIT], harm: 'forgotten',
+          narrate: (d, r, bar) => {
+            if (outcomeOf(r) === EXECUTED) {
+              d.message('api', 'db', L('d.insertKeyNew', { key: shortKeyOf(ctx.vars.key) }), { tag: 'A' });
+              d.message('api', 'db', L('d.chargeAndSave', { amount: amountOf(r.spec) }), { tag: 'A' });
+            }
+            reply(d, r, bar);
+            if (outcomeOf(r) === EXECUTED) d.note(['db'], L('d.forgotten', { id: shortKeyOf(r.json?.id ?? '') }), { tag: 'A' });
+          },
+        });
+        ctx.vars.heldId = rec.json?.id ?? null;
+      },
+    },
+    { label: 'l6.forget.step2', tag: 'B', title: 'title.retrySameKey', key: 'same', harm: 'duplicate' },
+    {
+      label: 'l6.forget.step3',
+      run: (ctx) => ctx.send(lookupRequest({ apiKey: server().account.api_key, chargeId: ctx.vars.heldId ?? 'none' }), {
+        tag: 'C',
+        title: T('title.lookupHeld'),
+        narrate: (d, rec, bar) => {
+          d.message('api', 'db', L('d.selectCharge', { id: shortKeyOf(ctx.vars.heldId ?? '') }), { tag: 'C' });
+          d.message('db', 'api', L(rec.status === 200 ? 'd.found' : 'd.noSuchCharge'), { tag: 'C', kind: 'reply' });
+          reply(d, rec, bar);
+        },
+      }),
+    },
+  ],
+  verdict(ctx) {
+    const { A, B, C } = ctx.records;
+    const held = ctx.vars.heldId;
+    const fresh = ctx.newCharges();
+    const ids = fresh.map((c) => c.id);
+    const y = B?.json?.id ?? null;
+    const ok = A?.status === 201 && Boolean(held) && !ids.includes(held) && outcomeOf(B) === EXECUTED && !B.replayed
+      && y !== held && ids.length === 1 && ids[0] === y && C?.status === 404;
+    return { ok, key: 'l6.forget.verdict', params: { x: (held ?? '—').slice(0, 8), y: (y ?? '—').slice(0, 8), n: fresh.length, lookup: C?.status ?? '—' } };
+  },
+});
+
+/** Key-first's lease in lesson 6 (b): long enough for the retry to meet it, short enough to wait out. */
+const L6_LEASE_MS = 5000;
+/** The retry B is sent this long after A's answer. */
+const L6_RETRY_AFTER_MS = 300;
+
+/** (b) A key-first request stops after committing its key (no charge, key not released). */
+const lesson6Abandon = experiment({
+  id: 'l6-abandon',
+  body: { amount: 1000, currency: 'jpy', desc: 'body.l6abandon' },
+  steps: [
+    {
+      label: L('l6.abandon.step1', { s: L6_LEASE_MS / 1000 }),
+      run: async (ctx) => {
+        const mode = 'key-first';
+        const key = ctx.vars.key;
+        await ctx.send(charge({ ...ctx.vars.body, key, mode, faults: ['abandon', `lease=${L6_LEASE_MS}`] }), {
+          tag: 'A',
+          title: T('title.abandoned', { s: L6_LEASE_MS / 1000 }),
+          narrate: (dd, rec, bar) => {
+            if (outcomeOf(rec) === LOST) {
+              dd.message('api', 'db', L('d.kfRegister', { key: shortKeyOf(key), s: L6_LEASE_MS / 1000 }), { tag: 'A' });
+              dd.note(['api'], L('d.abandoned'), { tag: 'A' });
+            }
+            reply(dd, rec, bar);
+          },
+        });
+        ctx.vars.rowAfterA = ctx.latest?.idempotency_keys.find((k) => k.key === key) ?? null;
+        await ctx.sleep(L6_RETRY_AFTER_MS);
+        await ctx.send(charge({ ...ctx.vars.body, key, mode }), {
+          tag: 'B',
+          title: T('title.retryAtOnce'),
+          narrate: (dd, rec, bar) => narrateCharge(dd, rec, bar, { holder: 'A' }),
+        });
+      },
+    },
+    {
+      label: 'l6.abandon.step2',
+      run: async (ctx) => {
+        const key = ctx.vars.key;
+        const row = ctx.latest?.idempotency_keys.find((k) => k.key === key);
+        // How long the lease still runs, by the server's clock (GET /demo/state's now).
+        // Only an in-progress row has a lease to wait out; never longer than the lease A asked for.
+        const left = row?.status === 'in_progress' && row.locked_until ? timeOf(row.locked_until) - nowOf(ctx.latest) : 0;
+        ctx.vars.waitedMs = Math.min(L6_LEASE_MS, Math.max(0, Math.round(left))) + 400;
+        ctx.diagram.note(['client'], L('d.waitLease', { span: () => fmtSpan(ctx.vars.waitedMs) }), { tag: 'C' });
+        await ctx.sleep(ctx.vars.waitedMs);
+        await ctx.send(charge({ ...ctx.vars.body, key, mode: 'key-first' }), {
+          tag: 'C',
+          title: T('title.afterLease'),
+          narrate: (d, rec, bar) => {
+            if (outcomeOf(rec) === EXECUTED) {
+              d.message('api', 'db', L('d.takeOver', { key: shortKeyOf(key) }), { tag: 'C' });
+              d.message('api', 'db', L('d.kfCommitPlain'), { tag: 'C' });
+            }
+            reply(d, rec, bar);
+          },
+        });
+      },
+    },
+  ],
+  verdict(ctx) {
+    const { A, B, C } = ctx.records;
+    const row = ctx.vars.rowAfterA;
+    const fresh = ctx.newCharges();
+    const keyRow = ctx.latest?.idempotency_keys.find((k) => k.key === ctx.vars.key);
+    const ok = outcomeOf(A) === LOST && row?.status === 'in_progress' && outcomeOf(B) === IN_FLIGHT && outcomeOf(C) === EXECUTED
+      && fresh.length === 1 && fresh[0].id === C.json?.id && keyRow?.status === 'completed' && keyRow.charge_id === C.json?.id;
+    return {
+      ok,
+      key: 'l6.abandon.verdict',
+      params: { a: A?.status ?? '—', row: row?.status ?? '—', b: B?.status ?? '—', c: C?.status ?? '—', n: fresh.length, waited: () => fmtSpan(ctx.vars.waitedMs ?? 0) },
+    };
+  },
+});
+
+/** (c) The retention ends while the client is still retrying. */
+const lesson6Retention = experiment({
+  id: 'l6-retention',
+  body: { amount: 1000, currency: 'jpy', desc: 'body.l6retention' },
+  tone: 'bad',
+  steps: [
+    { label: 'l6.retention.step1', tag: 'A', title: 'title.first', key: 'same', faults: [LOSE_RESPONSE] },
+    {
+      label: 'l6.retention.step2',
+      run: (ctx) => ctx.send(expireRequest(ctx.vars.key), { tag: 'B', title: T('title.retentionOver'), narrate: narrateExpire }),
+    },
+    { label: 'l6.retention.step3', tag: 'C', title: 'title.lateRetry', key: 'same', harm: 'duplicate', keyWas: () => 'expired' },
+  ],
+  verdict(ctx) {
+    const n = ctx.newCharges().length;
+    const c = ctx.records.C;
+    return { ok: n === 2 && outcomeOf(c) === EXECUTED && !c.replayed, key: 'l6.retention.verdict', params: { n, status: c?.status ?? '—' } };
+  },
+});
+
 /** Every experiment, by the id of its placeholder in index.html (data-experiment). */
 export const EXPERIMENTS = {
   l1: lesson1,
+  'l2-nokey': lesson2NoKey,
+  'l2-key': lesson2Key,
+  'l2-put': lesson2Put,
   'l3-retry': lesson3Retry,
   'l3-naive': lesson3Naive,
   'l3-guarded': lesson3Guarded,
@@ -532,6 +863,9 @@ export const EXPERIMENTS = {
   'l5-expire': lesson5Expire,
   'l5-reuse': lesson5Reuse,
   'l5-newkey': lesson5NewKey,
+  'l6-forget': lesson6Forget,
+  'l6-abandon': lesson6Abandon,
+  'l6-retention': lesson6Retention,
 };
 
 export function mountExperiments(root) {
@@ -541,76 +875,6 @@ export function mountExperiments(root) {
     const experiment = new Experiment(host, def);
     if (def === lesson4) mountLesson4Modes(root, experiment);
   }
-}
-
-// ---- lesson 2: runs in the browser only ------------------------------------------------------
-
-export function mountLesson2(root) {
-  const widget = root.querySelector('[data-widget="balance"]');
-  const model = { dec: [500], set: [500] };
-  const ops = {
-    dec: (v) => v - 100,
-    set: () => 400,
-  };
-  const render = () => {
-    for (const op of ['dec', 'set']) {
-      const values = model[op];
-      const track = widget.querySelector(`[data-track="${op}"]`);
-      track.innerHTML = values
-        .map((v, i) => `<li${i === values.length - 1 ? ' class="current"' : ''}><span class="v">${v}</span></li>`)
-        .join('');
-      const button = widget.querySelector(`[data-apply="${op}"]`);
-      const done = values.length - 1;
-      button.textContent = done >= 3 ? t('l2.applyDone') : t('l2.applyOnce', { done });
-      button.disabled = done >= 3;
-    }
-    const done = Math.min(model.dec.length, model.set.length) - 1;
-    widget.querySelector('[data-role="after"]').textContent = t('l2.after', {
-      done: Math.max(model.dec.length, model.set.length) - 1,
-      dec: model.dec.at(-1),
-      set: model.set.at(-1),
-    });
-    widget.dataset.done = String(done);
-  };
-  for (const op of ['dec', 'set']) {
-    widget.querySelector(`[data-apply="${op}"]`).addEventListener('click', () => {
-      if (model[op].length < 4) model[op].push(ops[op](model[op].at(-1)));
-      render();
-    });
-  }
-  widget.querySelector('[data-role="start-over"]').addEventListener('click', () => {
-    model.dec = [500];
-    model.set = [500];
-    render();
-  });
-
-  const del = root.querySelector('[data-widget="delete"]');
-  const order = { exists: true, log: [] };
-  const renderDelete = () => {
-    del.querySelector('[data-role="order"]').textContent = order.exists ? t('l2.orderExists') : t('l2.orderGone');
-    del.querySelector('[data-role="order"]').className = `order ${order.exists ? 'exists' : 'gone'}`;
-    del.querySelector('[data-role="log"]').innerHTML = order.log
-      .map((status) => `<li>${t('l2.deleteLine', { status })}</li>`)
-      .join('');
-    del.querySelector('[data-role="recreate"]').disabled = order.exists;
-  };
-  del.querySelector('[data-role="delete"]').addEventListener('click', () => {
-    order.log.push(order.exists ? '204 No Content' : '404 Not Found');
-    order.exists = false;
-    renderDelete();
-  });
-  del.querySelector('[data-role="recreate"]').addEventListener('click', () => {
-    order.exists = true;
-    order.log = [];
-    renderDelete();
-  });
-
-  render();
-  renderDelete();
-  onLangChange(() => {
-    render();
-    renderDelete();
-  });
 }
 
 /** Sets text only when it changed, so a live region does not repeat itself. */
@@ -664,4 +928,10 @@ export function renderServerFacts(root) {
     defaultEvery: config ? fmtDuration(config.default_purge_interval_seconds) : '…',
   }));
   setText(root.querySelector('[data-role="l5-retention"]'), t('l5.purge.p2', { ttl }));
+  setHtml(root.querySelector('[data-role="l6-abandon-intro"]'), tHtml('l6.abandon.p1.html', {
+    s: L6_LEASE_MS / 1000,
+    ms: L6_LEASE_MS,
+    lease: config ? fmtDuration(config.idempotency_lease_seconds) : '…',
+  }));
+  setText(root.querySelector('[data-role="l6-retention-intro"]'), t('l6.retention.p1', { ttl }));
 }

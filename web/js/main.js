@@ -5,7 +5,8 @@
 import { t, lang, setLang, applyStatic, onLangChange } from './i18n.js';
 import { getState, resetDemo } from './api.js';
 import { loadServer, server } from './server.js';
-import { mountExperiments, mountLesson2, renderServerFacts } from './lessons.js';
+import { mountExperiments, renderServerFacts } from './lessons.js';
+import { mountSelfCheck } from './selfcheck.js';
 import { rerenderAll, onBusyChange, onState, isBusy, afterReset } from './experiment.js';
 
 const $ = (selector) => document.querySelector(selector);
@@ -39,8 +40,12 @@ function showState(state) {
 
 function renderLangButton() {
   const button = $('[data-testid="lang-toggle"]');
+  // The button's name is the language it switches to, written in that
+  // language, as it is shown (so a voice user can say what they see); what it
+  // does is its description.
   button.textContent = t('lang.switch');
-  button.setAttribute('aria-label', t('lang.switchLabel'));
+  button.removeAttribute('aria-label');
+  button.title = t('lang.switchLabel');
   button.lang = lang() === 'ja' ? 'en' : 'ja';
 }
 
@@ -66,8 +71,8 @@ async function onReset() {
 async function start() {
   applyStatic(document);
   renderLangButton();
-  mountLesson2(document);
   mountExperiments(document);
+  mountSelfCheck(document);
   onState(showState);
   onBusyChange((busy) => {
     $('[data-testid="reset"]').disabled = busy;

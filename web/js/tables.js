@@ -1,6 +1,6 @@
 // Drawing the database state (GET /demo/state) as tables.
 
-import { t, escapeHtml as esc, fmtAmount, fmtTime } from './i18n.js';
+import { t, escapeHtml as esc, fmtAmount, fmtTime, fmtDateTime, fmtSpan } from './i18n.js';
 
 /** The first 8 characters of an id or key, coloured by its value so equal ids look equal. */
 export function idChip(id, { testid = null } = {}) {
@@ -26,8 +26,40 @@ export function shortKey(key) {
 export function summarize(state) {
   if (!state) return '';
   let s = t('summary.db', { charges: state.charges.length, keys: state.idempotency_keys.length });
+  if (state.refunds?.length) s += t('summary.refunds', { n: state.refunds.length });
   if (state.unguarded_keys?.length) s += t('summary.unguarded', { n: state.unguarded_keys.length });
   return s;
+}
+
+/** Milliseconds since the epoch of an RFC 3339 time (microseconds are cut to milliseconds). */
+export function timeOf(iso) {
+  if (!iso) return NaN;
+  return Date.parse(String(iso).replace(/(\.\d{3})\d+/, '$1'));
+}
+
+/**
+ * The server's clock when it answered `state` (its `now`), else the page's
+ * clock: the times in a snapshot are told relative to this.
+ */
+export function nowOf(state) {
+  const now = timeOf(state?.now);
+  return Number.isNaN(now) ? Date.now() : now;
+}
+
+/**
+ * A time as "in 23 h 59 min" / "expired 1 s ago" against the server's
+ * `now`, with the absolute time on a second line and in the title.
+ *  kind: 'expiry' (a key's expires_at) or 'lease' (key-first's locked_until).
+ */
+function relativeCell(iso, now, kind) {
+  const at = timeOf(iso);
+  if (Number.isNaN(at)) return `<span class="null">${esc(iso ?? 'null')}</span>`;
+  const ms = at - now;
+  const future = ms > 0;
+  const text = t(`rel.${kind}.${future ? 'future' : 'past'}`, { span: fmtSpan(Math.abs(ms)) });
+  const abs = fmtDateTime(iso);
+  return `<span class="rel ${future ? 'rel-future' : 'rel-past'}" data-testid="${kind}-relative" data-ms="${Math.round(ms)}">${esc(text)}</span>`
+    + `<span class="abs" title="${esc(iso)}">${esc(abs)}</span>`;
 }
 
 /**
@@ -35,7 +67,9 @@ export function summarize(state) {
  * of charge ids, keys and unguarded row ids seen when the run started) are
  * marked new.
  */
-export function renderState(state, { baseline = null, compact = false } = {}) {
+export function renderState(state, { baseline = null, compact = false, context = '', refunds = false } = {}) {
+  const now = nowOf(state);
+  const showRefunded = state.charges.some((c) => c.amount_refunded !== undefined);
   const isNew = (id) => baseline !== null && !baseline.has(id);
   const badge = (id) => (isNew(id) ? ` <span class="badge-new">${esc(t('tbl.new'))}</span>` : '');
   const rowClass = (id) => (isNew(id) ? ' class="is-new"' : '');
@@ -45,34 +79,34 @@ export function renderState(state, { baseline = null, compact = false } = {}) {
       (c) => `<tr data-testid="charge-row" data-id="${esc(c.id)}"${rowClass(c.id)}>
         <td>${idChip(c.id)}${badge(c.id)}</td>
         <td class="num">${esc(fmtAmount(c.amount, c.currency))}</td>
+        ${showRefunded ? `<td class="num" data-testid="amount-refunded" data-amount="${Number(c.amount_refunded)}">${esc(fmtAmount(c.amount_refunded, c.currency))}</td>` : ''}
         <td class="desc">${esc(c.description ?? '')}</td>
         <td class="time">${esc(fmtTime(c.created_at))}</td></tr>`,
     )
     .join('');
 
-  // The lease (key-first) only means something while a row is in progress, so
-  // its column is shown only when the snapshot holds such a row.
-  const showLease = state.idempotency_keys.some((k) => k.status === 'in_progress');
+  // The lease (key-first) only means something while a row is in progress:
+  // such a row tells it under its status (live or over, and when it ends by
+  // the server's clock), so the table needs no column of its own for it.
   const keys = state.idempotency_keys
     .map((k) => {
       const id = `key:${k.key}`;
       const inProgress = k.status === 'in_progress';
       const lease = inProgress && k.locked_until
-        ? `${esc(fmtTime(k.locked_until))}<br><span class="pill ${k.lease_live ? 'pill-lease-live' : 'pill-lease-over'}" data-testid="lease">${esc(t(k.lease_live ? 'tbl.leaseLive' : 'tbl.leaseOver'))}</span>`
-        : '<span class="null">—</span>';
+        ? `<span class="lease"><span class="pill ${k.lease_live ? 'pill-lease-live' : 'pill-lease-over'}" data-testid="lease" title="locked_until">${esc(t(k.lease_live ? 'tbl.leaseLive' : 'tbl.leaseOver'))}</span>${relativeCell(k.locked_until, now, 'lease')}</span>`
+        : '';
       return `<tr data-testid="key-row" data-key="${esc(k.key)}" data-status="${esc(k.status)}" data-lease-live="${inProgress && k.lease_live ? 'true' : 'false'}"${rowClass(id)}>
         <td>${idChip(k.key)}${badge(id)}</td>
-        <td><span class="pill pill-${esc(k.status)}">${esc(k.status)}</span>${
+        <td class="wrap key-status"><span class="pill pill-${esc(k.status)}">${esc(k.status)}</span>${
           k.expired ? ` <span class="pill pill-expired" data-testid="key-expired">${esc(t('tbl.expired'))}</span>` : ''
-        }</td>
-        ${showLease ? `<td class="time">${lease}</td>` : ''}
-        <td><code class="fp">${esc(k.fingerprint ?? '')}</code></td>
+        }${lease}</td>
+        <td class="wrap"><code class="fp">${esc(k.fingerprint ?? '')}</code></td>
         <td class="num">${k.response_status ?? '<span class="null">null</span>'}</td>
         <td>${idChip(k.charge_id)}</td>
-        <td class="time">${esc(fmtTime(k.expires_at))}</td></tr>`;
+        <td class="time wrap" data-testid="expires-at">${relativeCell(k.expires_at, now, 'expiry')}</td></tr>`;
     })
     .join('');
-  const keyColumns = ['key', 'status', ...(showLease ? ['locked_until'] : []), 'fingerprint', 'response_status', 'charge_id', 'expires_at'];
+  const keyColumns = ['key', 'status', 'fingerprint', 'response_status', 'charge_id', 'expires_at'];
 
   const unguarded = (state.unguarded_keys ?? [])
     .map((u, i) => {
@@ -84,12 +118,24 @@ export function renderState(state, { baseline = null, compact = false } = {}) {
     })
     .join('');
 
+  const refundRows = (state.refunds ?? [])
+    .map(
+      (r) => `<tr data-testid="refund-row" data-id="${esc(r.id)}"${rowClass(`refund:${r.id}`)}>
+        <td>${idChip(r.id)}${badge(`refund:${r.id}`)}</td>
+        <td>${idChip(r.charge_id)}</td>
+        <td class="num">${esc(fmtAmount(r.amount, r.currency))}</td>
+        <td class="time">${esc(fmtTime(r.created_at))}</td></tr>`,
+    )
+    .join('');
+
+  // Every scrolling table is a region a keyboard can reach; its name says
+  // which table of which experiment it is, so no two regions share a name.
   const table = (title, testid, count, head, body) => `
     <div class="table-block" data-testid="${testid}">
-      <h5><code>${esc(title)}</code> <span class="count" data-testid="${testid}-count" data-count="${count}">${esc(t('tbl.count', { n: count }))}</span></h5>
+      <p class="table-title"><code>${esc(title)}</code> <span class="count" data-testid="${testid}-count" data-count="${count}">${esc(t('tbl.count', { n: count }))}</span></p>
       ${
         count
-          ? `<div class="table-scroll" tabindex="0" role="region" aria-label="${esc(title)}"><table>
+          ? `<div class="table-scroll" tabindex="0" role="region" aria-label="${esc(context ? `${title} — ${context}` : title)}"><table>
               <thead><tr>${head.map((h) => `<th scope="col">${esc(t(`col.${h}`))}</th>`).join('')}</tr></thead>
               <tbody>${body}</tbody></table></div>`
           : `<p class="table-empty">${esc(t('tbl.empty'))}</p>`
@@ -97,7 +143,8 @@ export function renderState(state, { baseline = null, compact = false } = {}) {
     </div>`;
 
   return `<div class="db-tables${compact ? ' compact' : ''}">
-    ${table(t('tbl.charges'), 'charges', state.charges.length, ['id', 'amount', 'description', 'created_at'], charges)}
+    ${table(t('tbl.charges'), 'charges', state.charges.length, ['id', 'amount', ...(showRefunded ? ['amount_refunded'] : []), 'description', 'created_at'], charges)}
+    ${refunds || state.refunds?.length ? table(t('tbl.refunds'), 'refunds', state.refunds?.length ?? 0, ['id', 'charge_id', 'amount', 'created_at'], refundRows) : ''}
     ${table(t('tbl.keys'), 'keys', state.idempotency_keys.length, keyColumns, keys)}
     ${state.unguarded_keys?.length ? table(t('tbl.unguarded'), 'unguarded', state.unguarded_keys.length, ['key', 'charge_id', 'created_at'], unguarded) : ''}
   </div>`;
@@ -110,5 +157,6 @@ export function stateIds(state) {
   for (const c of state.charges) ids.add(c.id);
   for (const k of state.idempotency_keys) ids.add(`key:${k.key}`);
   for (const u of state.unguarded_keys ?? []) ids.add(`unguarded:${u.key}:${u.charge_id}`);
+  for (const r of state.refunds ?? []) ids.add(`refund:${r.id}`);
   return ids;
 }

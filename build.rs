@@ -38,8 +38,9 @@ fn main() {
             missing.join("+")
         );
     }
-    // The failover test starts its own primary and standby: it needs the
-    // server binaries and root (initdb runs as `postgres` through runuser).
+    // The failover tests start PostgreSQL servers of their own: they need the
+    // server binaries and root (pg_autoctl and initdb run as `postgres`
+    // through runuser).
     println!("cargo::rustc-check-cfg=cfg(replication_tests_unavailable)");
     let server_binaries = std::fs::read_dir("/usr/lib/postgresql").is_ok_and(|dirs| {
         dirs.filter_map(Result::ok).any(|d| {
@@ -56,6 +57,23 @@ fn main() {
         .is_ok_and(|o| o.status.success());
     if !(server_binaries && root && runuser) {
         println!("cargo::rustc-cfg=replication_tests_unavailable");
+    }
+    // The failover tests run pg_auto_failover: `pg_autoctl` and the
+    // monitor's extension for an installed server version. Set only where
+    // the above is met, so that each ignored test gives one reason.
+    println!("cargo::rustc-check-cfg=cfg(auto_failover_unavailable)");
+    println!("cargo::rerun-if-changed=/usr/lib/postgresql");
+    let extension = std::fs::read_dir("/usr/lib/postgresql").is_ok_and(|dirs| {
+        dirs.filter_map(Result::ok).any(|d| {
+            d.path().join("lib/pgautofailover.so").exists() && d.path().join("bin/pg_ctl").exists()
+        })
+    });
+    let pg_autoctl = std::process::Command::new("pg_autoctl")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if server_binaries && root && runuser && !(extension && pg_autoctl) {
+        println!("cargo::rustc-cfg=auto_failover_unavailable");
     }
     println!("cargo::rerun-if-env-changed=TEST_DATABASE_URL");
     if std::env::var_os("TEST_DATABASE_URL").is_some_and(|v| !v.is_empty()) {

@@ -23,6 +23,8 @@ mod support;
 #[cfg(postgres_tests)]
 mod client;
 #[cfg(postgres_tests)]
+mod ha;
+#[cfg(postgres_tests)]
 mod pg_node;
 #[cfg(postgres_tests)]
 mod proxy;

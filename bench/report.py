@@ -333,8 +333,9 @@ def table(workdir, out):
 
     fo = meta.get("failover")
     if fo and "skipped" not in fo:
-        w("failover (kill -9 of the primary under load, promote of its synchronous standby 0.5 s later):"
-          " first new 201 %.2f s after the kill; %s non-2xx (503) of %s requests meanwhile, %s socket errors"
+        w("failover (pg_auto_failover; kill -9 of the primary's postgres and keeper under load, the monitor"
+          " promotes its synchronous secondary): first new 201 %.2f s after the kill; %s non-2xx (503) of %s"
+          " requests meanwhile, %s socket errors"
           % (fo["kill_to_first_201_s"], fo.get("non_2xx"), fo.get("requests"), fo.get("socket_errors")))
         w("")
     elif fo:

@@ -274,3 +274,61 @@ fn compose_turns_demo_mode_on_only_behind_a_loopback_port_and_restarts_the_app()
         .any(|l| l.contains("DEMO"));
     assert!(!sets_demo, "the image must leave demo mode to its default");
 }
+
+/// `docker compose up` stays the database and the app; everything else is
+/// behind a profile (`--profile ha`: the pg_auto_failover formation and an
+/// app on it), and every published port, the profile's too, is on loopback.
+#[test]
+fn compose_keeps_the_failover_formation_behind_the_ha_profile() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let compose = std::fs::read_to_string(root.join("docker-compose.yml")).unwrap();
+    let services = compose
+        .split("\nservices:\n")
+        .nth(1)
+        .expect("services")
+        .split("\nvolumes:")
+        .next()
+        .unwrap();
+    // Each service: its name (two spaces in) and its lines.
+    let mut each: Vec<(String, String)> = Vec::new();
+    for line in services.lines() {
+        let name = line
+            .strip_prefix("  ")
+            .filter(|l| !l.starts_with(' ') && !l.starts_with('#'))
+            .and_then(|l| l.strip_suffix(':'));
+        match (name, each.last_mut()) {
+            (Some(name), _) => each.push((name.to_owned(), String::new())),
+            (None, Some((_, body))) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+            (None, None) => {}
+        }
+    }
+    let names: Vec<&str> = each.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["db", "app", "ha-monitor", "ha-node1", "ha-node2", "app-ha"]
+    );
+    for (name, body) in &each {
+        let profiles = body
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("profiles:"))
+            .map(str::trim);
+        let expected = if name == "db" || name == "app" {
+            None
+        } else {
+            Some("[ha]")
+        };
+        assert_eq!(profiles, expected, "{name}'s profiles");
+        if let Some(ports) = body.split("ports:\n").nth(1) {
+            for port in ports.lines().map_while(|l| l.trim().strip_prefix("- ")) {
+                assert!(
+                    port.trim_matches('"').starts_with("127.0.0.1:"),
+                    "{name} published beyond loopback: {port}"
+                );
+            }
+        }
+    }
+    assert!(root.join("docker/pg_auto_failover/Dockerfile").exists());
+}

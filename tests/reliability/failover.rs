@@ -10,6 +10,8 @@
 //!   restarts) and the manager makes it a secondary, under load; a write
 //!   probe on it must fail until then (no split brain).
 //! - Planned: `pg_autoctl perform switchover` in the middle of the load.
+//!   pg_auto_failover 2.0 has a race there that loses acknowledged writes
+//!   (upstream #774); the test tells it apart by its keeper's log line.
 //!
 //! After each, on the new primary: every 201 a client received has its
 //! charge and its completed key row with the client's id, no charge without
@@ -308,6 +310,9 @@ struct Rejoin {
     took: Duration,
     /// Write attempts on it meanwhile, every one refused.
     refused_writes: usize,
+    /// The new primary's `synchronous_standby_names`: alone, then with the
+    /// old primary back as its secondary.
+    standby_names: (String, String),
 }
 
 /// When the monitor did what, from the kill (its event log).
@@ -383,7 +388,7 @@ async fn fail_over(replication: Replication) -> Unplanned {
         let old = run.blocking(Formation::primary).await;
         let new = 1 - old;
         let (old_name, new_name) = (run.formation.nodes[old].name, run.formation.nodes[new].name);
-        let old_port = run.formation.nodes[old].port;
+        let (old_port, new_port) = (run.formation.nodes[old].port, run.formation.nodes[new].port);
         let stalled = run.blocking(move |f| f.stall_replication(old)).await;
         assert_eq!(stalled, 1, "one WAL sender on {old_name}");
         tokio::time::sleep(STALL).await;
@@ -401,6 +406,13 @@ async fn fail_over(replication: Replication) -> Unplanned {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
+        // Alone, the promoted node waits for no standby: the manager set that.
+        let standby_names = move |f: &Formation| {
+            f.psql(new_port, "postgres", "SHOW synchronous_standby_names")
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let alone = run.blocking(standby_names).await;
+        assert_eq!(alone, "", "{new_name}'s synchronous_standby_names, alone");
 
         // The machine comes back: its keeper restarts. Until the monitor
         // has it as a secondary, a write on it must fail.
@@ -438,9 +450,18 @@ async fn fail_over(replication: Replication) -> Unplanned {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // With its secondary back, the primary waits for it again. Even in the
+        // asynchronous run: being in the replication quorum is the standby's
+        // setting, and the old primary was made with `--replication-quorum true`.
+        let with_secondary = run.blocking(standby_names).await;
+        assert!(
+            with_secondary.starts_with("ANY 1 ("),
+            "{new_name}'s synchronous_standby_names with {old_name} back: {with_secondary:?}"
+        );
         let rejoin = Rejoin {
             took: restarted.elapsed(),
             refused_writes,
+            standby_names: (alone, with_secondary),
         };
         // A second of load on the whole formation, then the end.
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -500,6 +521,7 @@ async fn fail_over(replication: Replication) -> Unplanned {
          from the kill to the first new 201: {:.2?} (the monitor's events: {old_name} unhealthy at {}, \
          {new_name} told to prepare its promotion at {}, writable at {}); {} answers 503 meanwhile; \
          {old_name} back as a secondary {:.2?} after its keeper restarted, {} write probes on it all refused, \
+         {new_name}'s synchronous_standby_names {:?} alone, {:?} with it back, \
          {} charges answered meanwhile; charges acknowledged: {}, lost: {}, duplicated: {}, \
          charged again under a new id by the replay pass: {}; 503s over the run: {}, attempts unanswered: {}",
         figures.kill_to_first_201,
@@ -509,6 +531,8 @@ async fn fail_over(replication: Replication) -> Unplanned {
         figures.unavailable_during_failover,
         figures.rejoin.took,
         figures.rejoin.refused_writes,
+        figures.rejoin.standby_names.0,
+        figures.rejoin.standby_names.1,
         figures.during_rejoin,
         figures.outcome.acknowledged,
         figures.outcome.lost,
@@ -562,7 +586,9 @@ async fn a_manager_failing_over_to_an_asynchronous_standby_is_measured() {
 }
 
 /// A planned switchover (`pg_autoctl perform switchover`) under load: no
-/// charge fails for good, and nothing is lost.
+/// charge fails for good, and nothing is lost, except where the manager's
+/// known race (pg_auto_failover #774, below) shows in its log: then the loss
+/// is printed as a measurement.
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(
     replication_tests_unavailable,
@@ -643,19 +669,56 @@ async fn a_planned_switchover_fails_no_charge_that_its_retry_does_not_complete()
     for server in &mut run.servers {
         server.assert_healthy();
     }
-    assert_eq!(outcome.lost, 0, "acknowledged charges lost");
-    assert_eq!(outcome.charged_again, 0, "keys charged again");
-    let (to_first_new_201, outage) = window.unwrap_or_default();
+    // pg_auto_failover 2.0 (Debian bookworm's) has a race in this very
+    // operation, upstream issue #774 (fixed by its PR #1165, in no Debian
+    // package here): the monitor can move the draining primary back to
+    // `wait_primary` (synchronous replication off) and then assign it
+    // `demote_timeout`, which its keeper cannot reach from there. The old
+    // primary then goes on acknowledging writes the promoted node never
+    // gets, until the demote timeout: they are lost. Where its keeper logged
+    // exactly that, the loss is the manager's and is reported, loudly, as
+    // the measurement it is; anywhere else, nothing may be lost.
+    let known_race = run
+        .formation
+        .keeper_log(old)
+        .contains("does not know how to reach state \"demote_timeout\" from \"wait_primary\"");
+    if known_race {
+        eprintln!(
+            "KNOWN MANAGER BUG (pg_auto_failover #774, fixed upstream by #1165, not in Debian's 2.0): \
+             during this switchover {old_name} was put back in wait_primary and could not reach \
+             demote_timeout; it acknowledged {} charges that {new_name} never received",
+            outcome.lost
+        );
+        assert_eq!(
+            outcome.lost, outcome.charged_again,
+            "each lost charge is charged again once by its replay"
+        );
+    } else {
+        assert_eq!(outcome.lost, 0, "acknowledged charges lost");
+        assert_eq!(outcome.charged_again, 0, "keys charged again");
+    }
+    let window = window.map_or_else(
+        || "no probe saw the switch".to_owned(),
+        |(to_first_new_201, outage)| {
+            format!(
+                "from its start to the first new 201: {to_first_new_201:.2?} (writes refused for {outage:.2?})"
+            )
+        },
+    );
     eprintln!(
         "switchover by pg_auto_failover ({old_name} to {new_name}), {CLIENTS} clients, after {FAULT_AFTER} charges: \
-         `pg_autoctl perform switchover` took {took:.2?}; from its start to the first new 201: {to_first_new_201:.2?} \
-         (writes refused for {outage:.2?}); {} answers 503, {} attempts unanswered; charges acknowledged: {}, \
-         failed for good: 0, lost: {}, duplicated: {}, charged again by the replay pass: {}",
+         `pg_autoctl perform switchover` took {took:.2?}; {window}; {} answers 503, {} attempts unanswered; charges acknowledged: {}, \
+         failed for good: 0, lost: {}, duplicated: {}, charged again by the replay pass: {}{}",
         outcome.unavailable,
         outcome.unanswered,
         outcome.acknowledged,
         outcome.lost,
         outcome.duplicated,
         outcome.charged_again,
+        if known_race {
+            " (pg_auto_failover #774)"
+        } else {
+            ""
+        },
     );
 }

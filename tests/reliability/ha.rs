@@ -425,6 +425,11 @@ impl Formation {
         *node.keeper.lock().unwrap() = Some(child);
     }
 
+    /// What node `i`'s keepers (`pg_autoctl run`) have logged so far.
+    pub fn keeper_log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.log_path(&self.nodes[i])).unwrap_or_default()
+    }
+
     fn log_path(&self, node: &Node) -> PathBuf {
         self.dir.join(format!("{}.log", node.name))
     }

@@ -196,8 +196,8 @@ struct Outcome {
     unanswered: usize,
     /// 201s whose charge the new primary does not have.
     lost: usize,
-    /// Charges on the new primary beyond one per key (a charge no key row
-    /// holds).
+    /// Charges on the new primary beyond one per key (a charge no key
+    /// row's stored response names).
     duplicated: i64,
     /// Keys the replay pass charged again, under a new id.
     charged_again: usize,
@@ -237,11 +237,12 @@ async fn check(run: &Run, port: u16, charges: &[Charge]) -> Outcome {
                 .unwrap_or_else(|e| panic!("on the new primary: {e}"))
         }
     };
-    // Each run has a database of its own: every key row is this run's.
+    // Each run has a database of its own: every key row is this run's. A
+    // key row names its charge in the response it stored.
     let key_rows = || async {
         psql(
             "SELECT k.key || ' ' || k.status || ' ' || c.id FROM idempotency_keys k \
-             JOIN charges c ON c.id = k.charge_id"
+             JOIN charges c ON c.id::text = k.response_body->>'id'"
                 .to_owned(),
         )
         .await
@@ -259,7 +260,8 @@ async fn check(run: &Run, port: u16, charges: &[Charge]) -> Outcome {
     }
     outcome.duplicated = psql(
         "SELECT (SELECT count(*) FROM charges) \
-         - (SELECT count(DISTINCT charge_id) FROM idempotency_keys WHERE charge_id IS NOT NULL)"
+         - (SELECT count(DISTINCT response_body->>'id') FROM idempotency_keys \
+            WHERE response_body->>'id' IS NOT NULL)"
             .to_owned(),
     )
     .await

@@ -13,6 +13,7 @@ use actix_web::HttpRequest;
 use actix_web::http::header;
 use sha2::{Digest, Sha256};
 
+use crate::limits::{KeyedLimit, retry_after_secs};
 use crate::problem::ApiError;
 use crate::store::{AccountRecord, DbPool, Store};
 
@@ -96,39 +97,83 @@ pub fn list_accounts(store: &mut dyn Store) -> Result<Vec<AccountRecord>, Accoun
 
 /// Who a request is, from `Authorization: Bearer <key>`. A key that resolved
 /// is trusted for `ttl` without asking the database again: that is the
-/// bound on how long a revoked key keeps working on a running server.
+/// bound on how long a revoked key keeps working on a running server. A key
+/// that resolved to nothing is refused without asking again for
+/// [`UNKNOWN_KEY_TTL`] (at most `ttl`): a client that repeats a made-up key
+/// costs no look-up. Then the account's rate limit.
 pub struct Authenticator {
-    cache: RwLock<HashMap<String, (i64, Instant)>>,
+    /// Digest -> the account (`None`: no live account has it), and when.
+    cache: RwLock<HashMap<String, (Option<i64>, Instant)>>,
     ttl: Duration,
     include_demo: bool,
     /// The request deadline (REQUEST_TIMEOUT) a look-up waits within.
     request_timeout: Duration,
+    per_account: Option<KeyedLimit<i64>>,
 }
 
-/// Entries kept at most; past it the cache is emptied (keys are few, so
-/// this only bounds a flood of distinct valid keys).
+/// Entries kept at most; past it the cache is emptied (this only bounds a
+/// flood of distinct keys; a flood from one address meets its rate limit).
 const CACHE_CAPACITY: usize = 10_000;
+/// How long an unknown key is refused without a look-up: short, so that a
+/// key made a moment after it was tried works within it.
+pub const UNKNOWN_KEY_TTL: Duration = Duration::from_secs(5);
 
 impl Authenticator {
     /// `include_demo`: whether the demo account's public key is accepted
     /// (demo mode).
-    pub fn new(ttl: Duration, include_demo: bool, request_timeout: Duration) -> Authenticator {
+    /// `per_account`: requests a second an account may make (0: no limit).
+    pub fn new(
+        ttl: Duration,
+        include_demo: bool,
+        request_timeout: Duration,
+        per_account: u32,
+    ) -> Authenticator {
         Authenticator {
             cache: RwLock::default(),
             ttl,
             include_demo,
             request_timeout,
+            per_account: KeyedLimit::new(per_account),
         }
     }
 
-    /// The caller's account id.
+    /// The caller's account id, if it is within its rate limit (else 429,
+    /// before anything else of the request runs).
     pub async fn authenticate(&self, req: &HttpRequest, pool: &DbPool) -> Result<i64, ApiError> {
+        let id = self.identify(req, pool).await?;
+        if let Some(limit) = &self.per_account
+            && let Err(wait) = limit.check(&id)
+        {
+            crate::metrics::METRICS
+                .rate_limited
+                .with_label_values(&["account"])
+                .inc();
+            return Err(ApiError::RateLimited {
+                retry_after_secs: retry_after_secs(wait),
+                scope: "account",
+            });
+        }
+        Ok(id)
+    }
+
+    /// Forgets idle rate-limit buckets (called now and then).
+    pub fn forget_idle(&self) {
+        if let Some(limit) = &self.per_account {
+            limit.forget_idle();
+        }
+    }
+
+    async fn identify(&self, req: &HttpRequest, pool: &DbPool) -> Result<i64, ApiError> {
         let key = bearer_token(req)?.ok_or(ApiError::Unauthorized)?;
         let digest = hash_api_key(key);
-        if let Some((id, at)) = self.cache.read().expect("cache lock").get(&digest)
-            && at.elapsed() < self.ttl
-        {
-            return Ok(*id);
+        if let Some((id, at)) = self.cache.read().expect("cache lock").get(&digest) {
+            let fresh = match id {
+                Some(_) => self.ttl,
+                None => UNKNOWN_KEY_TTL.min(self.ttl),
+            };
+            if at.elapsed() < fresh {
+                return id.ok_or(ApiError::Unauthorized);
+            }
         }
         let include_demo = self.include_demo;
         let lookup = digest.clone();
@@ -139,15 +184,11 @@ impl Authenticator {
             })
             .await?;
         let mut cache = self.cache.write().expect("cache lock");
-        let Some(id) = found else {
-            cache.remove(&digest);
-            return Err(ApiError::Unauthorized);
-        };
         if cache.len() >= CACHE_CAPACITY {
             cache.clear();
         }
-        cache.insert(digest, (id, Instant::now()));
-        Ok(id)
+        cache.insert(digest, (found, Instant::now()));
+        found.ok_or(ApiError::Unauthorized)
     }
 }
 

@@ -15,6 +15,7 @@ use actix_web::{App, HttpServer, web};
 use crate::accounts::Authenticator;
 use crate::config::Settings;
 use crate::http::{get, not_found, resource};
+use crate::limits::{self, ClientLimits, KeyedLimit, Peers};
 use crate::problem::ApiError;
 use crate::state::AppState;
 use crate::store::{DbPool, SetupError};
@@ -42,6 +43,8 @@ pub struct Application {
     purge_interval: Duration,
     purge_batch: i64,
     request_timeout: Duration,
+    state: web::Data<AppState>,
+    client_limits: Arc<ClientLimits>,
 }
 
 impl Application {
@@ -60,6 +63,9 @@ impl Application {
             local.ip().to_string()
         };
         let demo = settings.demo_enabled(local.ip());
+        // On by the loopback default, not by the operator: a request through
+        // a proxy must not see it (demo::gate).
+        let demo_by_default = demo && settings.demo.is_none();
         if demo && !local.ip().is_loopback() {
             tracing::warn!("{}", crate::config::DEMO_EXPOSED_WARNING);
         }
@@ -79,18 +85,41 @@ impl Application {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
         // actix counts connections per worker.
         let max_connections = settings.max_connections.div_ceil(workers).max(1);
+        let client_limits = Arc::new(ClientLimits {
+            per_client: KeyedLimit::new(settings.rate_limit_per_client),
+            trusted_proxies: settings.trusted_proxies.clone(),
+            keep_alive_lifetime: settings.keep_alive_lifetime,
+        });
+        let peers = Peers::new(
+            settings.max_connections_per_peer,
+            settings.trusted_proxies.clone(),
+        );
         let state = web::Data::new(AppState {
             pool: pool.clone(),
             accounts: Authenticator::new(
                 settings.account_cache_ttl,
                 demo,
                 settings.request_timeout,
+                settings.rate_limit_per_account,
             ),
             demo,
             settings: Arc::new(settings),
         });
+        let app_state = state.clone();
+        let app_limits = client_limits.clone();
         let server = HttpServer::new(move || {
+            let (state, limits) = (app_state.clone(), app_limits.clone());
             App::new()
+                // Inside the log: a request the gate refuses is logged too.
+                .wrap(Condition::new(
+                    demo,
+                    from_fn(move |req, next| demo::gate(demo_by_default, req, next)),
+                ))
+                // The client's rate limit and connection lifetime, before
+                // anything else that might cost something.
+                .wrap(from_fn(move |req, next| {
+                    limits::per_client(limits.clone(), req, next)
+                }))
                 .wrap(from_fn(telemetry::observe))
                 .app_data(state.clone())
                 .app_data(web::QueryConfig::default().error_handler(|e, _| {
@@ -114,6 +143,7 @@ impl Application {
                 })
                 .default_service(web::to(not_found))
         })
+        .on_connect(move |connection, data| peers.on_connect(connection, data))
         .workers(workers)
         .max_connections(max_connections)
         .shutdown_timeout(10)
@@ -129,6 +159,8 @@ impl Application {
             purge_interval,
             purge_batch,
             request_timeout,
+            state,
+            client_limits,
         })
     }
 
@@ -160,7 +192,20 @@ impl Application {
                 self.purge_interval.max(self.request_timeout),
             ))
         });
+        // The rate limits' buckets of clients and accounts gone quiet.
+        let (state, limits) = (self.state.clone(), self.client_limits.clone());
+        let forgetter = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                ticks.tick().await;
+                state.accounts.forget_idle();
+                if let Some(limit) = &limits.per_client {
+                    limit.forget_idle();
+                }
+            }
+        });
         let result = self.server.await;
+        forgetter.abort();
         if let Some(purger) = purger {
             purger.abort();
         }
@@ -201,7 +246,11 @@ pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
             .route(web::post().to(charges::create))
             .route(get().to(charges::list)),
     );
-    cfg.service(resource("/charges/{id}").route(get().to(charges::get)));
+    cfg.service(
+        resource("/charges/{id}")
+            .wrap(Condition::new(demo, from_fn(demo::faults)))
+            .route(get().to(charges::get)),
+    );
     // The charge's other writes take the demo's faults too (lesson 2).
     cfg.service(
         resource("/charges/{id}/refunds")

@@ -29,6 +29,17 @@ pub const DEFAULT_ACCOUNT_CACHE_TTL: Duration = Duration::from_secs(10);
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Open connections the server accepts at once (all workers together).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Requests per second (bursts of twice that) one account may make: no one
+/// tenant takes the server (Stripe's default is of this order).
+pub const DEFAULT_RATE_LIMIT_PER_ACCOUNT: u32 = 100;
+/// Requests per second (bursts of twice that) one client address may make,
+/// authenticated or not: a flood of made-up keys is refused before any
+/// database look-up.
+pub const DEFAULT_RATE_LIMIT_PER_CLIENT: u32 = 300;
+/// Connections one client address may hold open: a quarter of
+/// MAX_CONNECTIONS, so that one client cannot lock the others out.
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 256;
+pub const DEFAULT_KEEP_ALIVE_LIFETIME: Duration = Duration::from_secs(60);
 /// Demo mode: transactions held open by `Demo-Fault: delay-commit` at once.
 pub const DEFAULT_DEMO_MAX_DELAYED: u32 = 2;
 
@@ -136,6 +147,30 @@ pub struct Settings {
     #[arg(long, env = "MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
 
+    /// Requests per second one account may make (bursts of twice that); 0: no limit. Then 429 with Retry-After.
+    #[arg(long, env = "RATE_LIMIT_PER_ACCOUNT", default_value_t = DEFAULT_RATE_LIMIT_PER_ACCOUNT)]
+    pub rate_limit_per_account: u32,
+
+    /// Requests per second one client address may make (bursts of twice that); 0: no limit. Then 429 with Retry-After.
+    #[arg(long, env = "RATE_LIMIT_PER_CLIENT", default_value_t = DEFAULT_RATE_LIMIT_PER_CLIENT)]
+    pub rate_limit_per_client: u32,
+
+    /// Open connections one client address may hold (0: no limit); more are closed at once.
+    #[arg(long, env = "MAX_CONNECTIONS_PER_PEER", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_PEER)]
+    pub max_connections_per_peer: usize,
+
+    /// After this, a keep-alive connection is closed after its next response (the client reconnects).
+    #[arg(long, env = "KEEP_ALIVE_LIFETIME", default_value = "60s", value_parser = parse_duration)]
+    pub keep_alive_lifetime: Duration,
+
+    /// Proxies whose X-Forwarded-For names the client (comma-separated addresses), e.g. 127.0.0.1 behind a local nginx. They are exempt from MAX_CONNECTIONS_PER_PEER.
+    #[arg(long, env = "TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<IpAddr>,
+
+    /// Serve /metrics to any caller, not only to this machine's loopback without a proxy.
+    #[arg(long, env = "METRICS_PUBLIC", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub metrics_public: bool,
+
     /// Directory of the teaching page, served at / in demo mode.
     #[arg(long, env = "WEB_DIR", default_value = DEFAULT_WEB_DIR)]
     pub web_dir: String,
@@ -170,6 +205,12 @@ impl Settings {
             account_cache_ttl: DEFAULT_ACCOUNT_CACHE_TTL,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            rate_limit_per_account: DEFAULT_RATE_LIMIT_PER_ACCOUNT,
+            rate_limit_per_client: DEFAULT_RATE_LIMIT_PER_CLIENT,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
+            keep_alive_lifetime: DEFAULT_KEEP_ALIVE_LIFETIME,
+            trusted_proxies: Vec::new(),
+            metrics_public: false,
             web_dir: DEFAULT_WEB_DIR.to_owned(),
             workers: None,
         }

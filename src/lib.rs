@@ -21,6 +21,7 @@ pub mod hooks;
 pub mod http;
 pub mod idempotency;
 pub mod json;
+pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod ops;
@@ -48,6 +49,8 @@ pub const LAYERS: &[&[&str]] = &[
     &["config"],
     // HTTP: errors as problem+json, the route table, who is calling.
     &["problem"],
+    // Fair capacity: rate limits and connection caps.
+    &["limits"],
     &["http", "accounts"],
     &["state"],
     // What every write goes through: its checks, the protocol, the answer.

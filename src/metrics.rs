@@ -19,6 +19,8 @@ pub struct Metrics {
     pub pool_waits: Histogram,
     pub pool_timeouts: IntCounter,
     pub deadlines_exceeded: IntCounter,
+    pub rate_limited: IntCounterVec,
+    pub connections_refused: IntCounter,
     pool_connections: IntGaugeVec,
 }
 
@@ -63,6 +65,19 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Requests answered 503 because the database did not answer within REQUEST_TIMEOUT (their connection is dropped, not reused).",
     )
     .unwrap();
+    let rate_limited = IntCounterVec::new(
+        Opts::new(
+            "rate_limited_total",
+            "Requests answered 429, by whose limit: client (address) or account.",
+        ),
+        &["scope"],
+    )
+    .unwrap();
+    let connections_refused = IntCounter::new(
+        "connections_refused_total",
+        "Connections shut at accept because their client address had MAX_CONNECTIONS_PER_PEER open.",
+    )
+    .unwrap();
     let purged_keys = IntCounter::new(
         "idempotency_keys_purged_total",
         "Expired idempotency keys deleted.",
@@ -96,6 +111,8 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         Box::new(key_conflicts.clone()),
         Box::new(purged_keys.clone()),
         Box::new(deadlines_exceeded.clone()),
+        Box::new(rate_limited.clone()),
+        Box::new(connections_refused.clone()),
         Box::new(pool_waits.clone()),
         Box::new(pool_timeouts.clone()),
         Box::new(pool_connections.clone()),
@@ -110,6 +127,8 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         key_conflicts,
         purged_keys,
         deadlines_exceeded,
+        rate_limited,
+        connections_refused,
         pool_waits,
         pool_timeouts,
         pool_connections,

@@ -1,7 +1,7 @@
 //! The OpenAPI 3.1 contract, generated from the handlers' annotations, at
 //! `/openapi.json`, and a reference page for it at `/docs` (no CDN).
 
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -72,7 +72,7 @@ impl utoipa::Modify for Security {
 
 /// The document, with the retention period this server actually uses, and
 /// exactly what this server accepts and answers (see [`exact`]).
-pub fn build(state: &AppState) -> Value {
+pub fn build(state: &AppState, demo: bool) -> Value {
     let mut doc = ApiDoc::openapi();
     let secs = state.settings.idempotency_ttl.as_secs();
     let ttl = match secs {
@@ -84,7 +84,7 @@ pub fn build(state: &AppState) -> Value {
         .info
         .description
         .map(|d| d.replace("24 hours by default", &format!("{ttl} on this server")));
-    if state.demo {
+    if demo {
         if let Some(scheme) = doc
             .components
             .as_mut()
@@ -106,7 +106,7 @@ pub fn build(state: &AppState) -> Value {
         }
     }
     let mut doc = serde_json::to_value(doc).expect("the document serializes");
-    exact(&mut doc, state.demo);
+    exact(&mut doc, demo);
     doc
 }
 
@@ -183,12 +183,24 @@ fn exact(doc: &mut Value, demo: bool) {
         "`service-unavailable`: the database is unreachable or busy; retry after `Retry-After` seconds",
     );
     let internal = problem("`internal`: nothing was changed; retrying is safe");
+    let mut rate_limited = problem(
+        "`rate-limited`: this client address (RATE_LIMIT_PER_CLIENT) or account (RATE_LIMIT_PER_ACCOUNT) sent more requests than it may; nothing was done or stored; retry after `Retry-After` seconds",
+    );
+    rate_limited["headers"] =
+        json!({"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}});
     let Some(paths) = doc["paths"].as_object_mut() else {
         return;
     };
     for (path, item) in paths.iter_mut() {
         for (method, operation) in item.as_object_mut().into_iter().flatten() {
             let responses = &mut operation["responses"];
+            // Every route is behind the client's rate limit.
+            responses["429"] = rate_limited.clone();
+            if demo && path.starts_with("/demo/") && method == "post" {
+                responses["403"] = problem(
+                    "`cross-site-request`: a browser's request from a page on another site (the demo's routes take no credentials)",
+                );
+            }
             // Every operation that touches the database.
             if path.starts_with("/charges") || path.starts_with("/demo/") || path == "/readyz" {
                 responses["500"] = internal.clone();
@@ -288,8 +300,11 @@ fn exact(doc: &mut Value, demo: bool) {
 
 /// This OpenAPI 3.1 document.
 #[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "OpenAPI 3.1", content_type = "application/json")))]
-pub async fn document(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok().json(build(&state))
+pub async fn document(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    // A request the demo is hidden from (demo::gate) gets the document of a
+    // server without demo mode.
+    let demo = state.demo && !req.extensions().contains::<crate::demo::DemoHidden>();
+    HttpResponse::Ok().json(build(&state, demo))
 }
 
 /// A browsable reference rendered from `/openapi.json`, with no external assets.

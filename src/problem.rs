@@ -63,11 +63,13 @@ problem_types! {
     UNSUPPORTED_MEDIA_TYPE = ("unsupported-media-type", 415, "The request body must be JSON");
     UNSUPPORTED_CONTENT_ENCODING = ("unsupported-content-encoding", 415, "The request body must not be compressed");
     IDEMPOTENCY_KEY_REUSED = ("idempotency-key-reused", 422, "The Idempotency-Key was used with a different request");
+    RATE_LIMITED = ("rate-limited", 429, "Too many requests");
     INTERNAL = ("internal", 500, "Internal server error");
     SERVICE_UNAVAILABLE = ("service-unavailable", 503, "The service is temporarily unavailable");
     DEADLINE_EXCEEDED = ("deadline-exceeded", 503, "The request did not finish in time; its outcome is unknown");
     // Demo mode only (src/demo/).
     DEMO_ACCOUNT_ONLY = ("demo-account-only", 400, "Demo-* headers act only on the demo account");
+    CROSS_SITE_REQUEST = ("cross-site-request", 403, "A cross-site request to the demo was refused");
     SIMULATED_LOST_RESPONSE = ("simulated-lost-response", 504, "The response was lost on purpose (Demo-Fault)");
 }
 
@@ -106,6 +108,12 @@ pub enum ApiError {
     IdempotencyKeyReused,
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// Over a rate limit (`scope`: whose).
+    #[error("rate limited ({scope})")]
+    RateLimited {
+        retry_after_secs: u64,
+        scope: &'static str,
+    },
     /// The database did not answer within REQUEST_TIMEOUT.
     #[error("the database did not answer within {secs} s")]
     DeadlineExceeded { secs: u64 },
@@ -146,6 +154,7 @@ impl ApiError {
             ApiError::IdempotencyKeyReused => &IDEMPOTENCY_KEY_REUSED,
             ApiError::Unavailable(_) | ApiError::Overloaded { .. } => &SERVICE_UNAVAILABLE,
             ApiError::DeadlineExceeded { .. } => &DEADLINE_EXCEEDED,
+            ApiError::RateLimited { .. } => &RATE_LIMITED,
             ApiError::BodyTimeout { .. } => &REQUEST_TIMEOUT,
             ApiError::Internal(_) => &INTERNAL,
         }
@@ -176,6 +185,7 @@ impl ApiError {
             }
             ApiError::Unavailable(_) => "The database cannot be reached right now. Retry the same request (with the same Idempotency-Key) shortly.".into(),
             ApiError::Overloaded { detail } => detail.clone(),
+            ApiError::RateLimited { retry_after_secs, scope } => format!("This {scope} has sent more requests than it may; nothing was done. Retry after {retry_after_secs} s (with the same Idempotency-Key: this answer was not stored under it)."),
             ApiError::DeadlineExceeded { secs } => format!("The database did not answer within {secs} s, so this request was given up. Whether it took effect is unknown: retry it with the same Idempotency-Key, which replays its result if it took effect and runs it once if it did not."),
             ApiError::BodyTimeout { secs } => format!("The request body did not arrive within {secs} s. Nothing was done; send the request again."),
             ApiError::Internal(_) => "Something went wrong on our side. Retrying with the same Idempotency-Key is safe.".into(),
@@ -270,7 +280,10 @@ impl ResponseError for ApiError {
                     HeaderValue::from_static("Bearer realm=\"charges\""),
                 );
             }
-            ApiError::IdempotencyKeyInFlight { retry_after_secs } => {
+            ApiError::IdempotencyKeyInFlight { retry_after_secs }
+            | ApiError::RateLimited {
+                retry_after_secs, ..
+            } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
             }
             ApiError::Unavailable(_)

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use actix_web::HttpRequest;
+use actix_web::{HttpMessage, HttpRequest};
 
 use crate::accounts::Authenticator;
 use crate::config::Settings;
@@ -18,15 +18,24 @@ pub struct AppState {
     pub settings: Arc<Settings>,
 }
 
+/// The pool a request's database work runs on when it is not the server's
+/// own: the demo sandbox confines the demo account's requests to a pool of
+/// their own, so that they can never hold the connections other accounts
+/// need.
+#[derive(Clone)]
+pub struct RequestPool(pub DbPool);
+
 impl AppState {
-    /// Runs `work` on a pooled connection, within what is left of `req`'s
-    /// deadline (`REQUEST_TIMEOUT`): past it, `503 deadline-exceeded`.
+    /// Runs `work` on a pooled connection (the request's [`RequestPool`] if
+    /// it has one), within what is left of `req`'s deadline
+    /// (`REQUEST_TIMEOUT`): past it, `503 deadline-exceeded`.
     pub async fn db<T: Send + 'static>(
         &self,
         req: &HttpRequest,
         work: impl FnOnce(&mut dyn Store) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
         let left = crate::deadline::remaining(req, self.settings.request_timeout);
-        self.pool.run(left, work).await
+        let pool = req.extensions().get::<RequestPool>().map(|p| p.0.clone());
+        pool.as_ref().unwrap_or(&self.pool).run(left, work).await
     }
 }

@@ -20,7 +20,7 @@ use crate::accounts;
 use crate::hooks::{HookFailure, RequestHooks, TxHooks};
 use crate::idempotency::{IdempotencyKey, Lease, Mode};
 use crate::problem::{self, ApiError, DEMO_ACCOUNT_ONLY, SIMULATED_LOST_RESPONSE};
-use crate::state::AppState;
+use crate::state::{AppState, RequestPool};
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Faults {
@@ -194,6 +194,9 @@ pub async fn faults(
         );
         return Ok(refuse(req, ApiError::Overloaded { detail }));
     };
+    // From here on the request runs on the demo's own connections.
+    req.extensions_mut()
+        .insert(RequestPool(sandbox.pool.clone()));
     let header = req
         .headers()
         .get(FAULT_HEADER)

@@ -32,13 +32,15 @@
 //!
 //! The sandbox's walls: a `Demo-*` header from any other account is a 400
 //! (after authentication, so 401 comes first); the demo account's requests
-//! on `/charges` hold at most half the connection pool, and at most
+//! and every `/demo/*` route run on connections of their own (half of
+//! POOL_SIZE, besides the server's pool), and at most
 //! `DEMO_MAX_DELAYED` of them hold a transaction open, so that on PostgreSQL
 //! no other account waits for the demo. On SQLite, whose write lock is
 //! global, one at a time with a gap after each: another account's write
 //! waits for at most one delay and is never refused for it.
 
 mod faults;
+mod gate;
 mod queries;
 mod routes;
 
@@ -52,6 +54,7 @@ use crate::config::Settings;
 use crate::store::{Backend, DbPool, Store};
 
 pub use faults::{Faults, faults};
+pub use gate::{DemoHidden, gate};
 pub use routes::{check_then_insert_route, routes};
 // For the OpenAPI document.
 pub use routes::{__path_config, __path_expire, __path_purge, __path_reset, __path_state};
@@ -89,6 +92,11 @@ pub struct Sandbox {
     in_flight: Semaphore,
     in_flight_limit: usize,
     wait: Duration,
+    /// The demo's own connections (half of POOL_SIZE): every `/demo/*`
+    /// route and every request of the demo account runs on them, so that
+    /// nothing the demo holds or waits for can take a connection from
+    /// another account.
+    pub(crate) pool: DbPool,
 }
 
 impl Sandbox {
@@ -132,7 +140,13 @@ impl Sandbox {
                 "DEMO_MAX_DELAYED is capped at half of POOL_SIZE (and at 1 on SQLite)"
             );
         }
+        let mut own = settings.pool();
+        own.size = half_pool;
+        let own = pool
+            .sibling(&own)
+            .map_err(|e| format!("cannot open the demo's connections: {e}"))?;
         Ok(Sandbox {
+            pool: own,
             account_id,
             max_delay,
             allow_crash: settings.demo_allow_crash,

@@ -176,11 +176,16 @@ async fn on_demo_account<T: Send + 'static>(
 ) -> Result<(T, Value), ApiError> {
     let settings = app.settings.clone();
     let account_id = sandbox.account_id;
-    app.db(req, move |store| {
-        let done = work(store, account_id, &settings)?;
-        Ok((done, snapshot(store, account_id, &settings)?))
-    })
-    .await
+    // On the demo's own connections: a /demo/* route that waits (on a key
+    // a held transaction locks) holds none of the server's.
+    let left = crate::deadline::remaining(req, settings.request_timeout);
+    sandbox
+        .pool
+        .run(left, move |store| {
+            let done = work(store, account_id, &settings)?;
+            Ok((done, snapshot(store, account_id, &settings)?))
+        })
+        .await
 }
 
 /// Demo mode only: what the teaching page must know of this server instead

@@ -181,6 +181,18 @@ impl DbPool {
     /// Connects (creating the database if it does not exist), migrates, and
     /// returns a pool.
     pub fn open(settings: &PoolSettings) -> Result<DbPool, SetupError> {
+        DbPool::build(settings, true)
+    }
+
+    /// Another pool on the database [`open`](Self::open) has migrated: its
+    /// own connections, so that what runs on it cannot take this one's. It
+    /// opens them as they are needed, not all at once.
+    pub fn sibling(&self, settings: &PoolSettings) -> Result<DbPool, SetupError> {
+        DbPool::build(settings, false)
+    }
+
+    fn build(settings: &PoolSettings, main: bool) -> Result<DbPool, SetupError> {
+        let migrate = main;
         let shown = redact(&settings.url);
         let migrate_error = |reason: String| SetupError::Migrate {
             url: shown.clone(),
@@ -190,16 +202,22 @@ impl DbPool {
             url: shown.clone(),
             reason: e.to_string(),
         };
-        fn builder<M: r2d2::ManageConnection>(settings: &PoolSettings) -> r2d2::Builder<M> {
+        fn builder<M: r2d2::ManageConnection>(
+            settings: &PoolSettings,
+            main: bool,
+        ) -> r2d2::Builder<M> {
             Pool::builder()
                 .max_size(settings.size)
+                .min_idle((!main).then_some(0))
                 .connection_timeout(settings.timeout)
                 .test_on_check_out(true)
         }
         match Target::parse(&settings.url)? {
             Target::Postgres(url) => {
                 let url = with_pg_defaults(&url);
-                connect_or_create(&url)?.migrate().map_err(migrate_error)?;
+                if migrate {
+                    connect_or_create(&url)?.migrate().map_err(migrate_error)?;
+                }
                 let manager = PgManager {
                     inner: ConnectionManager::new(url),
                     session: format!(
@@ -210,7 +228,9 @@ impl DbPool {
                     ),
                 };
                 Ok(DbPool::Pg(
-                    builder(settings).build(manager).map_err(connect_error)?,
+                    builder(settings, main)
+                        .build(manager)
+                        .map_err(connect_error)?,
                 ))
             }
             Target::Sqlite(path) => {
@@ -218,15 +238,19 @@ impl DbPool {
                 // also switches a new file to WAL once, before the pool opens
                 // its connections at once (a switch racing others fails with
                 // "database is locked" without waiting).
-                Connection::open(&settings.url)?
-                    .store()
-                    .migrate()
-                    .map_err(migrate_error)?;
+                if migrate {
+                    Connection::open(&settings.url)?
+                        .store()
+                        .migrate()
+                        .map_err(migrate_error)?;
+                }
                 let manager = SqliteManager {
                     inner: ConnectionManager::new(path.to_string_lossy()),
                     busy_timeout: settings.lock_timeout,
                 };
-                let pool = builder(settings).build(manager).map_err(connect_error)?;
+                let pool = builder(settings, main)
+                    .build(manager)
+                    .map_err(connect_error)?;
                 Ok(DbPool::Sqlite(pool))
             }
         }

@@ -242,12 +242,12 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
         .check(&app, "an unknown charge id", r, 404, "not-found")
         .await;
 
-    // The database does not answer within REQUEST_TIMEOUT: here a demo
-    // transaction held past a deadline of 1 s.
+    // The database does not answer within REQUEST_TIMEOUT: here the key
+    // table held by a transaction of the test's own, past a deadline of 1 s.
     let hurried = spawn_app_with(|s| s.request_timeout = Duration::from_secs(1)).await;
-    let r = hurried
-        .charge_with("k-slow", &body, &[("demo-fault", "delay-commit=2500")])
-        .await;
+    let hold = hurried.hold_key_writes();
+    let r = hurried.charge("k-slow", &body).await;
+    drop(hold);
     assert_eq!(r.header("retry-after"), Some("1"));
     provoked
         .check(
@@ -256,6 +256,44 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
             r,
             503,
             "deadline-exceeded",
+        )
+        .await;
+
+    // One account over its rate limit: 429, before anything runs.
+    let limited = spawn_app_with(|s| s.rate_limit_per_account = 1).await;
+    let mut r = limited.get_as(DEMO_KEY, "/charges").await;
+    for _ in 0..5 {
+        if r.status == 429 {
+            break;
+        }
+        r = limited.get_as(DEMO_KEY, "/charges").await;
+    }
+    assert!(r.header("retry-after").is_some());
+    provoked
+        .check(
+            &limited,
+            "an account over its rate limit",
+            r,
+            429,
+            "rate-limited",
+        )
+        .await;
+
+    // A browser's cross-site POST to the demo's routes.
+    let r = app
+        .send(
+            app.request(Method::POST, "/demo/reset")
+                .header("origin", "https://elsewhere.example")
+                .header("sec-fetch-site", "cross-site"),
+        )
+        .await;
+    provoked
+        .check(
+            &app,
+            "a cross-site POST /demo/reset",
+            r,
+            403,
+            "cross-site-request",
         )
         .await;
 
@@ -287,7 +325,7 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
     // One byte every 200 ms: the body is not there within 500 ms.
     let raw = app
         .send_slowly(
-            "POST /charges HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_demo\r\n\
+            "POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk_test_demo\r\n\
              Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
             &[b' '; 20],
             Duration::from_millis(200),
@@ -436,9 +474,11 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
             .await;
     }
 
-    // One connection, held by a delayed charge: another account's charge
-    // finds none within POOL_TIMEOUT, and the demo's next one no place
-    // among its requests in flight (half the pool, at least one).
+    // One connection of the server's own, held by a charge that waits on
+    // the key table (held by the test): another account's next charge finds
+    // none within POOL_TIMEOUT. The demo has connections of its own; its
+    // delayed charge takes its only place among its requests in flight, so
+    // its next one finds no place.
     let starved = spawn_app_with(|s| {
         s.pool_size = 1;
         s.pool_timeout = Duration::from_millis(300);
@@ -448,25 +488,36 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
     // Authenticate both once, so their keys are cached and need no connection.
     assert_eq!(starved.get_as(DEMO_KEY, "/charges").await.status, 200);
     assert_eq!(starved.get_as(SHOP_KEY, "/charges").await.status, 200);
-    let holder = starved.charge_with("k-holder", &body, &[("demo-fault", "delay-commit=1500")]);
+    let hold = starved.hold_key_writes();
+    let waiting = starved.charge_as(SHOP_KEY, "k-waiting", &body, &[]);
     let refused = async {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        tokio::join!(
-            starved.charge_as(SHOP_KEY, "k-no-connection", &body, &[]),
-            starved.charge("k-no-place", &body),
-        )
+        starved
+            .charge_as(SHOP_KEY, "k-no-connection", &body, &[])
+            .await
     };
-    let (holder, (no_connection, no_place)) = tokio::join!(holder, refused);
-    assert_eq!(holder.status, 201, "{}", holder.body);
+    let released = async {
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        drop(hold);
+    };
+    let (waiting, no_connection, ()) = tokio::join!(waiting, refused, released);
+    assert_eq!(waiting.status, 201, "{}", waiting.body);
     provoked
         .check(
             &starved,
-            "a charge while the pool's only connection is taken",
+            "a charge while the server's only connection is taken",
             no_connection,
             503,
             "service-unavailable",
         )
         .await;
+    let holder = starved.charge_with("k-holder", &body, &[("demo-fault", "delay-commit=1500")]);
+    let no_place = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        starved.charge("k-no-place", &body).await
+    };
+    let (holder, no_place) = tokio::join!(holder, no_place);
+    assert_eq!(holder.status, 201, "{}", holder.body);
     provoked
         .check(
             &starved,

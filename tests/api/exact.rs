@@ -243,7 +243,7 @@ crate::on_both_backends! {
         let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
         stream
             .write_all(
-                b"POST /charges HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_demo\r\n\
+                b"POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk_test_demo\r\n\
                   Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"amo\r\n",
             )
             .await

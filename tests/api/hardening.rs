@@ -107,7 +107,7 @@ crate::on_both_backends! {
         // One byte every 300 ms: the body never completes in time.
         let answer = app
             .send_slowly(
-                "POST /charges HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk_test_demo\r\n\
+                "POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk_test_demo\r\n\
                  Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
                 &[b' '; 20],
                 Duration::from_millis(300),
@@ -130,7 +130,7 @@ crate::on_both_backends! {
         })
         .await;
         let address = app.url("").trim_start_matches("http://").trim_end_matches('/').to_owned();
-        let healthz = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+        let healthz = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
         // Reads until one whole (small) answer is in, or `limit` passes.
         async fn answer(stream: &mut tokio::net::TcpStream, limit: Duration) -> Option<String> {
             let mut buf = vec![0u8; 4096];

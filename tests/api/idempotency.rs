@@ -107,7 +107,7 @@ crate::on_both_backends! {
         let body = other.to_string();
         let response = app
             .send_raw(&format!(
-                "POST /charges HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {DEMO_KEY}\r\n\
+                "POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {DEMO_KEY}\r\n\
                  Content-Type: application/json\r\nIdempotency-Key: \"k-reuse\"\r\n\
                  Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()

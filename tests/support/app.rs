@@ -38,6 +38,10 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     settings.bind = "127.0.0.1:0".to_owned();
     settings.workers = Some(2);
     settings.pool_size = 20;
+    // Tests send storms from one account and one address: the rate limits
+    // are the subject of their own tests (hardening.rs), which set them.
+    settings.rate_limit_per_account = 0;
+    settings.rate_limit_per_client = 0;
     configure(&mut settings);
     let app = Application::build(settings).expect("the app starts");
     let client = AppClient::new(&app.url());
@@ -71,6 +75,12 @@ impl TestApp {
     /// [`TestDatabase::key_charge_id`]).
     pub fn key_charge_id(&self) -> &'static str {
         self.db.key_charge_id()
+    }
+
+    /// Holds the key table's writes until the guard drops (see
+    /// [`TestDatabase::hold_key_writes`]).
+    pub fn hold_key_writes(&self) -> crate::support::db::WriteHold {
+        self.db.hold_key_writes()
     }
 
     /// SQL for "`offset_secs` from now" on this app's backend.

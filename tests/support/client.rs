@@ -40,6 +40,9 @@ pub struct AppClient {
 fn builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .no_proxy()
+        // Below the server's keep-alive timeout (5 s): a connection the
+        // server is closing is never picked for a new request.
+        .pool_idle_timeout(Duration::from_secs(3))
         .redirect(reqwest::redirect::Policy::none())
         .timeout(REQUEST_TIMEOUT)
 }

@@ -243,6 +243,24 @@ impl TestDatabase {
         self.load::<Id>(&sql)[0].id
     }
 
+    /// A transaction of the test's own that holds the key table's writes
+    /// until the guard drops (then rolls back): on PostgreSQL `LOCK TABLE
+    /// idempotency_keys` (a key's registration waits on it), on SQLite
+    /// `BEGIN IMMEDIATE` (every write waits). A database that does not
+    /// answer, as the app sees it.
+    pub fn hold_key_writes(&self) -> WriteHold {
+        let mut conn = self.connect();
+        match &mut conn {
+            AnyConn::Pg(c) => c
+                .batch_execute("BEGIN; LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE")
+                .expect("lock the key table"),
+            AnyConn::Sqlite(c) => c
+                .batch_execute("BEGIN IMMEDIATE")
+                .expect("take the write lock"),
+        }
+        WriteHold(conn)
+    }
+
     /// SQL for the charge a key row `k` created: the id in its stored
     /// response when that response is a charge, as text; NULL otherwise (an
     /// in-progress row, a refund's key, a stored problem). The key table
@@ -341,6 +359,18 @@ impl TestDatabase {
             .into_iter()
             .map(|r| (r.state, r.n))
             .collect()
+    }
+}
+
+/// See [`TestDatabase::hold_key_writes`].
+pub struct WriteHold(AnyConn);
+
+impl Drop for WriteHold {
+    fn drop(&mut self) {
+        let _ = match &mut self.0 {
+            AnyConn::Pg(c) => c.batch_execute("ROLLBACK"),
+            AnyConn::Sqlite(c) => c.batch_execute("ROLLBACK"),
+        };
     }
 }
 

@@ -284,7 +284,7 @@ impl AppClient {
         String::from_utf8_lossy(&answer).into_owned()
     }
 
-    fn socket_address(&self) -> String {
+    pub fn socket_address(&self) -> String {
         self.address.trim_start_matches("http://").to_owned()
     }
 }

@@ -1,0 +1,373 @@
+//! Safe to expose, round two: one client or the demo cannot take the others'
+//! capacity. The demo runs on connections of its own; demo mode by the
+//! loopback default is off for a request that came through a proxy; the
+//! demo's routes refuse cross-site POSTs; rate limits per account and per
+//! client address; unknown keys cached; connections per address capped;
+//! `/metrics` for this machine only.
+//!
+//! Two clients on one machine are told apart by their source address: the
+//! whole of 127.0.0.0/8 is loopback, so a flood comes from 127.0.0.2 while
+//! the client it must not starve talks from 127.0.0.1.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::{AppClient, DEMO_KEY, TestBackend, charge_body, spawn_app, spawn_app_with};
+
+const SHOP_KEY: &str = "sk_live_shop_for_capacity_tests";
+
+fn from(address: &str, app: &AppClient) -> AppClient {
+    let ip: IpAddr = address.parse().unwrap();
+    AppClient {
+        address: app.address.clone(),
+        http: reqwest::Client::builder()
+            .no_proxy()
+            .local_address(ip)
+            .pool_idle_timeout(Duration::from_secs(3))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+    }
+}
+
+/// A raw connection to the app from `source`, or why none could be used.
+async fn connect_from(source: &str, app: &AppClient) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(source.parse().unwrap(), 0))
+        .unwrap();
+    let addr: SocketAddr = app.socket_address().parse().unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+/// Sends one keep-alive `GET /healthz` on `stream`; its status, or `None`
+/// when the connection is closed instead.
+async fn healthz_on(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    if stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return None;
+    }
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    (n > 0).then(|| String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// How long `DEMO_KEY`-less `POST /charges` of another account takes, the
+/// slowest of `n` one after another.
+async fn slowest_charge(client: &AppClient, n: usize) -> (Duration, Vec<u16>) {
+    let mut slowest = Duration::ZERO;
+    let mut statuses = Vec::new();
+    for _ in 0..n {
+        let started = Instant::now();
+        let r = client.charge_as(SHOP_KEY, None, &charge_body(), &[]).await;
+        slowest = slowest.max(started.elapsed());
+        statuses.push(r.status);
+    }
+    (slowest, statuses)
+}
+
+crate::on_both_backends! {
+    /// The attack of issue #24: a key held by the demo's delayed takeover,
+    /// and a dozen `/demo/keys/{key}/expire` waiting on its lock. They wait
+    /// on the demo's own connections; another account's requests do not.
+    async fn the_demo_waiting_on_its_own_locks_holds_none_of_the_servers_connections() {
+        let app = spawn_app_with(|s| {
+            s.pool_size = 10;
+            s.pool_timeout = Duration::from_secs(2);
+        })
+        .await;
+        app.create_account("Shop", SHOP_KEY);
+        let body = charge_body();
+        assert_eq!(app.charge("k-held", &body).await.status, 201);
+        app.post("/demo/keys/k-held/expire").await;
+        let (before, _) = slowest_charge(&app, 5).await;
+        // The takeover holds the key's row (and, on SQLite, the write lock)
+        // for 6 s.
+        let held = app.charge_with("k-held", &body, &[("demo-fault", "delay-commit=6000")]);
+        let attack = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            futures::future::join_all((0..12).map(|_| app.post("/demo/keys/k-held/expire"))).await
+        };
+        let other = async {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            let started = Instant::now();
+            let list = app.get_as(SHOP_KEY, "/charges").await;
+            let read = started.elapsed();
+            let (write, statuses) = slowest_charge(&app, 3).await;
+            (list.status, read, write, statuses)
+        };
+        let (held, _, (list, read, write, statuses)) = tokio::join!(held, attack, other);
+        assert_eq!(held.status, 201, "{}", held.body);
+        assert_eq!(list, 200);
+        assert!(read < Duration::from_secs(1), "another account's read took {read:?}");
+        assert!(statuses.iter().all(|s| *s == 201), "{statuses:?}");
+        match app.backend() {
+            // Only the key's row is held: another account writes at once.
+            TestBackend::Postgres => {
+                assert!(write < Duration::from_secs(1), "another account's write took {write:?}")
+            }
+            // The write lock is every account's: a write waits for the one
+            // hold (at most 6 s here), and is not refused.
+            TestBackend::Sqlite => {
+                assert!(write < Duration::from_secs(7), "another account's write took {write:?}")
+            }
+        }
+        eprintln!(
+            "{:?}: another account's charge before the attack {before:?}; during it: GET /charges {read:?}, POST /charges (slowest of 3) {write:?}",
+            app.backend()
+        );
+    }
+
+    async fn a_request_through_a_proxy_sees_demo_mode_off_unless_the_operator_turned_it_on() {
+        let app = spawn_app().await;
+        app.create_account("Shop", SHOP_KEY);
+        let forwarded = [("x-forwarded-for", "203.0.113.7")];
+        let send = |method: Method, path: &str, headers: &[(&str, &str)]| {
+            let mut r = app.request(method, path);
+            for (name, value) in headers {
+                r = r.header(*name, *value);
+            }
+            r
+        };
+        // Directly, from this machine: the demo.
+        assert_eq!(app.get("/demo/state").await.status, 200);
+        assert_eq!(app.get("/").await.status, 200);
+        // Through a proxy: as if demo mode were off.
+        for headers in [
+            &forwarded[..],
+            &[("forwarded", "for=203.0.113.7")][..],
+            &[("host", "api.example.com")][..],
+        ] {
+            app.send(send(Method::POST, "/demo/reset", headers))
+                .await
+                .assert_problem(404, "not-found");
+            app.send(send(Method::GET, "/demo/state", headers))
+                .await
+                .assert_problem(404, "not-found");
+            assert_eq!(app.send(send(Method::GET, "/", headers)).await.status, 404);
+            app.send(send(Method::GET, "/charges", headers).bearer_auth(DEMO_KEY))
+                .await
+                .assert_problem(401, "unauthorized");
+            let doc = app.send(send(Method::GET, "/openapi.json", headers)).await;
+            assert!(!doc.body.contains("/demo/") && !doc.body.contains(DEMO_KEY), "the document shows the demo");
+        }
+        // Another account's Demo-* headers are ignored, as without demo mode.
+        let r = app
+            .send(
+                app.charge_request(SHOP_KEY, "k-fwd", &charge_body(), &[("demo-fault", "lose-response")])
+                    .header("x-forwarded-for", "203.0.113.7"),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.body);
+        // DEMO=true is the operator's say-so: through the proxy too.
+        let told = spawn_app_with(|s| s.demo = Some(true)).await;
+        let r = told
+            .send(told.request(Method::GET, "/demo/state").header("x-forwarded-for", "203.0.113.7"))
+            .await;
+        assert_eq!(r.status, 200);
+    }
+
+    async fn a_cross_site_post_to_the_demo_is_refused_and_a_same_origin_one_is_not() {
+        let app = spawn_app().await;
+        app.charge("k-stays", &charge_body()).await;
+        let post = |headers: &[(&str, &str)]| {
+            let mut r = app.request(Method::POST, "/demo/reset");
+            for (name, value) in headers {
+                r = r.header(*name, *value);
+            }
+            r
+        };
+        for headers in [
+            &[("origin", "https://elsewhere.example"), ("sec-fetch-site", "cross-site")][..],
+            &[("origin", "https://elsewhere.example")][..],
+            &[("sec-fetch-site", "same-site")][..],
+        ] {
+            app.send(post(headers))
+                .await
+                .assert_problem(403, "cross-site-request");
+        }
+        assert_eq!(app.charges(), 1, "nothing was reset");
+        let origin = app.address.clone();
+        let same = app
+            .send(post(&[("origin", &origin), ("sec-fetch-site", "same-origin")]))
+            .await;
+        assert_eq!(same.status, 200, "{}", same.body);
+        assert_eq!(app.charges(), 0);
+    }
+
+    async fn an_account_over_its_rate_limit_hears_429_and_nothing_is_stored_for_it() {
+        let app = spawn_app_with(|s| s.rate_limit_per_account = 5).await;
+        app.create_account("Shop", SHOP_KEY);
+        let body = charge_body();
+        // A burst of 10 (twice the rate), then the bucket is empty.
+        let keys: Vec<String> = (0..15).map(|i| format!("k-{i}")).collect();
+        let answers =
+            futures::future::join_all(keys.iter().map(|k| app.charge(k.as_str(), &body))).await;
+        let limited: Vec<_> = answers.iter().filter(|a| a.status == 429).collect();
+        assert!(limited.len() >= 3, "{:?}", answers.iter().map(|a| a.status).collect::<Vec<_>>());
+        for a in &limited {
+            a.assert_problem(429, "rate-limited");
+            assert!(a.header("retry-after").unwrap().parse::<u64>().unwrap() >= 1);
+        }
+        let made = answers.iter().filter(|a| a.status == 201).count() as i64;
+        assert_eq!(app.charges(), made);
+        assert_eq!(app.keys(), made, "a 429 is never stored under its key");
+        // Another account is not held by this one's limit.
+        assert_eq!(app.get_as(SHOP_KEY, "/charges").await.status, 200);
+        // After Retry-After the same keys work.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let i = answers.iter().position(|a| a.status == 429).unwrap();
+        assert_eq!(app.charge(keys[i].as_str(), &body).await.status, 201);
+    }
+
+    async fn a_client_address_over_its_rate_limit_hears_429_before_any_key_is_looked_up() {
+        let app = spawn_app_with(|s| s.rate_limit_per_client = 5).await;
+        let flooder = from("127.0.0.2", &app);
+        let mut statuses = Vec::new();
+        for i in 0..20 {
+            let r = flooder
+                .send(flooder.request(Method::GET, "/charges").bearer_auth(format!("sk_made_up_{i}")))
+                .await;
+            statuses.push(r.status);
+        }
+        assert!(statuses.contains(&429), "{statuses:?}");
+        assert!(statuses.iter().all(|s| *s == 401 || *s == 429), "{statuses:?}");
+        // Another address is served.
+        assert_eq!(app.get_as(DEMO_KEY, "/charges").await.status, 200);
+    }
+
+    async fn an_unknown_key_is_refused_without_a_look_up_for_a_few_seconds() {
+        let app = spawn_app().await;
+        let key = "sk_live_not_yet_made";
+        app.get_as(key, "/charges").await.assert_problem(401, "unauthorized");
+        // Made a moment after it was tried: refused from the cache ...
+        app.create_account("Late", key);
+        app.get_as(key, "/charges").await.assert_problem(401, "unauthorized");
+        // ... for at most 5 s.
+        tokio::time::sleep(Duration::from_millis(5200)).await;
+        assert_eq!(app.get_as(key, "/charges").await.status, 200);
+    }
+
+    async fn metrics_are_for_this_machine_only() {
+        let app = spawn_app().await;
+        assert_eq!(app.get("/metrics").await.status, 200);
+        let r = app
+            .send(app.request(Method::GET, "/metrics").header("x-forwarded-for", "203.0.113.7"))
+            .await;
+        r.assert_problem(404, "not-found");
+        let public = spawn_app_with(|s| s.metrics_public = true).await;
+        let r = public
+            .send(public.request(Method::GET, "/metrics").header("x-forwarded-for", "203.0.113.7"))
+            .await;
+        assert_eq!(r.status, 200);
+    }
+}
+
+/// One address may hold `MAX_CONNECTIONS_PER_PEER` connections; one more is
+/// shut at once, and another address is served meanwhile.
+#[tokio::test]
+async fn connections_beyond_the_per_address_cap_are_shut_and_others_are_served() {
+    let app = spawn_app_with(|s| s.max_connections_per_peer = 4).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut c = connect_from("127.0.0.2", &app).await;
+        let status = healthz_on(&mut c).await.expect("served");
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        held.push(c);
+    }
+    let mut fifth = connect_from("127.0.0.2", &app).await;
+    assert_eq!(healthz_on(&mut fifth).await, None, "the fifth is shut");
+    // Another address, meanwhile.
+    let mut other = connect_from("127.0.0.3", &app).await;
+    assert!(healthz_on(&mut other).await.is_some());
+    // One closed, one more may open.
+    drop(held.pop());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut again = connect_from("127.0.0.2", &app).await;
+    assert!(healthz_on(&mut again).await.is_some());
+}
+
+/// A keep-alive connection past its lifetime is closed after its next
+/// response: nobody keeps a connection slot for ever.
+#[tokio::test]
+async fn a_keep_alive_connection_past_its_lifetime_is_closed_after_its_next_response() {
+    let app = spawn_app_with(|s| s.keep_alive_lifetime = Duration::from_secs(1)).await;
+    let mut c = connect_from("127.0.0.1", &app).await;
+    let first = healthz_on(&mut c).await.unwrap();
+    assert!(
+        !first.to_ascii_lowercase().contains("connection: close"),
+        "{first}"
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let second = healthz_on(&mut c).await.unwrap();
+    assert!(
+        second.to_ascii_lowercase().contains("connection: close"),
+        "{second}"
+    );
+}
+
+const PER_PEER: usize = 16;
+
+/// Issue #24's flood, bounded to seconds: one address opens more keep-alive
+/// connections than `MAX_CONNECTIONS` lets the server hold, each pinging
+/// `/healthz` every second; another client is served at its usual latency.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_connections_from_one_address_leaves_another_client_served() {
+    let app = spawn_app_with(|s| {
+        s.max_connections = 64;
+        s.max_connections_per_peer = PER_PEER;
+    })
+    .await;
+    // A new connection for each of its requests: it needs a free slot.
+    let other = AppClient::one_connection_per_request(&app.address);
+    let before = {
+        let started = Instant::now();
+        assert_eq!(other.get("/healthz").await.status, 200);
+        started.elapsed()
+    };
+    let address = AppClient::new(&app.address);
+    let flood = tokio::spawn(async move {
+        let mut tasks = Vec::new();
+        for _ in 0..100 {
+            let address = address.clone();
+            tasks.push(tokio::spawn(async move {
+                // Reconnects when shut, pinging every second, for 4 s.
+                let until = Instant::now() + Duration::from_secs(4);
+                while Instant::now() < until {
+                    let mut c = connect_from("127.0.0.2", &address).await;
+                    while Instant::now() < until && healthz_on(&mut c).await.is_some() {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }));
+        }
+        futures::future::join_all(tasks).await;
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut during = Duration::ZERO;
+    for _ in 0..10 {
+        let started = Instant::now();
+        let r = other.get("/healthz").await;
+        assert_eq!(r.status, 200);
+        during = during.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    flood.await.unwrap();
+    assert!(
+        during < Duration::from_secs(1),
+        "another client waited {during:?}"
+    );
+    eprintln!(
+        "another client's GET /healthz: {before:?} before the flood, slowest {during:?} during it (100 connections from one address, MAX_CONNECTIONS 64, 16 per address)"
+    );
+}

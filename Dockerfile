@@ -24,8 +24,10 @@ COPY web /app/web
 ENV BIND=0.0.0.0:8080 \
     WEB_DIR=/app/web
 # Without DATABASE_URL the app keeps an SQLite file here (docker-compose.yml
-# sets a PostgreSQL URL instead).
+# sets a PostgreSQL URL instead): a volume, so that recreating the container
+# keeps the keys (a retry after it must still find its key).
 WORKDIR /data
+VOLUME /data
 USER charges
 EXPOSE 8080
 ENTRYPOINT ["charges"]

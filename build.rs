@@ -79,4 +79,15 @@ fn main() {
     if std::env::var_os("TEST_DATABASE_URL").is_some_and(|v| !v.is_empty()) {
         println!("cargo::rustc-cfg=postgres_tests");
     }
+    // The deploy guide's proxy test runs nginx, openssl and curl.
+    println!("cargo::rustc-check-cfg=cfg(deploy_tests_unavailable)");
+    let runs = |tool: &str, arg: &str| {
+        std::process::Command::new(tool)
+            .arg(arg)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !(runs("nginx", "-v") && runs("openssl", "version") && runs("curl", "--version")) {
+        println!("cargo::rustc-cfg=deploy_tests_unavailable");
+    }
 }

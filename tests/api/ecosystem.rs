@@ -275,6 +275,31 @@ fn compose_turns_demo_mode_on_only_behind_a_loopback_port_and_restarts_the_app()
     assert!(!sets_demo, "the image must leave demo mode to its default");
 }
 
+/// No password is written in the compose file (it comes from the
+/// environment, `${POSTGRES_PASSWORD:?…}`), and the image keeps its SQLite
+/// data in a volume: recreating the container must not forget the keys.
+#[test]
+fn compose_writes_no_password_and_the_image_keeps_its_data_in_a_volume() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let compose = std::fs::read_to_string(root.join("docker-compose.yml")).unwrap();
+    for line in compose.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        if let Some(value) = line.trim().strip_prefix("POSTGRES_PASSWORD:") {
+            assert!(value.trim().starts_with("${POSTGRES_PASSWORD:?"), "{line}");
+        }
+        if let Some(at) = line.find("postgres://") {
+            let userinfo = line[at + "postgres://".len()..].split('@').next().unwrap();
+            if let Some((_, password)) = userinfo.split_once(':') {
+                assert!(password.starts_with("${POSTGRES_PASSWORD"), "{line}");
+            }
+        }
+    }
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).unwrap();
+    assert!(
+        dockerfile.lines().any(|l| l.trim() == "VOLUME /data"),
+        "the image's /data is a volume"
+    );
+}
+
 /// `docker compose up` stays the database and the app; everything else is
 /// behind a profile (`--profile ha`: the pg_auto_failover formation and an
 /// app on it), and every published port, the profile's too, is on loopback.

@@ -6,6 +6,7 @@ mod capacity;
 mod charges;
 mod contract;
 mod demo;
+mod deploy;
 mod ecosystem;
 mod exact;
 mod fuzz;

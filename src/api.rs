@@ -16,10 +16,11 @@ use crate::accounts::Authenticator;
 use crate::config::Settings;
 use crate::http::{get, not_found, resource};
 use crate::limits::{self, ClientLimits, KeyedLimit, Peers};
+use crate::network_client::NetworkClient;
 use crate::problem::ApiError;
 use crate::state::AppState;
 use crate::store::{DbPool, SetupError};
-use crate::{charges, demo, idempotency, openapi, ops, refunds, telemetry};
+use crate::{charges, demo, idempotency, network, openapi, ops, recovery, refunds, telemetry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -27,6 +28,8 @@ pub enum StartupError {
     Database(#[from] SetupError),
     #[error("{0}")]
     Demo(String),
+    #[error("cannot start the card network: {0}")]
+    Network(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: String,
@@ -45,6 +48,9 @@ pub struct Application {
     request_timeout: Duration,
     state: web::Data<AppState>,
     client_limits: Arc<ClientLimits>,
+    /// The in-process card network's server, if this process runs one.
+    network_server: Option<Server>,
+    recovery_interval: Duration,
 }
 
 impl Application {
@@ -85,6 +91,32 @@ impl Application {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
         // actix counts connections per worker.
         let max_connections = settings.max_connections.div_ceil(workers).max(1);
+        // The card network: one of this process's own on a loopback port, a
+        // separate one, or none.
+        let (network, network_server) = match settings.network_url.as_str() {
+            crate::config::NETWORK_OFF => (None, None),
+            crate::config::NETWORK_IN_PROCESS => {
+                let listener = TcpListener::bind("127.0.0.1:0")
+                    .map_err(|e| StartupError::Network(e.to_string()))?;
+                let network_settings = network::settings(
+                    &settings,
+                    settings.network_database(),
+                    &settings.network_api_key,
+                );
+                let started =
+                    network::start(network_settings, listener).map_err(StartupError::Network)?;
+                (Some(started.url), Some(started.server))
+            }
+            url => (Some(url.to_owned()), None),
+        };
+        let network = network.map(|url| {
+            Arc::new(NetworkClient::new(
+                &url,
+                &settings.network_api_key,
+                settings.network_timeout,
+            ))
+        });
+        let recovery_interval = settings.recovery_interval;
         let client_limits = Arc::new(ClientLimits {
             per_client: KeyedLimit::new(settings.rate_limit_per_client),
             trusted_proxies: settings.trusted_proxies.clone(),
@@ -103,6 +135,7 @@ impl Application {
                 settings.rate_limit_per_account,
             ),
             demo,
+            network,
             settings: Arc::new(settings),
         });
         let app_state = state.clone();
@@ -161,6 +194,8 @@ impl Application {
             request_timeout,
             state,
             client_limits,
+            network_server,
+            recovery_interval,
         })
     }
 
@@ -179,6 +214,11 @@ impl Application {
 
     pub fn pool(&self) -> &DbPool {
         &self.pool
+    }
+
+    /// The card network charges are authorized at, if any.
+    pub fn network_url(&self) -> Option<&str> {
+        self.state.network.as_ref().map(|n| n.base_url())
     }
 
     /// Serves until the server stops (SIGINT/SIGTERM: it stops accepting,
@@ -204,8 +244,22 @@ impl Application {
                 }
             }
         });
+        let network = self.network_server.map(tokio::spawn);
+        // Keys left in progress by a dead worker, driven to completion.
+        let recoverer = (!self.recovery_interval.is_zero()).then(|| {
+            tokio::spawn(recover_periodically(
+                self.state.clone(),
+                self.recovery_interval,
+            ))
+        });
         let result = self.server.await;
         forgetter.abort();
+        if let Some(recoverer) = recoverer {
+            recoverer.abort();
+        }
+        if let Some(network) = network {
+            network.abort();
+        }
         if let Some(purger) = purger {
             purger.abort();
         }
@@ -230,6 +284,26 @@ async fn purge_periodically(pool: DbPool, interval: Duration, batch: i64, deadli
             Ok(0) => {}
             Ok(n) => tracing::info!(purged = n, "purged expired idempotency keys"),
             Err(e) => tracing::warn!(error = %e, "purge failed; will retry"),
+        }
+    }
+}
+
+/// Finishes keys left in progress every `interval` (see `recovery`).
+async fn recover_periodically(state: web::Data<AppState>, interval: Duration) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let (settings, network) = (state.settings.clone(), state.network.clone());
+        let deadline = interval.max(settings.request_timeout);
+        let done = state
+            .pool
+            .run(deadline, move |store| -> Result<usize, ApiError> {
+                Ok(recovery::pass(store, &settings, network)?)
+            })
+            .await;
+        if let Err(e) = done {
+            tracing::warn!(error = %e, "recovery pass failed; will retry");
         }
     }
 }

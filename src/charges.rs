@@ -4,6 +4,8 @@
 //! /charges/{id}/description` is idempotent by nature: it sets the whole
 //! value, so repeating it changes nothing and it needs no key.
 
+use std::sync::Arc;
+
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
@@ -11,8 +13,10 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::domain::{Description, NewCharge, NewDescription};
+use crate::hooks::RequestHooks;
 use crate::hooks::write_alone;
-use crate::idempotency::{self, Operation, SavedResponse};
+use crate::idempotency::{self, IdempotencyKey, Operation, SavedResponse};
+use crate::network_client::{self, NetworkClient};
 use crate::problem::{ApiError, Problem};
 use crate::requests::{self, JsonRequest, KeyUse, json_response, record_outcome, respond};
 use crate::state::AppState;
@@ -24,12 +28,23 @@ pub const DEFAULT_LIST_LIMIT: i64 = 20;
 pub const MAX_LIST_LIMIT: i64 = 100;
 
 /// Creating a charge, as an operation under a key. Its id and time are
-/// chosen, and its 201 rendered, before anything is written, so it
-/// announces its response: the atomic design writes the key row completed
-/// in the statement that registers the key.
+/// chosen before anything is written. Without a card network its 201 is
+/// known then too, so it announces its response: the atomic design writes
+/// the key row completed in the statement that registers the key. With a
+/// network, the 201 carries the network's authorization, known only once it
+/// answered.
 pub struct CreateCharge {
     pub charge: Charge,
     pub response: SavedResponse,
+    /// The network to ask first, with the key to ask under.
+    network: Option<NetworkCall>,
+}
+
+/// One call to the card network, and the faults injected around it.
+struct NetworkCall {
+    client: Arc<NetworkClient>,
+    key: String,
+    hooks: RequestHooks,
 }
 
 impl CreateCharge {
@@ -42,24 +57,86 @@ impl CreateCharge {
             currency: new.currency.code().to_owned(),
             description: new.description.as_ref().map(|d| d.as_str().to_owned()),
             created_at: now_micros(),
+            authorization_id: None,
         };
-        let response = json_response(
-            StatusCode::CREATED,
-            Some(format!("{PATH}/{}", charge.id)),
-            charge_json(&charge),
-        );
-        CreateCharge { charge, response }
+        let response = created(&charge);
+        CreateCharge {
+            charge,
+            response,
+            network: None,
+        }
     }
+
+    /// Asks `network` to authorize the charge first, under the key derived
+    /// from the client's (`key`), or, for a charge without one, from the
+    /// charge's own id.
+    pub fn through(
+        mut self,
+        network: Option<Arc<NetworkClient>>,
+        key: Option<&str>,
+        hooks: RequestHooks,
+    ) -> CreateCharge {
+        self.network = network.map(|client| {
+            let derived = match key {
+                Some(key) => network_client::derived_key(self.charge.account_id, key),
+                None => network_client::key_for_charge(self.charge.id),
+            };
+            NetworkCall {
+                client,
+                key: hooks.0.remote_key(derived),
+                hooks,
+            }
+        });
+        self
+    }
+
+    /// The network's authorization, when there is a network: asked under
+    /// the same key every time (a retry of ours is the network's replay).
+    fn authorize(&mut self) -> Result<(), idempotency::Error> {
+        let Some(call) = &self.network else {
+            return Ok(());
+        };
+        call.hooks.0.before_remote_call()?;
+        let authorized = call
+            .client
+            .authorize(&call.key, self.charge.amount, &self.charge.currency)
+            .map_err(|e| idempotency::Error::Dependency(e.to_string()))?;
+        call.hooks.0.after_remote_call()?;
+        self.charge.authorization_id = Some(authorized.id);
+        self.response = created(&self.charge);
+        Ok(())
+    }
+
+    /// Without a key: the network first (if any), then one INSERT.
+    fn run_unkeyed(
+        &mut self,
+        store: &mut dyn Store,
+        hooks: &dyn crate::hooks::TxHooks,
+    ) -> Result<SavedResponse, ApiError> {
+        self.authorize()?;
+        write_alone(store, hooks, |s| s.insert_charge(&self.charge))?;
+        Ok(self.response.clone())
+    }
+}
+
+/// A charge's 201, as stored and replayed.
+fn created(charge: &Charge) -> SavedResponse {
+    json_response(
+        StatusCode::CREATED,
+        Some(format!("{PATH}/{}", charge.id)),
+        charge_json(charge),
+    )
 }
 
 impl Operation for CreateCharge {
     fn run(&mut self, tx: &mut dyn Store) -> Result<SavedResponse, idempotency::Error> {
+        self.authorize()?;
         tx.insert_charge(&self.charge)?;
         Ok(self.response.clone())
     }
 
     fn known_response(&self) -> Option<&SavedResponse> {
-        Some(&self.response)
+        self.network.is_none().then_some(&self.response)
     }
 }
 
@@ -100,16 +177,21 @@ pub async fn create(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
-    let create = CreateCharge::new(request.account_id, &parse_new_charge(&request.body)?);
+    let mut create = CreateCharge::new(request.account_id, &parse_new_charge(&request.body)?)
+        .through(
+            state.network.clone(),
+            request.key.as_ref().map(IdempotencyKey::as_str),
+            request.hooks.clone(),
+        );
     match request.key.clone() {
         Some(key) => requests::run_keyed(&req, &state, request, key, create).await,
-        // No key: nothing can tell a retry from a new charge. One INSERT.
+        // No key: nothing can tell a retry from a new charge. One INSERT
+        // (after the network's authorization, if there is a network).
         None => {
             let JsonRequest { hooks, .. } = request;
             let response = state
                 .db(&req, move |store| {
-                    write_alone(store, hooks.0.as_ref(), |s| s.insert_charge(&create.charge))?;
-                    Ok(create.response)
+                    create.run_unkeyed(store, hooks.0.as_ref())
                 })
                 .await?;
             record_outcome("no_key", "none");
@@ -131,6 +213,8 @@ pub struct ChargeView {
     /// The sum of the charge's refunds; never more than `amount`.
     #[schema(example = 0, minimum = 0, maximum = 99_999_999)]
     pub amount_refunded: i64,
+    /// The card network's authorization of it (`null` on a server without a network).
+    pub authorization_id: Option<Uuid>,
     #[schema(example = "jpy")]
     pub currency: String,
     pub description: Option<String>,
@@ -178,6 +262,7 @@ impl From<&Charge> for ChargeView {
             object: "charge",
             amount: charge.amount,
             amount_refunded: charge.amount_refunded,
+            authorization_id: charge.authorization_id,
             currency: charge.currency.clone(),
             description: charge.description.clone(),
             created_at: time_text(charge.created_at),
@@ -292,18 +377,18 @@ pub async fn set_description(
             detail: "The description is invalid; see `errors`.".to_owned(),
             errors,
         })?;
-    let (pool, account_id, hooks) = (state.pool.clone(), request.account_id, request.hooks);
-    let charge = web::block(move || -> Result<Option<Charge>, ApiError> {
-        let mut conn = pool.checkout()?;
-        Ok(write_alone(conn.store(), hooks.0.as_ref(), |s| {
-            s.set_description(
-                account_id,
-                id,
-                description.as_ref().map(Description::as_str),
-            )
-        })?)
-    })
-    .await??
-    .ok_or(ApiError::NotFound)?;
+    let (account_id, hooks) = (request.account_id, request.hooks);
+    let charge = state
+        .db(&req, move |store| {
+            Ok(write_alone(store, hooks.0.as_ref(), |s| {
+                s.set_description(
+                    account_id,
+                    id,
+                    description.as_ref().map(Description::as_str),
+                )
+            })?)
+        })
+        .await?
+        .ok_or(ApiError::NotFound)?;
     Ok(HttpResponse::Ok().json(charge_json(&charge)))
 }

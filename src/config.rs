@@ -40,6 +40,11 @@ pub const DEFAULT_RATE_LIMIT_PER_CLIENT: u32 = 300;
 /// MAX_CONNECTIONS, so that one client cannot lock the others out.
 pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 256;
 pub const DEFAULT_KEEP_ALIVE_LIFETIME: Duration = Duration::from_secs(60);
+/// `NETWORK_URL`'s values besides a URL.
+pub const NETWORK_IN_PROCESS: &str = "in-process";
+pub const NETWORK_OFF: &str = "off";
+pub const DEFAULT_NETWORK_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_RECOVERY_INTERVAL: Duration = Duration::from_secs(5);
 /// Demo mode: transactions held open by `Demo-Fault: delay-commit` at once.
 pub const DEFAULT_DEMO_MAX_DELAYED: u32 = 2;
 
@@ -171,6 +176,26 @@ pub struct Settings {
     #[arg(long, env = "METRICS_PUBLIC", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub metrics_public: bool,
 
+    /// The card network a charge asks to authorize it: `in-process` (one started in this process, on a loopback port), `off`, or the URL of a separate `charges network`.
+    #[arg(long, env = "NETWORK_URL", default_value = "in-process")]
+    pub network_url: String,
+
+    /// The in-process network's own database (default: beside DATABASE_URL's, `<file>-network.db` or `<database>_network`).
+    #[arg(long, env = "NETWORK_DATABASE_URL", hide_env_values = true)]
+    pub network_database_url: Option<String>,
+
+    /// The merchant key this API holds at the card network.
+    #[arg(long, env = "NETWORK_API_KEY", default_value = crate::network_client::DEFAULT_NETWORK_API_KEY, hide_env_values = true)]
+    pub network_api_key: String,
+
+    /// How long a call to the card network may take (then 503, the key free for the retry).
+    #[arg(long, env = "NETWORK_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub network_timeout: Duration,
+
+    /// How often keys left in progress (their lease run out) are driven to completion (0s: never).
+    #[arg(long, env = "RECOVERY_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub recovery_interval: Duration,
+
     /// Directory of the teaching page, served at / in demo mode.
     #[arg(long, env = "WEB_DIR", default_value = DEFAULT_WEB_DIR)]
     pub web_dir: String,
@@ -211,6 +236,11 @@ impl Settings {
             keep_alive_lifetime: DEFAULT_KEEP_ALIVE_LIFETIME,
             trusted_proxies: Vec::new(),
             metrics_public: false,
+            network_url: NETWORK_IN_PROCESS.to_owned(),
+            network_database_url: None,
+            network_api_key: crate::network_client::DEFAULT_NETWORK_API_KEY.to_owned(),
+            network_timeout: DEFAULT_NETWORK_TIMEOUT,
+            recovery_interval: DEFAULT_RECOVERY_INTERVAL,
             web_dir: DEFAULT_WEB_DIR.to_owned(),
             workers: None,
         }
@@ -226,6 +256,31 @@ impl Settings {
             lock_timeout: self.db_lock_timeout,
             idle_in_transaction_timeout: self.db_idle_in_transaction_timeout,
         }
+    }
+
+    /// The in-process network's database: as set, or beside DATABASE_URL's.
+    pub fn network_database(&self) -> String {
+        if let Some(url) = &self.network_database_url {
+            return url.clone();
+        }
+        let url = &self.database_url;
+        if let Some(path) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        {
+            let stem = path.strip_suffix(".db").unwrap_or(path);
+            return format!("sqlite://{stem}-network.db");
+        }
+        // postgres://…/name?query -> …/name_network?query
+        let (base, query) = url
+            .split_once('?')
+            .map_or((url.as_str(), None), |(b, q)| (b, Some(q)));
+        let mut out = format!("{base}_network");
+        if let Some(query) = query {
+            out.push('?');
+            out.push_str(query);
+        }
+        out
     }
 
     /// Whether demo mode is on for a server listening on `ip`: as set, or,

@@ -21,6 +21,10 @@ pub enum HookFailure {
     /// 503 with this text as its detail.
     #[error("{0}")]
     Overloaded(String),
+    /// A service the request depends on did not answer (the request answers
+    /// 503; nothing is stored).
+    #[error("{0}")]
+    Unavailable(String),
     /// The worker stops as if its process had died: nothing more is done,
     /// not even the release of a key-first claim, which stays in progress
     /// until its lease runs out.
@@ -40,6 +44,24 @@ pub trait TxHooks: Send + Sync {
     /// operation (the window a crash leaves an in-progress key in).
     fn after_key_committed(&self) -> Result<(), HookFailure> {
         Ok(())
+    }
+
+    /// Before a call to another service (the card network), inside the
+    /// operation.
+    fn before_remote_call(&self) -> Result<(), HookFailure> {
+        Ok(())
+    }
+
+    /// After that call answered (the other service did its part).
+    fn after_remote_call(&self) -> Result<(), HookFailure> {
+        Ok(())
+    }
+
+    /// The idempotency key the call carries: the one derived from the
+    /// request, unless a hook makes it otherwise (the demo's integration
+    /// that forgets to pass the key on).
+    fn remote_key(&self, derived: String) -> String {
+        derived
     }
 
     /// Whether [`before_commit`](TxHooks::before_commit) does anything. A

@@ -23,9 +23,12 @@ pub mod idempotency;
 pub mod json;
 pub mod limits;
 pub mod metrics;
+pub mod network;
+pub mod network_client;
 pub mod openapi;
 pub mod ops;
 pub mod problem;
+pub mod recovery;
 pub mod refunds;
 pub mod requests;
 pub mod schema;
@@ -38,7 +41,14 @@ pub mod telemetry;
 pub const LAYERS: &[&[&str]] = &[
     // Leaves: the schema, the validated domain types, strict JSON, the
     // metrics registry, the request deadline.
-    &["schema", "domain", "json", "metrics", "deadline"],
+    &[
+        "schema",
+        "domain",
+        "json",
+        "metrics",
+        "deadline",
+        "network_client",
+    ],
     // The database, one store per backend; logging.
     &["store", "telemetry"],
     // The seam around a request's writes, where the demo injects faults.
@@ -58,6 +68,9 @@ pub const LAYERS: &[&[&str]] = &[
     // Handlers.
     &["charges", "ops"],
     &["refunds"],
+    // The card network, a service of its own; and the recovery of keys
+    // left in progress.
+    &["network", "recovery"],
     &["demo"],
     &["openapi"],
     // The application: builds the pool, the sandbox and the routes.

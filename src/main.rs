@@ -28,6 +28,8 @@ enum Command {
     Migrate(DatabaseArgs),
     /// Delete expired idempotency keys once, print how many, and exit.
     PurgeExpired(PurgeArgs),
+    /// Serve a card network of its own (the API's NETWORK_URL points at it).
+    Network(NetworkArgs),
     /// Manage the accounts that may call the API.
     #[command(subcommand)]
     Account(AccountCommand),
@@ -65,6 +67,24 @@ struct PurgeArgs {
 }
 
 #[derive(Args)]
+struct NetworkArgs {
+    /// The network's own database: postgres://… or sqlite://….
+    #[arg(
+        long,
+        env = "NETWORK_DATABASE_URL",
+        default_value = "sqlite://network.db",
+        hide_env_values = true
+    )]
+    database_url: String,
+    /// Address to listen on.
+    #[arg(long, env = "NETWORK_BIND", default_value = "127.0.0.1:8090")]
+    bind: String,
+    /// The merchant key the API calls it with.
+    #[arg(long, env = "NETWORK_API_KEY", default_value = charges::network_client::DEFAULT_NETWORK_API_KEY, hide_env_values = true)]
+    api_key: String,
+}
+
+#[derive(Args)]
 struct DatabaseArgs {
     /// postgres://user@host/db (created if missing) or sqlite://path/to/file.db.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
@@ -79,6 +99,7 @@ fn main() -> ExitCode {
         Some(Command::PurgeExpired(args)) => purge(&args.database.database_url, args.purge_batch),
         Some(Command::Serve(settings)) => serve(*settings),
         Some(Command::Account(command)) => account(command),
+        Some(Command::Network(args)) => network(args),
         None => serve(cli.serve),
     };
     match result {
@@ -100,13 +121,31 @@ fn serve(settings: Settings) -> Result<(), String> {
             "off"
         };
         // A closed stdout must not stop the server: ignore write errors.
+        let network = app.network_url().unwrap_or("off");
         let _ = writeln!(
             std::io::stdout(),
-            "charges is ready: open {}/\n  database: {database} ({})\n  demo mode: {demo}",
+            "charges is ready: open {}/\n  database: {database} ({})\n  demo mode: {demo}\n  card network: {network}",
             app.url(),
             app.pool().backend().as_str()
         );
         app.run_until_stopped().await.map_err(|e| e.to_string())
+    })
+}
+
+fn network(args: NetworkArgs) -> Result<(), String> {
+    actix_web::rt::System::new().block_on(async move {
+        let listener = std::net::TcpListener::bind(&args.bind)
+            .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
+        let api = charges::config::Settings::with_database_url(&args.database_url);
+        let settings = charges::network::settings(&api, args.database_url.clone(), &args.api_key);
+        let started = charges::network::start(settings, listener)?;
+        let _ = writeln!(
+            std::io::stdout(),
+            "charges network is ready on {}\n  database: {}",
+            started.url,
+            redact(&args.database_url)
+        );
+        started.server.await.map_err(|e| e.to_string())
     })
 }
 

@@ -21,6 +21,7 @@ pub struct Metrics {
     pub deadlines_exceeded: IntCounter,
     pub rate_limited: IntCounterVec,
     pub connections_refused: IntCounter,
+    pub keys_recovered: IntCounterVec,
     pool_connections: IntGaugeVec,
 }
 
@@ -78,6 +79,14 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Connections shut at accept because their client address had MAX_CONNECTIONS_PER_PEER open.",
     )
     .unwrap();
+    let keys_recovered = IntCounterVec::new(
+        Opts::new(
+            "idempotency_keys_recovered_total",
+            "Keys left in progress (their worker died) that the recovery task looked at: completed, taken (another worker or the client's retry was first), failed (tried again next pass), unknown (a request this server cannot rebuild).",
+        ),
+        &["result"],
+    )
+    .unwrap();
     let purged_keys = IntCounter::new(
         "idempotency_keys_purged_total",
         "Expired idempotency keys deleted.",
@@ -113,6 +122,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         Box::new(deadlines_exceeded.clone()),
         Box::new(rate_limited.clone()),
         Box::new(connections_refused.clone()),
+        Box::new(keys_recovered.clone()),
         Box::new(pool_waits.clone()),
         Box::new(pool_timeouts.clone()),
         Box::new(pool_connections.clone()),
@@ -129,6 +139,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         deadlines_exceeded,
         rate_limited,
         connections_refused,
+        keys_recovered,
         pool_waits,
         pool_timeouts,
         pool_connections,

@@ -180,7 +180,7 @@ fn exact(doc: &mut Value, demo: bool) {
         })
     };
     let unavailable = problem(
-        "`service-unavailable`: the database is unreachable or busy; retry after `Retry-After` seconds",
+        "`service-unavailable`: the database is unreachable or busy; `deadline-exceeded`: the database did not answer within REQUEST_TIMEOUT, the outcome is unknown; `network-unavailable` (creating a charge): the card network did not answer, nothing was stored. Retry after `Retry-After` seconds, with the same Idempotency-Key",
     );
     let internal = problem("`internal`: nothing was changed; retrying is safe");
     let mut rate_limited = problem(

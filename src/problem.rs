@@ -67,6 +67,7 @@ problem_types! {
     INTERNAL = ("internal", 500, "Internal server error");
     SERVICE_UNAVAILABLE = ("service-unavailable", 503, "The service is temporarily unavailable");
     DEADLINE_EXCEEDED = ("deadline-exceeded", 503, "The request did not finish in time; its outcome is unknown");
+    NETWORK_UNAVAILABLE = ("network-unavailable", 503, "The card network did not answer");
     // Demo mode only (src/demo/).
     DEMO_ACCOUNT_ONLY = ("demo-account-only", 400, "Demo-* headers act only on the demo account");
     CROSS_SITE_REQUEST = ("cross-site-request", 403, "A cross-site request to the demo was refused");
@@ -108,6 +109,9 @@ pub enum ApiError {
     IdempotencyKeyReused,
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// The card network did not answer (or refused): nothing was stored.
+    #[error("card network: {0}")]
+    Network(String),
     /// Over a rate limit (`scope`: whose).
     #[error("rate limited ({scope})")]
     RateLimited {
@@ -155,6 +159,7 @@ impl ApiError {
             ApiError::Unavailable(_) | ApiError::Overloaded { .. } => &SERVICE_UNAVAILABLE,
             ApiError::DeadlineExceeded { .. } => &DEADLINE_EXCEEDED,
             ApiError::RateLimited { .. } => &RATE_LIMITED,
+            ApiError::Network(_) => &NETWORK_UNAVAILABLE,
             ApiError::BodyTimeout { .. } => &REQUEST_TIMEOUT,
             ApiError::Internal(_) => &INTERNAL,
         }
@@ -185,6 +190,7 @@ impl ApiError {
             }
             ApiError::Unavailable(_) => "The database cannot be reached right now. Retry the same request (with the same Idempotency-Key) shortly.".into(),
             ApiError::Overloaded { detail } => detail.clone(),
+            ApiError::Network(cause) => format!("The charge could not be authorized: {cause}. Nothing was stored. Retry the same request with the same Idempotency-Key: the card network is asked with a key derived from yours, so it authorizes once however often we ask."),
             ApiError::RateLimited { retry_after_secs, scope } => format!("This {scope} has sent more requests than it may; nothing was done. Retry after {retry_after_secs} s (with the same Idempotency-Key: this answer was not stored under it)."),
             ApiError::DeadlineExceeded { secs } => format!("The database did not answer within {secs} s, so this request was given up. Whether it took effect is unknown: retry it with the same Idempotency-Key, which replays its result if it took effect and runs it once if it did not."),
             ApiError::BodyTimeout { secs } => format!("The request body did not arrive within {secs} s. Nothing was done; send the request again."),
@@ -259,6 +265,7 @@ impl ResponseError for ApiError {
         match self {
             ApiError::Internal(cause) => tracing::error!(%cause, "request failed"),
             ApiError::Unavailable(cause) => tracing::warn!(%cause, "database unavailable"),
+            ApiError::Network(cause) => tracing::warn!(%cause, "card network unavailable"),
             ApiError::DeadlineExceeded { secs } => {
                 tracing::warn!(
                     secs,
@@ -288,6 +295,7 @@ impl ResponseError for ApiError {
             }
             ApiError::Unavailable(_)
             | ApiError::Overloaded { .. }
+            | ApiError::Network(_)
             | ApiError::DeadlineExceeded { .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
@@ -357,6 +365,7 @@ impl From<HookFailure> for ApiError {
     fn from(e: HookFailure) -> Self {
         match e {
             HookFailure::Overloaded(detail) => ApiError::Overloaded { detail },
+            HookFailure::Unavailable(cause) => ApiError::Network(cause),
             e @ (HookFailure::Injected(_) | HookFailure::Abandoned) => ApiError::internal(e),
         }
     }
@@ -376,6 +385,7 @@ impl From<idempotency::Error> for ApiError {
         match e {
             idempotency::Error::Database(e) => e.into(),
             idempotency::Error::Hook(e) => e.into(),
+            idempotency::Error::Dependency(cause) => ApiError::Network(cause),
             idempotency::Error::KeyLocked => ApiError::IdempotencyKeyInFlight {
                 retry_after_secs: IN_FLIGHT_RETRY_AFTER_SECS,
             },

@@ -76,7 +76,7 @@ pub struct RefundRequestBody {
 /// The refund operation: reserve the amount on the charge (one conditional
 /// statement, so concurrent refunds never pass the charge's amount), then
 /// record the refund, and answer.
-fn refund(
+pub(crate) fn refund(
     tx: &mut dyn Store,
     account_id: i64,
     charge: Uuid,

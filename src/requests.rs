@@ -112,7 +112,8 @@ pub async fn run_keyed(
         .extensions()
         .get::<Lease>()
         .map_or(state.settings.idempotency_lease, |l| l.0);
-    let (account_id, hooks) = (request.account_id, request.hooks);
+    let (account_id, hooks, body) = (request.account_id, request.hooks, request.body);
+    let path = req.path().to_owned();
     let outcome = state
         .db(req, move |store| {
             let keyed = KeyedRequest {
@@ -121,6 +122,8 @@ pub async fn run_keyed(
                 fingerprint: fingerprint.as_str(),
                 ttl,
                 lease,
+                path: &path,
+                body: &body,
             };
             Ok(idempotency::execute(
                 store,

@@ -12,6 +12,16 @@ diesel::table! {
 }
 
 diesel::table! {
+    authorizations (id) {
+        id -> Uuid,
+        account_id -> Int8,
+        amount -> Int8,
+        currency -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     charges (id) {
         id -> Uuid,
         account_id -> Int8,
@@ -20,6 +30,7 @@ diesel::table! {
         description -> Nullable<Text>,
         created_at -> Timestamptz,
         amount_refunded -> Int8,
+        authorization_id -> Nullable<Uuid>,
     }
 }
 
@@ -48,6 +59,8 @@ diesel::table! {
         expires_at -> Timestamptz,
         locked_until -> Timestamptz,
         lease_token -> Uuid,
+        request_path -> Nullable<Text>,
+        request_body -> Nullable<Jsonb>,
     }
 }
 
@@ -62,6 +75,7 @@ diesel::table! {
     }
 }
 
+diesel::joinable!(authorizations -> accounts (account_id));
 diesel::joinable!(charges -> accounts (account_id));
 diesel::joinable!(demo_unguarded_keys -> accounts (account_id));
 diesel::joinable!(demo_unguarded_keys -> charges (charge_id));
@@ -71,6 +85,7 @@ diesel::joinable!(refunds -> charges (charge_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     accounts,
+    authorizations,
     charges,
     demo_unguarded_keys,
     idempotency_keys,

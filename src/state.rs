@@ -7,6 +7,7 @@ use actix_web::{HttpMessage, HttpRequest};
 
 use crate::accounts::Authenticator;
 use crate::config::Settings;
+use crate::network_client::NetworkClient;
 use crate::problem::ApiError;
 use crate::store::{DbPool, Store};
 
@@ -15,6 +16,8 @@ pub struct AppState {
     pub accounts: Authenticator,
     /// Whether demo mode is on (decided from the settings and the address).
     pub demo: bool,
+    /// The card network a charge asks to authorize it, if any.
+    pub network: Option<Arc<NetworkClient>>,
     pub settings: Arc<Settings>,
 }
 

@@ -31,9 +31,20 @@ pub struct Faults {
     pub abandon: bool,
     pub forget_commit: bool,
     pub lease: Option<Duration>,
+    /// The card network does not answer (nothing is authorized).
+    pub network_down: bool,
+    /// The card network takes this long to answer.
+    pub network_delay: Option<Duration>,
+    /// The card network authorizes, and its answer is lost on the way back.
+    pub network_lose_answer: bool,
+    /// Key-first: stop after the network authorized, as a dead process would.
+    pub abandon_after_network: bool,
+    /// Call the network with a new key each time, as an integration that
+    /// does not pass the key on would.
+    pub network_fresh_key: bool,
 }
 
-const KNOWN: &str = "lose-response, delay-commit=<ms>, fail-before-commit, crash-after-key, abandon, forget-commit, lease=<ms>";
+const KNOWN: &str = "lose-response, delay-commit=<ms>, fail-before-commit, crash-after-key, abandon, forget-commit, lease=<ms>, network-down, network-delay=<ms>, network-lose-answer, abandon-after-network, network-fresh-key";
 
 impl Faults {
     /// Parses the header; `max_delay` is the longest `delay-commit` accepted.
@@ -52,6 +63,20 @@ impl Faults {
                 None if item == "crash-after-key" => faults.crash_after_key = true,
                 None if item == "abandon" => faults.abandon = true,
                 None if item == "forget-commit" => faults.forget_commit = true,
+                None if item == "network-down" => faults.network_down = true,
+                None if item == "network-lose-answer" => faults.network_lose_answer = true,
+                None if item == "abandon-after-network" => faults.abandon_after_network = true,
+                None if item == "network-fresh-key" => faults.network_fresh_key = true,
+                Some(("network-delay", ms)) => {
+                    let delay = millis("network-delay", ms)?;
+                    if delay > max_delay {
+                        return Err(format!(
+                            "network-delay is at most {} ms on this server",
+                            max_delay.as_millis()
+                        ));
+                    }
+                    faults.network_delay = (!delay.is_zero()).then_some(delay);
+                }
                 Some(("delay-commit", ms)) => {
                     let delay = millis("delay-commit", ms)?;
                     if delay > max_delay {
@@ -77,6 +102,23 @@ impl Faults {
             }
         }
         Ok(faults)
+    }
+}
+
+impl DemoHooks {
+    /// A slow network holds the transaction open as `delay-commit` does: it
+    /// takes a delay slot too.
+    fn network_delay(&self) -> Result<(), HookFailure> {
+        if let Some(delay) = self.faults.network_delay {
+            let Some(_slot) = self.delayed.take() else {
+                return Err(HookFailure::Overloaded(format!(
+                    "Demo-Fault: network-delay: {} transaction(s) held open by the demo are already in flight, the most this server allows at once. Nothing was done; retry after Retry-After.",
+                    self.delayed.max
+                )));
+            };
+            std::thread::sleep(delay);
+        }
+        Ok(())
     }
 }
 
@@ -126,6 +168,35 @@ impl TxHooks for DemoHooks {
             return Err(HookFailure::Abandoned);
         }
         Ok(())
+    }
+
+    fn before_remote_call(&self) -> Result<(), HookFailure> {
+        if self.faults.network_down {
+            return Err(HookFailure::Unavailable(
+                "Demo-Fault: network-down: the card network did not answer, and nothing was authorized".to_owned(),
+            ));
+        }
+        self.network_delay()
+    }
+
+    fn after_remote_call(&self) -> Result<(), HookFailure> {
+        if self.faults.network_lose_answer {
+            return Err(HookFailure::Unavailable(
+                "Demo-Fault: network-lose-answer: the card network authorized, but its answer was lost on the way back".to_owned(),
+            ));
+        }
+        if self.faults.abandon_after_network {
+            return Err(HookFailure::Abandoned);
+        }
+        Ok(())
+    }
+
+    fn remote_key(&self, derived: String) -> String {
+        if self.faults.network_fresh_key {
+            format!("fresh-{}", uuid::Uuid::new_v4())
+        } else {
+            derived
+        }
     }
 
     fn acts_before_commit(&self) -> bool {
@@ -229,11 +300,13 @@ pub async fn faults(
             return Ok(refuse(req, ApiError::invalid(detail)));
         }
     };
-    if (faults.abandon || faults.lease.is_some()) && mode != Mode::KeyFirst {
+    if (faults.abandon || faults.abandon_after_network || faults.lease.is_some())
+        && mode != Mode::KeyFirst
+    {
         return Ok(refuse(
             req,
             ApiError::invalid(
-                "Demo-Fault: abandon and lease act on the key-first design only, where the key is committed before the operation; send Demo-Mode: key-first too.",
+                "Demo-Fault: abandon, abandon-after-network and lease act on the key-first design only, where the key is committed before the operation; send Demo-Mode: key-first too.",
             ),
         ));
     }
@@ -252,8 +325,10 @@ pub async fn faults(
     if let Some(lease) = faults.lease {
         req.extensions_mut().insert(Lease(lease));
     }
-    let (lose_response, forget_commit) =
-        (faults.lose_response || faults.abandon, faults.forget_commit);
+    let (lose_response, forget_commit) = (
+        faults.lose_response || faults.abandon || faults.abandon_after_network,
+        faults.forget_commit,
+    );
     req.extensions_mut()
         .insert(RequestHooks(Arc::new(DemoHooks {
             faults,

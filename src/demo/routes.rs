@@ -13,6 +13,7 @@ use crate::charges;
 use crate::config::Settings;
 use crate::http::{get, resource};
 use crate::idempotency::{IdempotencyKey, SavedResponse};
+use crate::network_client::NetworkClient;
 use crate::problem::ApiError;
 use crate::requests::{self, JsonRequest, KeyUse};
 use crate::state::AppState;
@@ -104,7 +105,13 @@ fn snapshot(
     store: &mut dyn Store,
     account_id: i64,
     settings: &Settings,
+    network: Option<&NetworkClient>,
 ) -> Result<Value, ApiError> {
+    // The card network's own ledger, as the network shows it.
+    let network = network.map(|n| match n.list(LIMIT as u32) {
+        Ok(list) => json!({"url": n.base_url(), "authorizations": list["data"]}),
+        Err(e) => json!({"url": n.base_url(), "error": e.to_string()}),
+    });
     let charges = store.list_charges(account_id, LIMIT)?;
     let refunds = queries::refund_views(store, account_id, LIMIT)?;
     let keys = queries::key_views(store, account_id, LIMIT)?;
@@ -121,6 +128,7 @@ fn snapshot(
             "id": c.id,
             "amount": c.amount,
             "amount_refunded": c.amount_refunded,
+            "authorization_id": c.authorization_id,
             "currency": c.currency,
             "description": c.description,
             "created_at": time_text(c.created_at),
@@ -158,6 +166,7 @@ fn snapshot(
                 "status": k.status,
             })
         }).collect::<Vec<_>>(),
+        "network": network,
         "unguarded_keys": unguarded.into_iter().map(|u| json!({
             "key": u.key,
             "charge_id": u.charge_id,
@@ -175,6 +184,7 @@ async fn on_demo_account<T: Send + 'static>(
     work: impl FnOnce(&mut dyn Store, i64, &Settings) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<(T, Value), ApiError> {
     let settings = app.settings.clone();
+    let network = app.network.clone();
     let account_id = sandbox.account_id;
     // On the demo's own connections: a /demo/* route that waits (on a key
     // a held transaction locks) holds none of the server's.
@@ -183,7 +193,10 @@ async fn on_demo_account<T: Send + 'static>(
         .pool
         .run(left, move |store| {
             let done = work(store, account_id, &settings)?;
-            Ok((done, snapshot(store, account_id, &settings)?))
+            Ok((
+                done,
+                snapshot(store, account_id, &settings, network.as_deref())?,
+            ))
         })
         .await
 }
@@ -215,6 +228,9 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
         "check_then_insert_pause_ms": CHECK_THEN_INSERT_PAUSE.as_millis() as u64,
         "account": {"name": DEMO_ACCOUNT_NAME, "api_key": DEMO_API_KEY},
         "min_lease_ms": MIN_LEASE.as_millis() as u64,
+        // The card network charges are authorized at (null: none).
+        "network": app.network.as_ref().map(|n| n.base_url()),
+        "recovery_interval_ms": s.recovery_interval.as_millis() as u64,
         "max_lease_ms": MAX_LEASE.as_millis() as u64,
         "problem_types": crate::problem::TYPES.iter().map(|t| json!({
             "type": t.uri(),

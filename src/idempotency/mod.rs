@@ -157,6 +157,10 @@ pub enum Error {
     /// An operation answered otherwise than the response it announced.
     #[error("the operation answered otherwise than it announced")]
     NotAsAnnounced,
+    /// Something the operation depends on (the card network) did not answer:
+    /// nothing is stored; the client retries with the same key.
+    #[error("{0}")]
+    Dependency(String),
     /// Registering the key waited longer than the database's lock timeout
     /// for a concurrent request that holds it: answered as in flight (409).
     #[error("a concurrent request held the idempotency key past the lock timeout")]
@@ -236,11 +240,23 @@ fn key_first(
     hooks.after_key_committed()?;
     // 2. Run the operation and store its response, if the lease is still
     //    ours, in one transaction.
+    run_claimed(store, &claim, request, hooks, operation)
+}
+
+/// Key-first's second transaction, for a claim this worker holds: the
+/// operation and its stored response, or, on failure, the claim released.
+fn run_claimed(
+    store: &mut dyn Store,
+    claim: &Claim,
+    request: &KeyedRequest<'_>,
+    hooks: &dyn TxHooks,
+    operation: &mut dyn Operation,
+) -> Result<Outcome, Error> {
     let result = with_transient_retries(|| {
         store.transaction(|tx| {
             let response = operation.run(tx)?;
             hooks.before_commit()?;
-            store_response(tx, &claim, &response, operation)?;
+            store_response(tx, claim, &response, operation)?;
             Ok(response)
         })
     });
@@ -252,11 +268,35 @@ fn key_first(
         Err(e @ Error::Hook(HookFailure::Abandoned)) => Err(e),
         Err(e) => {
             // If this fails too, the lease running out frees the key.
-            if let Err(release_error) = store.release_key(&claim) {
+            if let Err(release_error) = store.release_key(claim) {
                 tracing::warn!(error = %release_error, "could not release the idempotency key");
             }
             Err(e)
         }
+    }
+}
+
+/// Finishes a key left in progress by a worker that died between the
+/// key-first design's transactions (its lease has run out): takes the row
+/// over under a fresh lease, as a retry of the same request would, runs the
+/// operation (rebuilt from the request the row kept) and stores its
+/// response. `Ok(None)`: another instance, or the client's own retry, took
+/// it first; the row lock lets only one do it.
+pub fn recover(
+    store: &mut dyn Store,
+    request: &KeyedRequest<'_>,
+    hooks: &dyn TxHooks,
+    operation: &mut dyn Operation,
+) -> Result<Option<SavedResponse>, Error> {
+    let claimed = with_transient_retries(|| {
+        store.transaction(|tx| Ok(tx.take_over_key(request, NewKeyStatus::InProgress)?))
+    })?;
+    let Some(claim) = claimed else {
+        return Ok(None);
+    };
+    match run_claimed(store, &claim, request, hooks, operation)? {
+        Outcome::Executed(response) => Ok(Some(response)),
+        _ => Ok(None),
     }
 }
 

@@ -54,6 +54,21 @@ pub trait KeyStore {
 
     /// Deletes up to `batch` expired rows in one short statement.
     fn purge_expired_keys(&mut self, batch: i64) -> QueryResult<usize>;
+
+    /// Up to `limit` live rows still in progress whose lease has run out:
+    /// their worker died between the key-first design's two transactions.
+    /// Read without a lock; taking one over is `take_over_key`'s.
+    fn find_stuck_keys(&mut self, limit: i64) -> QueryResult<Vec<StuckKey>>;
+}
+
+/// A key row left in progress, with the request it was registered for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StuckKey {
+    pub account_id: i64,
+    pub key: String,
+    pub fingerprint: String,
+    pub path: String,
+    pub body: Value,
 }
 
 /// One keyed request, scoped to the account that sent it: what its key row
@@ -68,6 +83,10 @@ pub struct KeyedRequest<'a> {
     pub ttl: Duration,
     /// Key-first: how long a claim is protected before others may take it over.
     pub lease: Duration,
+    /// The request (its path and body), kept in a row registered in
+    /// progress so that a recovery task can finish it if its worker dies.
+    pub path: &'a str,
+    pub body: &'a Value,
 }
 
 /// How a new key row is written.

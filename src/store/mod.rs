@@ -26,7 +26,9 @@ use diesel::sqlite::SqliteConnection;
 use uuid::Uuid;
 
 pub use diesel::result::Error as QueryError;
-pub use keys::{Claim, KeyRecord, KeyState, KeyStatus, KeyStore, KeyedRequest, SavedResponse};
+pub use keys::{
+    Claim, KeyRecord, KeyState, KeyStatus, KeyStore, KeyedRequest, SavedResponse, StuckKey,
+};
 pub use pool::{
     Backend, Connection, DbPool, PoolSettings, PoolTimeout, PooledStore, RunError, SetupError,
 };
@@ -36,7 +38,7 @@ pub use sqlite::schema as sqlite_schema;
 pub type QueryResult<T> = Result<T, DieselError>;
 
 /// Everything the application stores, on one connection of either backend.
-pub trait Store: KeyStore + ChargeStore + AccountStore {
+pub trait Store: KeyStore + ChargeStore + AccountStore + AuthorizationStore {
     fn backend(&self) -> Backend;
 
     /// Runs `work` in one transaction: committed if it returns `Ok`, rolled
@@ -197,6 +199,34 @@ pub enum RefundReservation {
     NoSuchCharge,
 }
 
+/// The card network's `authorizations` table (in the network's own
+/// database: the network runs the same migrations on another one).
+pub trait AuthorizationStore {
+    fn insert_authorization(&mut self, authorization: &Authorization) -> QueryResult<()>;
+    fn find_authorization(
+        &mut self,
+        account_id: i64,
+        id: Uuid,
+    ) -> QueryResult<Option<Authorization>>;
+    /// Newest first.
+    fn list_authorizations(
+        &mut self,
+        account_id: i64,
+        limit: i64,
+    ) -> QueryResult<Vec<Authorization>>;
+}
+
+/// An amount the card network authorized for a merchant (one of its
+/// accounts).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Authorization {
+    pub id: Uuid,
+    pub account_id: i64,
+    pub amount: i64,
+    pub currency: String,
+    pub created_at: DateTime<Utc>,
+}
+
 /// The `accounts` table. Keys are stored only as SHA-256 digests.
 pub trait AccountStore {
     /// A new account; a taken live name is a unique violation.
@@ -216,6 +246,8 @@ pub struct Charge {
     pub amount: i64,
     /// The sum of its refunds; never more than `amount`.
     pub amount_refunded: i64,
+    /// The card network's authorization for it (none without a network).
+    pub authorization_id: Option<Uuid>,
     pub currency: String,
     pub description: Option<String>,
     pub created_at: DateTime<Utc>,

@@ -185,8 +185,7 @@ impl DbPool {
     }
 
     /// Another pool on the database [`open`](Self::open) has migrated: its
-    /// own connections, so that what runs on it cannot take this one's. It
-    /// opens them as they are needed, not all at once.
+    /// own connections, so that what runs on it cannot take this one's.
     pub fn sibling(&self, settings: &PoolSettings) -> Result<DbPool, SetupError> {
         DbPool::build(settings, false)
     }
@@ -208,7 +207,9 @@ impl DbPool {
         ) -> r2d2::Builder<M> {
             Pool::builder()
                 .max_size(settings.size)
-                .min_idle((!main).then_some(0))
+                // Opened as needed, one kept idle: a server and the pools
+                // beside it (the demo's, a network's) take only what they use.
+                .min_idle(Some(if main { 1 } else { 0 }))
                 .connection_timeout(settings.timeout)
                 .test_on_check_out(true)
         }

@@ -8,7 +8,8 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::support::{
-    AppClient, Captured, DEMO_KEY, TestApp, TestBackend, charge_body, spawn_app, spawn_app_with,
+    AppClient, Captured, DEMO_KEY, TestApp, TestBackend, TestDatabase, charge_body, spawn_app,
+    spawn_app_with,
 };
 
 const SHOP_KEY: &str = "sk_live_shop_for_problem_tests";
@@ -256,6 +257,27 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
             r,
             503,
             "deadline-exceeded",
+        )
+        .await;
+
+    // The card network does not answer: 503, nothing stored.
+    let network_db = TestDatabase::create();
+    let network_url = network_db.url.clone();
+    let networked = spawn_app_with(move |s| {
+        s.network_url = charges::config::NETWORK_IN_PROCESS.to_owned();
+        s.network_database_url = Some(network_url);
+    })
+    .await;
+    let r = networked
+        .charge_with("k-network-down", &body, &[("demo-fault", "network-down")])
+        .await;
+    provoked
+        .check(
+            &networked,
+            "a charge the card network does not answer",
+            r,
+            503,
+            "network-unavailable",
         )
         .await;
 

@@ -49,8 +49,15 @@ fn start_nginx(app_port: u16, http: u16, tls: u16) -> Nginx {
     let dir = std::env::temp_dir().join(format!("charges-nginx-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     let ok = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"])
-        .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"])
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ])
         .arg("-keyout")
         .arg(dir.join("privkey.pem"))
         .arg("-out")
@@ -66,10 +73,22 @@ fn start_nginx(app_port: u16, http: u16, tls: u16) -> Nginx {
     .unwrap();
     let d = dir.display();
     let mut conf = swap(shipped, "listen 80;", &format!("listen 127.0.0.1:{http};"));
-    conf = swap(conf, "listen 443 ssl;", &format!("listen 127.0.0.1:{tls} ssl;"));
-    conf = swap(conf, "server 127.0.0.1:8080;", &format!("server 127.0.0.1:{app_port};"));
+    conf = swap(
+        conf,
+        "listen 443 ssl;",
+        &format!("listen 127.0.0.1:{tls} ssl;"),
+    );
+    conf = swap(
+        conf,
+        "server 127.0.0.1:8080;",
+        &format!("server 127.0.0.1:{app_port};"),
+    );
     conf = swap(conf, "/etc/ssl/charges/", &format!("{d}/"));
-    conf = swap(conf, "server_name api.example.com;", "server_name localhost;");
+    conf = swap(
+        conf,
+        "server_name api.example.com;",
+        "server_name localhost;",
+    );
     // A rate the test can pass in a second.
     conf = swap(conf, "rate=300r/s", "rate=5r/s");
     conf = swap(conf, "burst=600", "burst=5");
@@ -111,7 +130,11 @@ fn curl(args: &[&str]) -> (u16, String, String) {
         .args(args)
         .output()
         .expect("curl");
-    assert!(out.status.success(), "curl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "curl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let code = head
@@ -150,7 +173,10 @@ async fn the_shipped_proxy_serves_the_api_over_tls_and_nothing_else() {
     // Plain HTTP only redirects to it.
     let (code, head, _) = curl(&[&format!("http://localhost:{http}/charges")]);
     assert_eq!(code, 301);
-    assert!(head.contains("location: https://localhost/charges"), "{head}");
+    assert!(
+        head.contains("location: https://localhost/charges"),
+        "{head}"
+    );
 
     // A keyed charge, and its retry replayed, through the proxy.
     let url = format!("{base}/charges");
@@ -181,7 +207,11 @@ async fn the_shipped_proxy_serves_the_api_over_tls_and_nothing_else() {
     // Not served through the proxy: metrics, the demo, the page, its key.
     assert_eq!(tls_get("/metrics", None).0, 404);
     assert_eq!(tls_get("/demo/state", None).0, 404);
-    assert_eq!(tls_get("/", None).0, 404, "the app hides the page from a proxied request");
+    assert_eq!(
+        tls_get("/", None).0,
+        404,
+        "the app hides the page from a proxied request"
+    );
     assert_eq!(tls_get("/charges", Some(DEMO_KEY)).0, 401);
     assert_eq!(tls_get("/charges", Some(ACCOUNT_KEY)).0, 200);
 

@@ -14,6 +14,7 @@ mod hardening;
 mod idempotency;
 mod key_first;
 mod layers;
+mod network;
 mod refunds;
 mod startup;
 mod validation;

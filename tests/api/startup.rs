@@ -9,7 +9,11 @@ use crate::support::TestDatabase;
 
 fn charges_bin() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_charges"));
-    cmd.env_remove("DATABASE_URL").env_remove("BIND");
+    // The card network (in-process by default) has tests of its own, on
+    // databases that are dropped afterwards.
+    cmd.env_remove("DATABASE_URL")
+        .env_remove("BIND")
+        .env("NETWORK_URL", "off");
     cmd
 }
 
@@ -18,6 +22,7 @@ fn starting_twice_on_one_database_applies_the_migrations_once() {
     let db = TestDatabase::create();
     let mut settings = Settings::with_database_url(&db.url);
     settings.bind = "127.0.0.1:0".into();
+    settings.network_url = charges::config::NETWORK_OFF.into();
     drop(Application::build(settings.clone()).expect("first start"));
     drop(Application::build(settings).expect("second start"));
     let out = charges_bin()
@@ -163,6 +168,7 @@ async fn a_multi_host_url_reaches_the_host_that_answers() {
     );
     let mut settings = Settings::with_database_url(&url);
     settings.bind = "127.0.0.1:0".into();
+    settings.network_url = charges::config::NETWORK_OFF.into();
     let app = Application::build(settings).expect("starts on the second host");
     assert_eq!(app.pool().backend().as_str(), "postgresql");
     let client = crate::support::AppClient::new(&app.url());

@@ -42,6 +42,8 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     // are the subject of their own tests (hardening.rs), which set them.
     settings.rate_limit_per_account = 0;
     settings.rate_limit_per_client = 0;
+    // No card network unless a test starts one (tests/api/network.rs).
+    settings.network_url = charges::config::NETWORK_OFF.to_owned();
     configure(&mut settings);
     let app = Application::build(settings).expect("the app starts");
     let client = AppClient::new(&app.url());

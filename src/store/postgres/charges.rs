@@ -19,6 +19,7 @@ struct ChargeRow {
     currency: String,
     description: Option<String>,
     created_at: DateTime<Utc>,
+    authorization_id: Option<Uuid>,
 }
 
 impl From<ChargeRow> for Charge {
@@ -31,6 +32,7 @@ impl From<ChargeRow> for Charge {
             currency: r.currency,
             description: r.description,
             created_at: r.created_at,
+            authorization_id: r.authorization_id,
         }
     }
 }
@@ -69,6 +71,7 @@ impl ChargeStore for PgConnection {
             charges::currency.eq(&charge.currency),
             charges::description.eq(charge.description.as_deref()),
             charges::created_at.eq(charge.created_at),
+            charges::authorization_id.eq(charge.authorization_id),
         )))
         .execute(self)
         .inspect_err(note)

@@ -17,6 +17,7 @@ use crate::schema::idempotency_keys as keys;
 use crate::store::QueryResult;
 use crate::store::keys::{
     Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, RawKeyRow, SavedResponse,
+    StuckKey,
 };
 
 const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
@@ -52,14 +53,22 @@ fn status_code(response: &SavedResponse) -> QueryResult<i16> {
 /// is over at once; an in-progress one is protected for the lease.
 macro_rules! new_row {
     ($request:expr, $status:expr, $lease_token:expr) => {{
-        let (status, code, headers, body, lease) = match $status {
-            NewKeyStatus::InProgress => (IN_PROGRESS, None, None, None, $request.lease),
+        let (status, code, headers, body, lease, request) = match $status {
+            NewKeyStatus::InProgress => (
+                IN_PROGRESS,
+                None,
+                None,
+                None,
+                $request.lease,
+                Some(($request.path, $request.body)),
+            ),
             NewKeyStatus::Completed(response) => (
                 COMPLETED,
                 Some(status_code(response)?),
                 Some(response.headers_json()),
                 Some(&response.body),
                 Duration::ZERO,
+                None,
             ),
         };
         (
@@ -72,6 +81,8 @@ macro_rules! new_row {
             keys::expires_at.eq(from_now($request.ttl)),
             keys::locked_until.eq(from_now(lease)),
             keys::lease_token.eq($lease_token),
+            keys::request_path.eq(request.map(|r| r.0)),
+            keys::request_body.eq(request.map(|r| r.1)),
         )
     }};
 }
@@ -193,6 +204,38 @@ impl KeyStore for PgConnection {
         )
         .execute(self)
         .inspect_err(note)
+    }
+
+    fn find_stuck_keys(&mut self, limit: i64) -> QueryResult<Vec<StuckKey>> {
+        type Row = (i64, String, String, Option<String>, Option<Value>);
+        let rows: Vec<Row> = keys::table
+            .filter(keys::status.eq(IN_PROGRESS))
+            .filter(keys::locked_until.lt(now))
+            .filter(keys::expires_at.gt(now))
+            .filter(keys::request_path.is_not_null())
+            .order(keys::locked_until)
+            .limit(limit)
+            .select((
+                keys::account_id,
+                keys::key,
+                keys::fingerprint,
+                keys::request_path,
+                keys::request_body,
+            ))
+            .load(self)
+            .inspect_err(note)?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(account_id, key, fingerprint, path, body)| {
+                Some(StuckKey {
+                    account_id,
+                    key,
+                    fingerprint,
+                    path: path?,
+                    body: body?,
+                })
+            })
+            .collect())
     }
 
     /// `SKIP LOCKED` keeps the purge off rows a request is taking over right

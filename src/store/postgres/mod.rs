@@ -6,6 +6,7 @@
 mod accounts;
 mod charges;
 mod keys;
+mod network;
 
 use diesel::pg::PgConnection;
 use diesel::prelude::*;

@@ -18,6 +18,7 @@ struct ChargeRow {
     currency: String,
     description: Option<String>,
     created_at: String,
+    authorization_id: Option<String>,
 }
 
 impl ChargeRow {
@@ -30,6 +31,11 @@ impl ChargeRow {
             currency: self.currency,
             description: self.description,
             created_at: parse_time(&self.created_at)?,
+            authorization_id: self
+                .authorization_id
+                .as_deref()
+                .map(parse_uuid)
+                .transpose()?,
         })
     }
 }
@@ -69,6 +75,7 @@ impl ChargeStore for SqliteConnection {
                 charges::currency.eq(&charge.currency),
                 charges::description.eq(charge.description.as_deref()),
                 charges::created_at.eq(time_text(charge.created_at)),
+                charges::authorization_id.eq(charge.authorization_id.map(|id| id.to_string())),
             ))
             .execute(self)
             .map(|_| ())

@@ -10,6 +10,7 @@ use super::{from_now, now_text};
 use crate::store::QueryResult;
 use crate::store::keys::{
     Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, RawKeyRow, SavedResponse,
+    StuckKey,
 };
 
 const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
@@ -29,15 +30,27 @@ fn json_column(text: Option<String>) -> QueryResult<Option<serde_json::Value>> {
 macro_rules! new_row {
     ($request:expr, $status:expr, $lease_token:expr) => {{
         let now = now_text();
-        let (status, code, headers, body, locked_until) = match $status {
-            NewKeyStatus::InProgress => (IN_PROGRESS, None, None, None, from_now($request.lease)),
+        let (status, code, headers, body, locked_until, request) = match $status {
+            NewKeyStatus::InProgress => (
+                IN_PROGRESS,
+                None,
+                None,
+                None,
+                from_now($request.lease),
+                Some(($request.path, $request.body.to_string())),
+            ),
             NewKeyStatus::Completed(response) => (
                 COMPLETED,
                 Some(i32::from(response.status)),
                 Some(response.headers_json().to_string()),
                 Some(response.body.to_string()),
                 now.clone(),
+                None,
             ),
+        };
+        let (request_path, request_body) = match request {
+            Some((path, body)) => (Some(path), Some(body)),
+            None => (None, None),
         };
         (
             keys::fingerprint.eq($request.fingerprint),
@@ -49,6 +62,8 @@ macro_rules! new_row {
             keys::expires_at.eq(from_now($request.ttl)),
             keys::locked_until.eq(locked_until),
             keys::lease_token.eq($lease_token.to_string()),
+            keys::request_path.eq(request_path),
+            keys::request_body.eq(request_body),
         )
     }};
 }
@@ -170,6 +185,39 @@ impl KeyStore for SqliteConnection {
                 .filter(keys::lease_token.eq(claim.lease_token.to_string())),
         )
         .execute(self)
+    }
+
+    fn find_stuck_keys(&mut self, limit: i64) -> QueryResult<Vec<StuckKey>> {
+        type Row = (i64, String, String, Option<String>, Option<String>);
+        let now = now_text();
+        let rows: Vec<Row> = keys::table
+            .filter(keys::status.eq(IN_PROGRESS))
+            .filter(keys::locked_until.lt(&now))
+            .filter(keys::expires_at.gt(&now))
+            .filter(keys::request_path.is_not_null())
+            .order(keys::locked_until)
+            .limit(limit)
+            .select((
+                keys::account_id,
+                keys::key,
+                keys::fingerprint,
+                keys::request_path,
+                keys::request_body,
+            ))
+            .load(self)?;
+        let mut stuck = Vec::new();
+        for (account_id, key, fingerprint, path, body) in rows {
+            if let (Some(path), Some(body)) = (path, json_column(body)?) {
+                stuck.push(StuckKey {
+                    account_id,
+                    key,
+                    fingerprint,
+                    path,
+                    body,
+                });
+            }
+        }
+        Ok(stuck)
     }
 
     /// Oldest first, by rowid (the primary key is a pair, which Diesel's

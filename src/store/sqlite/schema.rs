@@ -15,6 +15,16 @@ diesel::table! {
 }
 
 diesel::table! {
+    authorizations (id) {
+        id -> Text,
+        account_id -> BigInt,
+        amount -> BigInt,
+        currency -> Text,
+        created_at -> Text,
+    }
+}
+
+diesel::table! {
     charges (id) {
         id -> Text,
         account_id -> BigInt,
@@ -23,6 +33,7 @@ diesel::table! {
         description -> Nullable<Text>,
         created_at -> Text,
         amount_refunded -> BigInt,
+        authorization_id -> Nullable<Text>,
     }
 }
 
@@ -51,6 +62,8 @@ diesel::table! {
         expires_at -> Text,
         locked_until -> Text,
         lease_token -> Text,
+        request_path -> Nullable<Text>,
+        request_body -> Nullable<Text>,
     }
 }
 
@@ -67,6 +80,7 @@ diesel::table! {
 
 diesel::allow_tables_to_appear_in_same_query!(
     accounts,
+    authorizations,
     charges,
     demo_unguarded_keys,
     idempotency_keys,

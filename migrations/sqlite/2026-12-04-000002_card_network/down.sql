@@ -1,0 +1,4 @@
+DROP TABLE authorizations;
+ALTER TABLE idempotency_keys DROP COLUMN request_path;
+ALTER TABLE idempotency_keys DROP COLUMN request_body;
+ALTER TABLE charges DROP COLUMN authorization_id;

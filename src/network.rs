@@ -1,0 +1,232 @@
+//! A card network you can run (`charges network`, or in-process beside
+//! `charges serve`): it authorizes amounts for its merchants, and an
+//! authorization, unlike a row of ours, is never rolled back. It keeps its
+//! own database (the same migrations, another file or database), and puts
+//! its one write under the same Idempotency-Key protocol as the API, the
+//! protocol's second user: `POST /authorizations` with a key authorizes at
+//! most once per key, and a retry is answered from the stored response.
+//!
+//! - `POST /authorizations {"amount": n, "currency": "jpy"}` with
+//!   `Idempotency-Key` (required): `201` with the authorization.
+//! - `GET /authorizations/{id}`, `GET /authorizations?limit=N`.
+//!
+//! Its merchants are its accounts; the API is one, with `NETWORK_API_KEY`.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+
+use actix_web::dev::Server;
+use actix_web::http::StatusCode;
+use actix_web::middleware::from_fn;
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::accounts::{self, Authenticator};
+use crate::config::Settings;
+use crate::idempotency::{self, Operation, SavedResponse};
+use crate::problem::ApiError;
+use crate::requests::{self, KeyUse, json_response};
+use crate::state::AppState;
+use crate::store::{Authorization, DbPool, Store, now_micros, time_text};
+use crate::telemetry;
+
+pub const PATH: &str = "/authorizations";
+
+/// An authorization as the network shows it.
+#[derive(Serialize)]
+struct AuthorizationView {
+    id: Uuid,
+    object: &'static str,
+    amount: i64,
+    currency: String,
+    created_at: String,
+}
+
+fn view(a: &Authorization) -> serde_json::Value {
+    serde_json::to_value(AuthorizationView {
+        id: a.id,
+        object: "authorization",
+        amount: a.amount,
+        currency: a.currency.clone(),
+        created_at: time_text(a.created_at),
+    })
+    .expect("an authorization serializes")
+}
+
+/// Authorizing, as an operation under a key: its id and time are chosen
+/// first, so it announces its 201, as a charge without a network does.
+struct Authorize {
+    authorization: Authorization,
+    response: SavedResponse,
+}
+
+impl Operation for Authorize {
+    fn run(&mut self, tx: &mut dyn Store) -> Result<SavedResponse, idempotency::Error> {
+        tx.insert_authorization(&self.authorization)?;
+        Ok(self.response.clone())
+    }
+
+    fn known_response(&self) -> Option<&SavedResponse> {
+        Some(&self.response)
+    }
+}
+
+async fn authorize(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
+    // Amount and currency as a charge has them (no description here).
+    let new = crate::charges::parse_new_charge(&request.body)?;
+    let authorization = Authorization {
+        id: Uuid::new_v4(),
+        account_id: request.account_id,
+        amount: new.amount.get(),
+        currency: new.currency.code().to_owned(),
+        created_at: now_micros(),
+    };
+    let response = json_response(
+        StatusCode::CREATED,
+        Some(format!("{PATH}/{}", authorization.id)),
+        view(&authorization),
+    );
+    let key = request
+        .key
+        .clone()
+        .ok_or(ApiError::IdempotencyKeyRequired)?;
+    let operation = Authorize {
+        authorization,
+        response,
+    };
+    requests::run_keyed(&req, &state, request, key, operation).await
+}
+
+async fn get(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let account_id = state.accounts.authenticate(&req, &state.pool).await?;
+    let id = Uuid::parse_str(&path).map_err(|_| ApiError::NotFound)?;
+    let found = state
+        .db(&req, move |store| {
+            Ok(store.find_authorization(account_id, id)?)
+        })
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    Ok(HttpResponse::Ok().json(view(&found)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    limit: Option<i64>,
+}
+
+async fn list(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let account_id = state.accounts.authenticate(&req, &state.pool).await?;
+    let query = web::Query::<ListQuery>::from_query(req.query_string())
+        .map_err(|e| ApiError::invalid(format!("Bad query string: {e}.")))?;
+    let limit = query.limit.unwrap_or(20).clamp(1, 200);
+    let found = state
+        .db(&req, move |store| {
+            Ok(store.list_authorizations(account_id, limit)?)
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(json!({
+        "object": "list",
+        "data": found.iter().map(view).collect::<Vec<_>>(),
+    })))
+}
+
+/// The settings of a network on `database_url`, from the API's: it
+/// requires a key on every authorization, has no demo and no rate limit of
+/// its own (its one client is the API, which limits its callers).
+pub fn settings(api: &Settings, database_url: String, api_key: &str) -> Settings {
+    let mut s = Settings::with_database_url(database_url);
+    s.require_idempotency_key = true;
+    s.demo = Some(false);
+    s.rate_limit_per_account = 0;
+    s.rate_limit_per_client = 0;
+    s.max_connections_per_peer = 0;
+    s.network_url = crate::config::NETWORK_OFF.to_owned();
+    s.network_api_key = api_key.to_owned();
+    s.request_timeout = api.request_timeout;
+    s.idempotency_ttl = api.idempotency_ttl;
+    // Short transactions of its own: a few connections serve the API.
+    s.pool_size = api.pool_size.min(8);
+    s.workers = Some(1);
+    s
+}
+
+/// A network running: where, and its server (to await or stop).
+pub struct Network {
+    pub url: String,
+    pub server: Server,
+}
+
+/// Opens the network's database (migrating it), makes sure its merchant
+/// with `settings.network_api_key` exists, and starts serving on `listener`.
+pub fn start(settings: Settings, listener: TcpListener) -> Result<Network, String> {
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let pool = DbPool::open(&settings.pool()).map_err(|e| e.to_string())?;
+    seed_merchant(&pool, &settings.network_api_key)?;
+    let state = web::Data::new(AppState {
+        pool,
+        accounts: Authenticator::new(
+            settings.account_cache_ttl,
+            false,
+            settings.request_timeout,
+            0,
+        ),
+        demo: false,
+        network: None,
+        settings: Arc::new(settings.clone()),
+    });
+    let workers = settings.workers.unwrap_or(1);
+    let server = HttpServer::new(move || {
+        App::new()
+            .wrap(from_fn(telemetry::observe))
+            .app_data(state.clone())
+            .service(
+                web::resource(PATH)
+                    .route(web::post().to(authorize))
+                    .route(web::get().to(list)),
+            )
+            .service(web::resource("/authorizations/{id}").route(web::get().to(get)))
+            .default_service(web::to(crate::http::not_found))
+    })
+    .workers(workers)
+    .disable_signals()
+    .shutdown_timeout(5)
+    .listen(listener)
+    .map_err(|e| e.to_string())?
+    .run();
+    Ok(Network {
+        url: format!("http://{local}"),
+        server,
+    })
+}
+
+/// The API's merchant account at the network, made on first start.
+fn seed_merchant(pool: &DbPool, api_key: &str) -> Result<(), String> {
+    let mut conn = pool.checkout().map_err(|e| e.to_string())?;
+    let store = conn.store();
+    let digest = accounts::hash_api_key(api_key);
+    if store
+        .find_account(&digest, false)
+        .map_err(|e| e.to_string())?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let name = format!("Merchant {}", &digest[..12]);
+    match accounts::insert_account(store, &name, api_key, false) {
+        // Another process made it in between.
+        Ok(_) | Err(accounts::AccountError::NameTaken(_)) => Ok(()),
+        Err(e) => Err(format!("cannot seed the network's merchant: {e}")),
+    }
+}

@@ -1,0 +1,164 @@
+//! The API's client of the card network (`charges network`, in `network`):
+//! `POST /authorizations` with an `Idempotency-Key` of its own, derived from
+//! the client's.
+//!
+//! An authorization cannot be rolled back, so the network is asked under a
+//! key as well, and the key is **derived** from the request that caused the
+//! call: the same account and client key give the same network key, so a
+//! retry of ours after the network authorized (our commit failed, its answer
+//! was lost, our process died) is a replay at the network, not a second
+//! authorization. Idempotency must hold end to end.
+//!
+//! Blocking (it is called from inside a charge's transaction, on the
+//! blocking thread pool), bounded by `NETWORK_TIMEOUT`.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+/// The in-process network's merchant key, when nothing else is set: that
+/// network listens on loopback only, like the demo.
+pub const DEFAULT_NETWORK_API_KEY: &str = "sk_network_local";
+
+/// The network's key for a keyed request: the same account and client key
+/// always give the same one, and no two accounts share one.
+pub fn derived_key(account_id: i64, client_key: &str) -> String {
+    let digest = Sha256::digest(format!("{account_id}:{client_key}").as_bytes());
+    format!("charge-{digest:x}")
+}
+
+/// The network's key for a charge without a key: its own id. A retry is a
+/// new charge with a new id, so it is authorized again (lesson 1).
+pub fn key_for_charge(charge_id: Uuid) -> String {
+    format!("charge-{charge_id}")
+}
+
+/// What the network answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authorized {
+    pub id: Uuid,
+    /// The network answered from its stored response (our call was a retry).
+    pub replayed: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkError {
+    /// No answer: down, unreachable, or not within NETWORK_TIMEOUT. Whether
+    /// it authorized is unknown; a retry with the same key finds out.
+    #[error("the card network did not answer: {0}")]
+    Unreachable(String),
+    /// It answered, and not with an authorization.
+    #[error("the card network refused the authorization ({status}): {detail}")]
+    Refused { status: u16, detail: String },
+}
+
+/// One network and the merchant key the API holds there.
+pub struct NetworkClient {
+    base: String,
+    api_key: String,
+    agent: ureq::Agent,
+}
+
+#[derive(Deserialize)]
+struct AuthorizationBody {
+    id: Uuid,
+}
+
+impl NetworkClient {
+    pub fn new(base: &str, api_key: &str, timeout: Duration) -> NetworkClient {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        NetworkClient {
+            base: base.trim_end_matches('/').to_owned(),
+            api_key: api_key.to_owned(),
+            agent,
+        }
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// Asks the network to authorize `amount` of `currency` under `key`.
+    pub fn authorize(
+        &self,
+        key: &str,
+        amount: i64,
+        currency: &str,
+    ) -> Result<Authorized, NetworkError> {
+        let mut response = self
+            .agent
+            .post(format!("{}/authorizations", self.base))
+            .header("Authorization", format!("Bearer {}", self.api_key))
+            .header("Idempotency-Key", format!("\"{key}\""))
+            .send_json(serde_json::json!({"amount": amount, "currency": currency}))
+            .map_err(|e| NetworkError::Unreachable(e.to_string()))?;
+        let status = response.status().as_u16();
+        let replayed = response
+            .headers()
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true");
+        if status != 201 {
+            let detail = response
+                .body_mut()
+                .read_to_string()
+                .unwrap_or_else(|e| e.to_string());
+            return Err(match status {
+                // Its own troubles, as ours: unknown outcome, retry.
+                408 | 409 | 429 | 500..=599 => {
+                    NetworkError::Unreachable(format!("{status}: {detail}"))
+                }
+                _ => NetworkError::Refused { status, detail },
+            });
+        }
+        let body: AuthorizationBody = response
+            .body_mut()
+            .read_json()
+            .map_err(|e| NetworkError::Unreachable(format!("an unreadable answer: {e}")))?;
+        Ok(Authorized {
+            id: body.id,
+            replayed,
+        })
+    }
+
+    /// The network's newest authorizations for this merchant, as it shows
+    /// them (for the teaching page's second ledger).
+    pub fn list(&self, limit: u32) -> Result<serde_json::Value, NetworkError> {
+        let mut response = self
+            .agent
+            .get(format!("{}/authorizations?limit={limit}", self.base))
+            .header("Authorization", format!("Bearer {}", self.api_key))
+            .call()
+            .map_err(|e| NetworkError::Unreachable(e.to_string()))?;
+        if response.status().as_u16() != 200 {
+            return Err(NetworkError::Refused {
+                status: response.status().as_u16(),
+                detail: response.body_mut().read_to_string().unwrap_or_default(),
+            });
+        }
+        response
+            .body_mut()
+            .read_json()
+            .map_err(|e| NetworkError::Unreachable(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_derived_key_is_the_same_for_the_same_account_and_key_only() {
+        assert_eq!(derived_key(1, "k"), derived_key(1, "k"));
+        assert_ne!(derived_key(1, "k"), derived_key(2, "k"));
+        assert_ne!(derived_key(1, "k"), derived_key(1, "k2"));
+        // A key of the network's grammar: printable ASCII, at most 255.
+        let key = derived_key(7, &"x".repeat(255));
+        assert!(key.len() <= 255 && key.bytes().all(|b| b.is_ascii_graphic()));
+    }
+}

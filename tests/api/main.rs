@@ -15,6 +15,7 @@ mod idempotency;
 mod key_first;
 mod layers;
 mod refunds;
+mod secrets;
 mod startup;
 mod validation;
 

@@ -1,5 +1,8 @@
 //! Secrets the binary is given stay out of what it prints: the help (clap
-//! would show each environment variable's value).
+//! would show each environment variable's value), and the errors about a
+//! database URL in every form libpq reads, including libpq's own message
+//! when it cannot read the URL (the unit tests of `pool::redact` cover every
+//! form; these run the real binary).
 
 use std::process::Command;
 
@@ -42,5 +45,34 @@ fn the_help_names_environment_variables_but_never_shows_their_values() {
             printed.contains("[env: DATABASE_URL]"),
             "{args:?}:\n{printed}"
         );
+    }
+}
+
+/// None of these reaches a database: libpq refuses each URL before it
+/// connects, and its error quotes the part it could not read; or the server
+/// refuses a `key=value` string itself.
+#[test]
+fn a_password_in_a_url_libpq_cannot_read_is_never_printed() {
+    for (url, hidden) in [
+        // libpq reads "pa" as the port, and says so.
+        (
+            "postgres://u:pa/ss@127.0.0.1:5432/db",
+            &["pa/ss", "\"pa\""][..],
+        ),
+        ("postgres://u:pass word@127.0.0.1:5432/db", &["pass word"]),
+        ("postgres://u:s3c%ZZret@127.0.0.1:5432/db", &["s3c%ZZret"]),
+        ("host=127.0.0.1 password=s3cret user=u", &["s3cret"]),
+        ("host=127.0.0.1 password='se cret' user=u", &["se cret"]),
+    ] {
+        let (ok, printed) = charges_with_url(url, &["migrate"]);
+        assert!(!ok, "{url}: {printed}");
+        assert!(printed.starts_with("charges: "), "one line: {printed}");
+        for secret in hidden {
+            assert!(
+                !printed.contains(secret),
+                "{url} shows {secret}:\n{printed}"
+            );
+        }
+        assert!(printed.contains("***"), "{url}:\n{printed}");
     }
 }

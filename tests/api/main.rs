@@ -14,6 +14,7 @@ mod hardening;
 mod idempotency;
 mod key_first;
 mod layers;
+mod logs;
 mod refunds;
 mod secrets;
 mod startup;

@@ -465,29 +465,34 @@ fn sqlite_pragmas(conn: &mut SqliteConnection, busy_timeout: Duration) -> diesel
 }
 
 /// `url` with each of [`PG_URL_DEFAULTS`] it does not set (a
-/// `key=value` connection string is left as it is).
+/// `key=value` connection string is left as it is). The query starts where
+/// libpq starts it: at the first '?' after the userinfo (up to an '@' before
+/// the first '/'), which may hold a '?' or a '#' of the password; libpq has
+/// no fragments.
 pub fn with_pg_defaults(url: &str) -> String {
-    if !url.contains("://") {
+    let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
-    }
-    let (base, fragment) = url
-        .split_once('#')
-        .map_or((url, None), |(b, f)| (b, Some(f)));
-    let query = base.split_once('?').map_or("", |(_, q)| q);
+    };
+    let rest = &url[scheme_end + "://".len()..];
+    let host_start = match (rest.find('@'), rest.find('/')) {
+        (Some(at), Some(slash)) if at < slash => at + 1,
+        (Some(at), None) => at + 1,
+        _ => 0,
+    };
+    let query = rest[host_start..].split_once('?').map(|(_, q)| q);
     let present: Vec<&str> = query
+        .unwrap_or("")
         .split('&')
         .filter_map(|pair| pair.split('=').next())
         .collect();
-    let mut out = base.to_owned();
+    let mut out = url.to_owned();
+    let mut separator = if query.is_some() { '&' } else { '?' };
     for (name, value) in PG_URL_DEFAULTS {
         if !present.iter().any(|p| p.eq_ignore_ascii_case(name)) {
-            out.push(if out.contains('?') { '&' } else { '?' });
+            out.push(separator);
             out.push_str(&format!("{name}={value}"));
+            separator = '&';
         }
-    }
-    if let Some(fragment) = fragment {
-        out.push('#');
-        out.push_str(fragment);
     }
     out
 }
@@ -782,6 +787,47 @@ mod tests {
         assert_eq!(
             redact("postgresql://db/charges?sslmode=verify-full&sslpassword=pw"),
             "postgresql://db/charges?sslmode=verify-full&sslpassword=***"
+        );
+    }
+
+    #[test]
+    fn the_defaults_go_where_libpq_reads_the_query() {
+        use super::with_pg_defaults;
+        let defaults = "connect_timeout=5&keepalives=1&keepalives_idle=10&keepalives_interval=5&keepalives_count=3&tcp_user_timeout=10000";
+        for (url, with) in [
+            ("postgres://u@h/db", format!("postgres://u@h/db?{defaults}")),
+            (
+                "postgres://u@h/db?sslmode=require",
+                format!("postgres://u@h/db?sslmode=require&{defaults}"),
+            ),
+            // A '#' or '?' in the password is the password's.
+            (
+                "postgres://u:pa#ss@h/db",
+                format!("postgres://u:pa#ss@h/db?{defaults}"),
+            ),
+            (
+                "postgres://u:pa?ss@h/db",
+                format!("postgres://u:pa?ss@h/db?{defaults}"),
+            ),
+            (
+                "postgres://u@h1:5432,h2:5433/db?target_session_attrs=read-write",
+                format!(
+                    "postgres://u@h1:5432,h2:5433/db?target_session_attrs=read-write&{defaults}"
+                ),
+            ),
+            ("host=h password=x", "host=h password=x".to_owned()),
+        ] {
+            assert_eq!(with_pg_defaults(url), with, "{url}");
+        }
+        let set = with_pg_defaults("postgres://h/db?CONNECT_TIMEOUT=2&keepalives=0");
+        assert!(
+            set.starts_with("postgres://h/db?CONNECT_TIMEOUT=2&keepalives=0&keepalives_idle=10&"),
+            "{set}"
+        );
+        assert_eq!(
+            set.matches("connect_timeout").count() + set.matches("CONNECT_TIMEOUT").count(),
+            1,
+            "{set}"
         );
     }
 

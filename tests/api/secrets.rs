@@ -76,3 +76,26 @@ fn a_password_in_a_url_libpq_cannot_read_is_never_printed() {
         assert!(printed.contains("***"), "{url}:\n{printed}");
     }
 }
+
+/// PostgreSQL only (trust authentication ignores the password, so the URL
+/// connects): a password with an unencoded `?` or `#`, which libpq reads as
+/// the password's, is kept whole when the server adds its connection
+/// defaults (they went into the database's name), and never printed.
+#[cfg(postgres_tests)]
+#[test]
+fn a_password_with_a_question_mark_or_hash_connects_and_is_never_printed() {
+    let db = crate::support::TestDatabase::create_for(crate::support::TestBackend::Postgres);
+    for password in ["pa?ss", "pa#s?s"] {
+        let url = db
+            .url
+            .replacen("://postgres@", &format!("://postgres:{password}@"), 1);
+        assert_ne!(
+            url, db.url,
+            "the test database's URL names the postgres role"
+        );
+        let (ok, printed) = charges_with_url(&url, &["migrate"]);
+        assert!(ok, "{printed}");
+        assert!(printed.contains("postgres:***@"), "{printed}");
+        assert!(!printed.contains(password), "{printed}");
+    }
+}

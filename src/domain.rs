@@ -219,7 +219,9 @@ fn unknown_fields(object: &Map<String, Value>, known: &[&str]) -> Vec<FieldError
 
 /// A JSON number with no fractional part, as JSON Schema's `integer` (2020-12)
 /// counts it: `612908` and `612908.0` alike. `Some(None)` when it is whole
-/// but outside i64.
+/// but outside i64. Exact for a body read by `json::parse_strict`, whose
+/// numbers are whole exactly when their decimal text is (`0.99999999999999999`
+/// is not read as the double 1.0).
 fn whole_number(v: &Value) -> Option<Option<i64>> {
     let n = v.as_number()?;
     if let Some(i) = n.as_i64() {
@@ -310,6 +312,37 @@ mod tests {
             let errors =
                 NewCharge::parse(&json!({"amount": amount, "currency": "jpy"})).unwrap_err();
             assert_eq!(errors[0].field, "amount", "{amount}");
+        }
+    }
+
+    /// A fraction however close to a whole number is refused, for refunds
+    /// as for charges: `json::parse_strict` reads `0.99999999999999999` as
+    /// the double below 1.0 (its tests hold it to that), never as 1.0.
+    #[test]
+    fn an_amount_is_whole_or_refused_however_close_it_comes() {
+        let charge =
+            |amount: &Value| NewCharge::parse(&json!({"amount": amount, "currency": "jpy"}));
+        let refund = |amount: &Value| NewRefund::parse(&json!({ "amount": amount }));
+        for amount in [json!(1000), json!(1000.0), json!(1e3)] {
+            assert_eq!(charge(&amount).unwrap().amount.get(), 1000, "{amount}");
+            assert_eq!(refund(&amount).unwrap().amount.get(), 1000, "{amount}");
+        }
+        for amount in [
+            json!(1.0f64.next_down()),
+            json!(1.0f64.next_up()),
+            json!(1000.0f64.next_up()),
+            json!(99_999_999.0f64.next_up()),
+            json!(-(1.0f64.next_down())),
+            json!(1e-20),
+            json!(5e-324),
+        ] {
+            for errors in [charge(&amount).unwrap_err(), refund(&amount).unwrap_err()] {
+                assert_eq!(
+                    errors,
+                    [error("amount", "must be a whole number of minor units")],
+                    "{amount}"
+                );
+            }
         }
     }
 

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use charges::accounts;
 use charges::api::Application;
@@ -91,8 +91,24 @@ struct DatabaseArgs {
     database_url: String,
 }
 
+/// The command line as [`Parser::parse`] reads it, but with no environment
+/// variable's value in any help: clap shows each one's current value there,
+/// and `DATABASE_URL`'s holds its password. Hidden on every setting, not only
+/// on `DATABASE_URL`: then no secret setting added later can leak (the
+/// variables' names are still listed).
+fn parse_command_line() -> Cli {
+    fn hide_env_values(command: clap::Command) -> clap::Command {
+        command
+            .mut_args(|arg| arg.hide_env_values(true))
+            .mut_subcommands(hide_env_values)
+    }
+    let mut command = hide_env_values(Cli::command());
+    let matches = command.get_matches_mut();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command).exit())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_command_line();
     charges::telemetry::init_logging();
     let result = match cli.command {
         Some(Command::Migrate(args)) => migrate(&args.database_url),

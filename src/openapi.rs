@@ -125,7 +125,7 @@ fn exact(doc: &mut Value, demo: bool) {
                 "type": "integer",
                 "minimum": MIN_AMOUNT,
                 "maximum": MAX_AMOUNT,
-                "description": "In the currency's minor unit (yen for `jpy`, cents for `usd`). A whole number: `1000.0` is read as 1000, `1000.5` is a 400.",
+                "description": "In the currency's minor unit (yen for `jpy`, cents for `usd`). A whole number, as its decimal text says, not the nearest double: `1000.0` and `1e3` are read as 1000; `1000.5` and `0.99999999999999999` are a 400.",
                 "examples": [1000],
             },
             "currency": {
@@ -153,7 +153,7 @@ fn exact(doc: &mut Value, demo: bool) {
                 "type": "integer",
                 "minimum": MIN_AMOUNT,
                 "maximum": MAX_AMOUNT,
-                "description": "In the charge's currency's minor unit; more than is left of the charge is a 400 `refund-exceeds-charge`.",
+                "description": "In the charge's currency's minor unit, a whole number as for a charge (`100.0` is 100, `99.99999999999999999` is a 400); more than is left of the charge is a 400 `refund-exceeds-charge`.",
                 "examples": [100],
             },
         },

@@ -3,7 +3,12 @@
 //! echoed in the response), its route, status, latency and idempotency
 //! outcome. Human-readable by default, JSON with `LOG_FORMAT=json`. API keys
 //! and bodies are never logged.
+//!
+//! What a client chooses reaches a log line only bounded and escaped (see
+//! [`log_safe`]): one request cannot add more than a short line to the log,
+//! nor make a line show a field or start a line the server did not write.
 
+use std::borrow::Cow;
 use std::io::IsTerminal;
 use std::time::Instant;
 
@@ -46,9 +51,62 @@ pub fn record_outcome(outcome: &'static str) {
     tracing::Span::current().record("idempotency", outcome);
 }
 
+/// The longest `X-Request-Id` used as it came: room for any scheme's id (a
+/// UUID is 36 characters, a W3C trace id 32) with a prefix.
+pub const MAX_REQUEST_ID_LEN: usize = 128;
+
+/// The longest method logged as it came: the longest registered method
+/// (`UPDATEREDIRECTREF`, 17 characters) fits with room to spare. actix reads
+/// a method as long as the request head (up to 128 KiB), and each one was
+/// logged whole.
+pub const MAX_LOGGED_METHOD_LEN: usize = 64;
+
+/// Characters a logged value keeps as they are; [`log_safe`] writes any
+/// other as `%XX`. Letters, digits and HTTP's token punctuation except `%`
+/// (the escape itself), plus `/`, `:` and `@`: nothing that ends a field or a
+/// line in either format (white space, `"`, `=`, `\`, `{` and `}`, control
+/// characters), and nothing that is not ASCII.
+fn kept_in_logs(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "-._~!#$&'*+^`|/:@".contains(c)
+}
+
+/// `value` as it may appear in a log line: each character outside
+/// [`kept_in_logs`] written as `%XX` (per UTF-8 byte), at most `max` bytes
+/// of that, and `...` after a value cut short. For any value a client
+/// chooses: the text format would show `x}"route=/admin` as a field of its
+/// own, and a value is otherwise as long as the client makes it.
+pub fn log_safe(value: &str, max: usize) -> Cow<'_, str> {
+    if value.len() <= max && value.chars().all(kept_in_logs) {
+        return Cow::Borrowed(value);
+    }
+    let mut out = String::with_capacity(max + 3);
+    for c in value.chars() {
+        let mut piece = String::new();
+        if kept_in_logs(c) {
+            piece.push(c);
+        } else {
+            for byte in c.encode_utf8(&mut [0; 4]).bytes() {
+                piece.push_str(&format!("%{byte:02X}"));
+            }
+        }
+        if out.len() + piece.len() > max {
+            out.push_str("...");
+            break;
+        }
+        out.push_str(&piece);
+    }
+    Cow::Owned(out)
+}
+
+/// A client's `X-Request-Id`, if it is used (logged and echoed) rather than
+/// replaced by a new UUID: 1 to [`MAX_REQUEST_ID_LEN`] letters, digits and
+/// `-._~+/:@`. That is what ids are made of (UUIDs, hex, base64 without
+/// padding, `prefix:id`), and nothing that could end a field or a line in a
+/// log, ours or a proxy's, so the id is logged and echoed as it came.
 fn acceptable_request_id(value: &HeaderValue) -> Option<&str> {
     let id = value.to_str().ok()?;
-    (!id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic())).then_some(id)
+    let sane = |c: char| c.is_ascii_alphanumeric() || "-._~+/:@".contains(c);
+    (!id.is_empty() && id.len() <= MAX_REQUEST_ID_LEN && id.chars().all(sane)).then_some(id)
 }
 
 /// A metric label from a fixed set: a client that makes up methods must not
@@ -88,7 +146,7 @@ pub async fn observe(
     let span = tracing::info_span!(
         "request",
         request_id = %request_id,
-        method = %method,
+        method = %log_safe(method.as_str(), MAX_LOGGED_METHOD_LEN),
         route = %route,
         status = Empty,
         idempotency = Empty,
@@ -116,4 +174,61 @@ pub async fn observe(
         response.headers_mut().insert(REQUEST_ID, value);
     }
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(value: &[u8]) -> Option<String> {
+        acceptable_request_id(&HeaderValue::from_bytes(value).unwrap()).map(str::to_owned)
+    }
+
+    #[test]
+    fn a_request_id_is_used_only_if_it_cannot_touch_a_log_line() {
+        for sane in [
+            "req-42",
+            "0f8fad5b-d9cb-469f-a165-70867728950e",
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+            "svc:a.b_c~d/e+f@g",
+        ] {
+            assert_eq!(id(sane.as_bytes()).as_deref(), Some(sane));
+        }
+        assert_eq!(
+            id("x".repeat(MAX_REQUEST_ID_LEN).as_bytes()).map(|i| i.len()),
+            Some(MAX_REQUEST_ID_LEN)
+        );
+        for forged in [
+            &b"x}\"route=/admin"[..],
+            b"x route=/admin",
+            b"a=b",
+            b"\"q\"",
+            b"x\\ny",
+            b"{}",
+            b"a\tb",
+            b"x%0ay",
+            b"caf\xc3\xa9",
+            b"",
+            &[b'x'; MAX_REQUEST_ID_LEN + 1],
+        ] {
+            assert_eq!(id(forged), None, "{}", String::from_utf8_lossy(forged));
+        }
+    }
+
+    #[test]
+    fn a_logged_value_is_bounded_and_escaped() {
+        assert_eq!(log_safe("GET", 64), "GET");
+        assert_eq!(log_safe("PROPFIND", 64), "PROPFIND");
+        let long = "A".repeat(120_000);
+        assert_eq!(log_safe(&long, 64), format!("{}...", "A".repeat(64)));
+        assert_eq!(
+            log_safe("x}\"route=/admin y\n\u{7f}%é", 200),
+            "x%7D%22route%3D/admin%20y%0A%7F%25%C3%A9"
+        );
+        // An escape is never cut in half.
+        assert_eq!(log_safe("ab\"", 4), "ab...");
+        for bound in 0..10 {
+            assert!(log_safe("\"\"\"\"\"", bound).len() <= bound + 3);
+        }
+    }
 }

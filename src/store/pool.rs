@@ -195,11 +195,11 @@ impl DbPool {
         let shown = redact(&settings.url);
         let migrate_error = |reason: String| SetupError::Migrate {
             url: shown.clone(),
-            reason,
+            reason: redact_message(&reason, &settings.url),
         };
         let connect_error = |e: r2d2::Error| SetupError::Connect {
             url: shown.clone(),
-            reason: e.to_string(),
+            reason: redact_message(&e.to_string(), &settings.url),
         };
         fn builder<M: r2d2::ManageConnection>(
             settings: &PoolSettings,
@@ -347,7 +347,7 @@ impl Connection {
             }
             Target::Sqlite(path) => {
                 let connect_error = |reason: String| SetupError::Connect {
-                    url: url.to_owned(),
+                    url: redact(url),
                     reason,
                 };
                 let mut conn = SqliteConnection::establish(&path.to_string_lossy())
@@ -466,29 +466,34 @@ fn sqlite_pragmas(conn: &mut SqliteConnection, busy_timeout: Duration) -> diesel
 }
 
 /// `url` with each of [`PG_URL_DEFAULTS`] it does not set (a
-/// `key=value` connection string is left as it is).
+/// `key=value` connection string is left as it is). The query starts where
+/// libpq starts it: at the first '?' after the userinfo (up to an '@' before
+/// the first '/'), which may hold a '?' or a '#' of the password; libpq has
+/// no fragments.
 pub fn with_pg_defaults(url: &str) -> String {
-    if !url.contains("://") {
+    let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
-    }
-    let (base, fragment) = url
-        .split_once('#')
-        .map_or((url, None), |(b, f)| (b, Some(f)));
-    let query = base.split_once('?').map_or("", |(_, q)| q);
+    };
+    let rest = &url[scheme_end + "://".len()..];
+    let host_start = match (rest.find('@'), rest.find('/')) {
+        (Some(at), Some(slash)) if at < slash => at + 1,
+        (Some(at), None) => at + 1,
+        _ => 0,
+    };
+    let query = rest[host_start..].split_once('?').map(|(_, q)| q);
     let present: Vec<&str> = query
+        .unwrap_or("")
         .split('&')
         .filter_map(|pair| pair.split('=').next())
         .collect();
-    let mut out = base.to_owned();
+    let mut out = url.to_owned();
+    let mut separator = if query.is_some() { '&' } else { '?' };
     for (name, value) in PG_URL_DEFAULTS {
         if !present.iter().any(|p| p.eq_ignore_ascii_case(name)) {
-            out.push(if out.contains('?') { '&' } else { '?' });
+            out.push(separator);
             out.push_str(&format!("{name}={value}"));
+            separator = '&';
         }
-    }
-    if let Some(fragment) = fragment {
-        out.push('#');
-        out.push_str(fragment);
     }
     out
 }
@@ -497,6 +502,7 @@ pub fn with_pg_defaults(url: &str) -> String {
 /// server's `postgres` database first.
 pub fn connect_or_create(url: &str) -> Result<PgConnection, SetupError> {
     let shown = redact(url);
+    let reason = |e: &dyn std::fmt::Display| redact_message(&one_line(&e.to_string()), url);
     // A multi-host URL is libpq's to read; such a database is not created
     // here (which server would it be created on?).
     let parsed = url::Url::parse(url)
@@ -515,7 +521,7 @@ pub fn connect_or_create(url: &str) -> Result<PgConnection, SetupError> {
             let mut admin =
                 PgConnection::establish(admin_url.as_str()).map_err(|e| SetupError::Connect {
                     url: shown.clone(),
-                    reason: one_line(&e.to_string()),
+                    reason: reason(&e),
                 })?;
             let create = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
             if let Err(e) = diesel::sql_query(create).execute(&mut admin) {
@@ -529,82 +535,236 @@ pub fn connect_or_create(url: &str) -> Result<PgConnection, SetupError> {
                     return Err(SetupError::Create {
                         url: shown,
                         name,
-                        reason: one_line(&e.to_string()),
+                        reason: reason(&e),
                     });
                 }
             }
             tracing::info!(database = %name, "created database");
             PgConnection::establish(url).map_err(|e| SetupError::Connect {
                 url: shown,
-                reason: one_line(&e.to_string()),
+                reason: reason(&e),
             })
         }
         Err(e) => Err(SetupError::Connect {
             url: shown,
-            reason: one_line(&e.to_string()),
+            reason: reason(&e),
         }),
     }
 }
 
-/// The URL with every password replaced by `***`, for messages and logs:
-/// the one in `user:password@` and `password=` (or `sslpassword=`) in the
-/// query string. Written by hand rather than with a URL parser, so that a
-/// libpq multi-host URL (`host1:5432,host2:5432`), which is no valid URL,
-/// is redacted too.
+/// `DATABASE_URL` with every password replaced by `***`, for messages and
+/// logs, in each form libpq reads: a URL's `user:password@` and its
+/// `password=` or `sslpassword=` query parameters (in any case, the name
+/// percent-decoded as libpq decodes it), and the same keywords in a
+/// `key=value` connection string (`host=db password='se cret'`), including a
+/// URL given there as `dbname`. Written by hand rather than with a URL
+/// parser, so that what no URL parser accepts is redacted too: a libpq
+/// multi-host URL (`host1:5432,host2:5432`), or a password with an unencoded
+/// `@`, `#`, `/` or `?` (libpq fails on some of these, and its error is
+/// exactly where the URL would be printed). When in doubt it hides more: in
+/// `postgres://h:5432/db?user=a@b` everything between `:` and the last `@`.
 pub fn redact(url: &str) -> String {
-    let (before_fragment, fragment) = match url.find('#') {
-        Some(i) => url.split_at(i),
-        None => (url, ""),
-    };
-    let (base, query) = match before_fragment.find('?') {
-        Some(i) => (&before_fragment[..i], Some(&before_fragment[i + 1..])),
-        None => (before_fragment, None),
-    };
-    let mut out = String::with_capacity(url.len());
-    match base.find("://") {
-        Some(scheme_end) => {
-            let authority_start = scheme_end + 3;
-            let authority_end = base[authority_start..]
-                .find('/')
-                .map_or(base.len(), |i| authority_start + i);
-            let authority = &base[authority_start..authority_end];
-            out.push_str(&base[..authority_start]);
-            match authority.rfind('@') {
-                Some(at) => {
-                    let userinfo = &authority[..at];
-                    match userinfo.find(':') {
-                        Some(colon) => {
-                            out.push_str(&userinfo[..colon]);
-                            out.push_str(":***");
-                        }
-                        None => out.push_str(userinfo),
-                    }
-                    out.push_str(&authority[at..]);
-                }
-                None => out.push_str(authority),
-            }
-            out.push_str(&base[authority_end..]);
+    redact_collecting(url, &mut Vec::new())
+}
+
+/// `message`, an error about `url`, with each of the URL's secrets replaced
+/// by `***`, and any quoted text that is part of one: libpq quotes what it
+/// could not read (`invalid integer value "pa" for connection option
+/// "port"` for `postgres://u:pa/ss@h/db`), which may be a piece of a password.
+pub fn redact_message(message: &str, url: &str) -> String {
+    let mut secrets = Vec::new();
+    redact_collecting(url, &mut secrets);
+    secrets.retain(|s| !s.is_empty());
+    let mut out = String::with_capacity(message.len());
+    let mut parts = message.split('"').peekable();
+    let mut quoted = false;
+    while let Some(part) = parts.next() {
+        // Inside quotes only if the quote closes.
+        if quoted
+            && parts.peek().is_some()
+            && !part.is_empty()
+            && secrets.iter().any(|s| s.contains(part))
+        {
+            out.push_str("***");
+        } else {
+            out.push_str(part);
         }
-        None => out.push_str(base),
+        if parts.peek().is_some() {
+            out.push('"');
+        }
+        quoted = !quoted;
     }
-    if let Some(query) = query {
-        out.push('?');
-        let pairs: Vec<String> = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((name, _))
-                    if name.eq_ignore_ascii_case("password")
-                        || name.eq_ignore_ascii_case("sslpassword") =>
-                {
-                    format!("{name}=***")
-                }
-                _ => pair.to_owned(),
-            })
-            .collect();
-        out.push_str(&pairs.join("&"));
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    for secret in &secrets {
+        out = out.replace(secret.as_str(), "***");
     }
-    out.push_str(fragment);
     out
+}
+
+/// [`redact`], adding each value it hides to `secrets`.
+fn redact_collecting(url: &str, secrets: &mut Vec<String>) -> String {
+    match url.find("://") {
+        Some(i) if is_scheme(&url[..i]) => redact_url(url, i + "://".len(), secrets),
+        _ => redact_conninfo(url, secrets),
+    }
+}
+
+const SECRET_KEYWORDS: [&str; 2] = ["password", "sslpassword"];
+
+fn is_secret_keyword(name: &str) -> bool {
+    SECRET_KEYWORDS
+        .iter()
+        .any(|k| k.eq_ignore_ascii_case(name.trim()))
+}
+
+fn is_scheme(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_alphabetic())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// `url` whose authority starts at `start`.
+fn redact_url(url: &str, start: usize, secrets: &mut Vec<String>) -> String {
+    let rest = &url[start..];
+    let mut out = String::with_capacity(url.len());
+    out.push_str(&url[..start]);
+    // The '@' that ends the userinfo: the last one before the host's end
+    // (the first '/' or '?' after the first '@'), so that a password holding
+    // '@', '/', '?' or '#' is hidden whole.
+    let host_start = rest.find('@').map(|first| {
+        let host_end = rest[first..]
+            .find(['/', '?'])
+            .map_or(rest.len(), |i| first + i);
+        rest[..host_end].rfind('@').map_or(first, |at| at) + 1
+    });
+    let after_userinfo = match host_start {
+        Some(host_start) => {
+            let userinfo = &rest[..host_start - 1];
+            match userinfo.find(':') {
+                Some(colon) => {
+                    out.push_str(&userinfo[..colon]);
+                    out.push_str(":***");
+                    let password = &userinfo[colon + 1..];
+                    secrets.extend([password.to_owned(), percent_decode(password)]);
+                }
+                None => out.push_str(userinfo),
+            }
+            out.push('@');
+            &rest[host_start..]
+        }
+        None => rest,
+    };
+    // libpq has no fragments: a '#' after the '?' is part of a value.
+    match after_userinfo.split_once('?') {
+        Some((host_and_path, query)) => {
+            out.push_str(host_and_path);
+            out.push('?');
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, value)) if is_secret_keyword(&percent_decode(name)) => {
+                        secrets.extend([value.to_owned(), percent_decode(value)]);
+                        format!("{name}=***")
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            out.push_str(&pairs.join("&"));
+        }
+        None => out.push_str(after_userinfo),
+    }
+    out
+}
+
+/// `%XX` decoded (as libpq decodes a URL's parameter names); anything else,
+/// a malformed escape included, as it is.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                out.push((hex(h).unwrap() * 16 + hex(l).unwrap()) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A libpq `key=value` connection string, its secret values as `***`:
+/// values are single-quoted (`\'` and `\\` escaped inside) or end at white
+/// space (a backslash escapes the next character). A secret keyword not
+/// followed by `=` (libpq's error) still has the next word hidden.
+fn redact_conninfo(conninfo: &str, secrets: &mut Vec<String>) -> String {
+    let mut out = String::with_capacity(conninfo.len());
+    let mut rest = conninfo;
+    loop {
+        let word = rest.trim_start();
+        out.push_str(&rest[..rest.len() - word.len()]);
+        if word.is_empty() {
+            return out;
+        }
+        let keyword_len = word
+            .find(|c: char| c == '=' || c.is_whitespace())
+            .unwrap_or(word.len());
+        let (keyword, after) = word.split_at(keyword_len);
+        out.push_str(keyword);
+        // `keyword = value`: white space around '=' is allowed.
+        let trimmed = after.trim_start();
+        let (separator, value) = match trimmed.strip_prefix('=') {
+            Some(v) => {
+                let value = v.trim_start();
+                (&after[..after.len() - value.len()], value)
+            }
+            None if is_secret_keyword(keyword) => (&after[..after.len() - trimmed.len()], trimmed),
+            None => {
+                rest = after;
+                continue;
+            }
+        };
+        out.push_str(separator);
+        let value_len = conninfo_value_len(value);
+        let raw = &value[..value_len];
+        if is_secret_keyword(keyword) {
+            out.push_str("***");
+            secrets.push(raw.to_owned());
+            let unquoted = raw.strip_prefix('\'').unwrap_or(raw);
+            secrets.push(unquoted.strip_suffix('\'').unwrap_or(unquoted).to_owned());
+        } else if raw.contains("://") {
+            // libpq reads a `dbname` that is a URL as that URL.
+            match raw.strip_prefix('\'').and_then(|r| r.strip_suffix('\'')) {
+                Some(inner) => out.push_str(&format!("'{}'", redact_collecting(inner, secrets))),
+                None => out.push_str(&redact_collecting(raw, secrets)),
+            }
+        } else {
+            out.push_str(raw);
+        }
+        rest = &value[value_len..];
+    }
+}
+
+/// The length of the value at the start of `s`, quotes and escapes included.
+fn conninfo_value_len(s: &str) -> usize {
+    let quoted = s.starts_with('\'');
+    let mut chars = s.char_indices().skip(usize::from(quoted));
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '\'' if quoted => return i + 1,
+            c if !quoted && c.is_whitespace() => return i,
+            _ => {}
+        }
+    }
+    s.len()
 }
 
 fn one_line(s: &str) -> String {
@@ -628,6 +788,47 @@ mod tests {
         assert_eq!(
             redact("postgresql://db/charges?sslmode=verify-full&sslpassword=pw"),
             "postgresql://db/charges?sslmode=verify-full&sslpassword=***"
+        );
+    }
+
+    #[test]
+    fn the_defaults_go_where_libpq_reads_the_query() {
+        use super::with_pg_defaults;
+        let defaults = "connect_timeout=5&keepalives=1&keepalives_idle=10&keepalives_interval=5&keepalives_count=3&tcp_user_timeout=10000";
+        for (url, with) in [
+            ("postgres://u@h/db", format!("postgres://u@h/db?{defaults}")),
+            (
+                "postgres://u@h/db?sslmode=require",
+                format!("postgres://u@h/db?sslmode=require&{defaults}"),
+            ),
+            // A '#' or '?' in the password is the password's.
+            (
+                "postgres://u:pa#ss@h/db",
+                format!("postgres://u:pa#ss@h/db?{defaults}"),
+            ),
+            (
+                "postgres://u:pa?ss@h/db",
+                format!("postgres://u:pa?ss@h/db?{defaults}"),
+            ),
+            (
+                "postgres://u@h1:5432,h2:5433/db?target_session_attrs=read-write",
+                format!(
+                    "postgres://u@h1:5432,h2:5433/db?target_session_attrs=read-write&{defaults}"
+                ),
+            ),
+            ("host=h password=x", "host=h password=x".to_owned()),
+        ] {
+            assert_eq!(with_pg_defaults(url), with, "{url}");
+        }
+        let set = with_pg_defaults("postgres://h/db?CONNECT_TIMEOUT=2&keepalives=0");
+        assert!(
+            set.starts_with("postgres://h/db?CONNECT_TIMEOUT=2&keepalives=0&keepalives_idle=10&"),
+            "{set}"
+        );
+        assert_eq!(
+            set.matches("connect_timeout").count() + set.matches("CONNECT_TIMEOUT").count(),
+            1,
+            "{set}"
         );
     }
 
@@ -662,6 +863,141 @@ mod tests {
         ] {
             assert_eq!(redact(url), url);
         }
+    }
+
+    #[test]
+    fn a_password_with_an_unencoded_hash_slash_or_question_mark_is_hidden_whole() {
+        for (url, shown) in [
+            ("postgres://u:pa#ss@h/db", "postgres://u:***@h/db"),
+            ("postgres://u:pa/ss@h/db", "postgres://u:***@h/db"),
+            ("postgres://u:pa?ss@h/db", "postgres://u:***@h/db"),
+            (
+                "postgres://u:a/b?c#d@e@h:5432/db?sslmode=require",
+                "postgres://u:***@h:5432/db?sslmode=require",
+            ),
+            (
+                "postgresql://u:p#w@h1:5432,h2:5433/db",
+                "postgresql://u:***@h1:5432,h2:5433/db",
+            ),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn password_query_parameters_are_hidden_in_any_case_and_encoding() {
+        for (url, shown) in [
+            (
+                "postgres://h/db?PASSWORD=s3cret",
+                "postgres://h/db?PASSWORD=***",
+            ),
+            (
+                "postgres://h/db?sslmode=verify-full&SslPassword=s3cret",
+                "postgres://h/db?sslmode=verify-full&SslPassword=***",
+            ),
+            // libpq decodes the names of query parameters too.
+            (
+                "postgres://h/db?pass%77ord=s3cret",
+                "postgres://h/db?pass%77ord=***",
+            ),
+            (
+                "postgres://h/db?password=s3cret#x",
+                "postgres://h/db?password=***",
+            ),
+            (
+                "postgres://u:pw@h/db?password=s3cret",
+                "postgres://u:***@h/db?password=***",
+            ),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn a_key_value_connection_string_is_redacted_too() {
+        for (conninfo, shown) in [
+            (
+                "host=db password=secret user=u",
+                "host=db password=*** user=u",
+            ),
+            (
+                "host=db password='se cret' user=u",
+                "host=db password=*** user=u",
+            ),
+            (r"password='it\'s \\ se cret' user=u", "password=*** user=u"),
+            ("host=db password = secret", "host=db password = ***"),
+            (r"sslpassword=secret\ x host=db", "sslpassword=*** host=db"),
+            ("PASSWORD=secret", "PASSWORD=***"),
+            (
+                "dbname=postgres://u:secret@h/db host=x",
+                "dbname=postgres://u:***@h/db host=x",
+            ),
+            (
+                "host=db user=u dbname=charges",
+                "host=db user=u dbname=charges",
+            ),
+            // What libpq refuses is still hidden when the error prints it.
+            ("password secret host=db", "password *** host=db"),
+            (
+                "host=db password='unterminated secret",
+                "host=db password=***",
+            ),
+        ] {
+            assert_eq!(redact(conninfo), shown, "{conninfo}");
+        }
+    }
+
+    #[test]
+    fn libpq_errors_quoting_a_piece_of_a_password_are_redacted_too() {
+        use super::redact_message;
+        for (message, url, shown) in [
+            (
+                r#"invalid integer value "pa" for connection option "port""#,
+                "postgres://u:pa/ss@h/db",
+                r#"invalid integer value "***" for connection option "port""#,
+            ),
+            (
+                r#"unexpected spaces found in "pass word", use percent-encoded spaces (%20) instead"#,
+                "postgres://u:pass word@h/db",
+                r#"unexpected spaces found in "***", use percent-encoded spaces (%20) instead"#,
+            ),
+            (
+                r#"invalid percent-encoded token: "s3c%ZZret""#,
+                "postgres://u:s3c%ZZret@h/db",
+                r#"invalid percent-encoded token: "***""#,
+            ),
+            (
+                r#"missing "=" after "secret" in connection info string"#,
+                "password secret",
+                r#"missing "=" after "***" in connection info string"#,
+            ),
+            (
+                "the password is p@ss w0rd, unquoted",
+                "postgres://h/db?password=p%40ss%20w0rd",
+                "the password is ***, unquoted",
+            ),
+            (
+                r#"role "u" does not exist"#,
+                "postgres://u:s3cret@h/db",
+                r#"role "u" does not exist"#,
+            ),
+        ] {
+            assert_eq!(redact_message(message, url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn when_in_doubt_more_is_hidden() {
+        // An '@' in the query of a URL with a port: "5432/db?user=a" could
+        // be a password.
+        assert_eq!(
+            redact("postgres://h:5432/db?user=a@b"),
+            "postgres://h:***@b"
+        );
+        assert_eq!(
+            redact("postgres://h/db?user=a@b"),
+            "postgres://h/db?user=a@b"
+        );
     }
 
     #[test]

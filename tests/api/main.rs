@@ -14,8 +14,10 @@ mod hardening;
 mod idempotency;
 mod key_first;
 mod layers;
+mod logs;
 mod network;
 mod refunds;
+mod secrets;
 mod startup;
 mod validation;
 

@@ -178,6 +178,73 @@ crate::on_both_backends! {
         assert_eq!(good.status, 201);
     }
 
+    /// The amount is read from the number's decimal text, not from the
+    /// double it is nearest to: 0.99999999999999999 was charged as 1.
+    async fn an_amount_is_a_whole_number_exactly_or_a_400_that_changes_nothing() {
+        let app = spawn_app().await;
+        let post = |path: String, key: &'static str, body: String| {
+            app.send(
+                app.request(reqwest::Method::POST, &path)
+                    .bearer_auth(DEMO_KEY)
+                    .header("content-type", "application/json")
+                    .header("idempotency-key", key)
+                    .body(body),
+            )
+        };
+        let charge = |amount: &str| {
+            post("/charges".to_owned(), "\"k-exact\"", format!(r#"{{"amount": {amount}, "currency": "jpy"}}"#))
+        };
+        let fractions = [
+            "0.99999999999999999",
+            "1.00000000000000001",
+            "1000.0000000000001",
+            "1000.00000000000000001",
+            "99999999.0000000001",
+            "1e-20",
+            "1e-400",
+            "-0.99999999999999999",
+        ];
+        for amount in fractions {
+            let r = charge(amount).await;
+            r.assert_problem(400, "invalid-request");
+            assert_eq!(r.json()["errors"][0]["field"], "amount", "{amount}: {}", r.body);
+            assert_eq!(r.json()["errors"][0]["detail"], "must be a whole number of minor units", "{amount}");
+            assert_eq!((app.charges(), app.keys()), (0, 0), "{amount} changed the database");
+        }
+        // Beyond 2^52 no double holds a fraction: such an amount is told
+        // its range (it is beyond it either way).
+        for amount in ["999999999999999999999.5", "4503599627370496.5"] {
+            let r = charge(amount).await;
+            r.assert_problem(400, "invalid-request");
+            assert_eq!(r.json()["errors"][0]["field"], "amount", "{amount}");
+            assert_eq!((app.charges(), app.keys()), (0, 0), "{amount} changed the database");
+        }
+        // Whole, however spelled: one charge of 1000, every spelling a
+        // replay of it.
+        for amount in ["1000", "1000.0", "1000.000", "1e3", "1.0E3", "1E+3", "0.1e4", "10000e-1", "1000.00000000000000000000"] {
+            let r = charge(amount).await;
+            assert_eq!(r.status, 201, "{amount}: {}", r.body);
+            assert_eq!(r.json()["amount"], 1000, "{amount}");
+        }
+        assert_eq!((app.charges(), app.count("charges WHERE amount = 1000")), (1, 1));
+        let id = charge("1000").await.charge_id();
+
+        // A refund's amount, the same.
+        let refund = |amount: &str| {
+            post(format!("/charges/{id}/refunds"), "\"k-exact-refund\"", format!(r#"{{"amount": {amount}}}"#))
+        };
+        for amount in fractions {
+            let r = refund(amount).await;
+            r.assert_problem(400, "invalid-request");
+            assert_eq!(r.json()["errors"][0]["field"], "amount", "{amount}: {}", r.body);
+            assert_eq!(r.json()["errors"][0]["detail"], "must be a whole number of minor units", "{amount}");
+            assert_eq!((app.count("refunds"), app.keys()), (0, 1), "{amount} changed the database");
+        }
+        let r = refund("1.0e2").await;
+        assert_eq!((r.status, r.json()["amount"].as_i64()), (201, Some(100)), "{}", r.body);
+        assert_eq!(app.count("refunds WHERE amount = 100"), 1);
+    }
+
     async fn invalid_fields_are_all_listed_with_what_to_fix() {
         let app = spawn_app().await;
         let r = app.charge("k-fields", &json!({"amount": 0, "currency": "JPY", "tip": 5})).await;

@@ -44,6 +44,8 @@ mod instances;
 #[cfg(postgres_tests)]
 mod lossy_network;
 #[cfg(postgres_tests)]
+mod network;
+#[cfg(postgres_tests)]
 mod retry_storm;
 
 #[cfg(not(postgres_tests))]

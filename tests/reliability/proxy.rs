@@ -134,6 +134,8 @@ async fn relay(mut client: TcpStream, upstream: SocketAddr, lose: bool, stats: &
 pub struct PausableProxy {
     pub addr: SocketAddr,
     paused: tokio::sync::watch::Sender<bool>,
+    /// Only the upstream's answers held (requests still go through).
+    answers_paused: tokio::sync::watch::Sender<bool>,
     accept: JoinHandle<()>,
 }
 
@@ -148,12 +150,14 @@ impl PausableProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (paused, watch) = tokio::sync::watch::channel(false);
+        let (answers_paused, answers_watch) = tokio::sync::watch::channel(false);
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
                     continue;
                 };
                 let watch = watch.clone();
+                let answers_watch = answers_watch.clone();
                 tokio::spawn(async move {
                     let mut gate = watch.clone();
                     // A new connection waits while paused, as a SYN would.
@@ -164,8 +168,8 @@ impl PausableProxy {
                     let (client_read, client_write) = client.into_split();
                     let (server_read, server_write) = server.into_split();
                     tokio::join!(
-                        pump(client_read, server_write, watch.clone()),
-                        pump(server_read, client_write, watch),
+                        pump(client_read, server_write, watch.clone(), None),
+                        pump(server_read, client_write, watch, Some(answers_watch)),
                     );
                 });
             }
@@ -173,6 +177,7 @@ impl PausableProxy {
         PausableProxy {
             addr,
             paused,
+            answers_paused,
             accept,
         }
     }
@@ -181,8 +186,15 @@ impl PausableProxy {
         let _ = self.paused.send(true);
     }
 
+    /// Holds the upstream's answers only: it receives and does the work,
+    /// and its client waits for an answer that does not come yet.
+    pub fn pause_answers(&self) {
+        let _ = self.answers_paused.send(true);
+    }
+
     pub fn resume(&self) {
         let _ = self.paused.send(false);
+        let _ = self.answers_paused.send(false);
     }
 }
 
@@ -192,6 +204,7 @@ async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut paused: tokio::sync::watch::Receiver<bool>,
+    mut also: Option<tokio::sync::watch::Receiver<bool>>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -205,8 +218,110 @@ async fn pump(
         if paused.wait_for(|p| !*p).await.is_err() {
             return;
         }
+        if let Some(also) = also.as_mut()
+            && also.wait_for(|p| !*p).await.is_err()
+        {
+            return;
+        }
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }
     }
+}
+
+/// A proxy for HTTP/1.1 with keep-alive that loses each answer, not each
+/// connection, with the given chance: it reads every response whole (head
+/// and `Content-Length` body), and to lose one it closes the client's side
+/// without sending it. The upstream did the work; the client never hears.
+pub struct LossyHttpProxy {
+    pub url: String,
+    pub answers: Arc<AtomicUsize>,
+    pub lost: Arc<AtomicUsize>,
+    accept: JoinHandle<()>,
+}
+
+impl Drop for LossyHttpProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+impl LossyHttpProxy {
+    pub async fn start(upstream: SocketAddr, lose_per_mille: u64, seed: u64) -> LossyHttpProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (answers, lost) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (counted, dropped) = (answers.clone(), lost.clone());
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (counted, dropped) = (counted.clone(), dropped.clone());
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let (mut client_read, mut client_write) = client.into_split();
+                    let (server_read, mut server_write) = server.into_split();
+                    let forward = async move {
+                        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+                    };
+                    let answer = async move {
+                        let mut reader = tokio::io::BufReader::new(server_read);
+                        loop {
+                            let Some(response) = read_response(&mut reader).await else {
+                                return;
+                            };
+                            let n = counted.fetch_add(1, Ordering::SeqCst) as u64;
+                            if chosen_to_lose(seed, n, lose_per_mille) {
+                                dropped.fetch_add(1, Ordering::SeqCst);
+                                return; // drops the client's side unanswered
+                            }
+                            if client_write.write_all(&response).await.is_err() {
+                                return;
+                            }
+                        }
+                    };
+                    tokio::select! {
+                        _ = forward => {}
+                        _ = answer => {}
+                    }
+                });
+            }
+        });
+        LossyHttpProxy {
+            url,
+            answers,
+            lost,
+            accept,
+        }
+    }
+}
+
+/// One whole HTTP/1.1 response (its head and a `Content-Length` body).
+async fn read_response(
+    reader: &mut tokio::io::BufReader<tokio::net::tcp::OwnedReadHalf>,
+) -> Option<Vec<u8>> {
+    use tokio::io::AsyncBufReadExt;
+    let mut out = Vec::new();
+    let mut length = 0usize;
+    loop {
+        let mut line = Vec::new();
+        if reader.read_until(b'\n', &mut line).await.ok()? == 0 {
+            return None;
+        }
+        out.extend_from_slice(&line);
+        let text = String::from_utf8_lossy(&line).to_ascii_lowercase();
+        if let Some(v) = text.strip_prefix("content-length:") {
+            length = v.trim().parse().ok()?;
+        }
+        if line == b"\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).await.ok()?;
+    out.extend_from_slice(&body);
+    Some(out)
 }

@@ -1,0 +1,326 @@
+//! The card network under faults (issue #22): a `charges network` process on
+//! a database of its own, the API pointed at it through a proxy, and the
+//! counts checked at both ledgers afterwards: one authorization per key at
+//! the network, one charge per key here, every charge holding the
+//! authorization the network made for its key, no authorization orphaned.
+//!
+//! - `kill -9` of the API with 50 charges between the network's answer and
+//!   our commit (the proxy holds the network's answers: the network has
+//!   authorized all 50, the API waits for the answers). Atomic: the clients'
+//!   retries after the restart make the network replay. Key-first: the keys
+//!   were committed in progress; the recovery task finishes all 50 before
+//!   any client retries, and the retries then replay.
+//! - A lossy path: the proxy drops 30 % of the network's answers.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::json;
+
+use crate::proxy::{LossyHttpProxy, PausableProxy};
+use crate::support::{AppClient, Captured, ServerProcess, TestBackend, TestDatabase};
+use crate::within;
+
+const ACCOUNT_KEY: &str = "sk_live_reliability_network";
+
+/// `charges network` on its own database, killed on drop.
+struct NetworkProcess {
+    child: Child,
+    addr: std::net::SocketAddr,
+}
+
+impl Drop for NetworkProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_network(db: &TestDatabase) -> NetworkProcess {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(env!("CARGO_BIN_EXE_charges"))
+        .arg("network")
+        .env("NETWORK_DATABASE_URL", &db.url)
+        .env("NETWORK_BIND", format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start charges network");
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "charges network did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    NetworkProcess { child, addr }
+}
+
+fn start_api(db: &TestDatabase, network_url: &str, extra: &[(&str, &str)]) -> ServerProcess {
+    let mut env = vec![
+        ("NETWORK_URL", network_url),
+        ("POOL_SIZE", "60"),
+        ("POOL_TIMEOUT", "5s"),
+        ("REQUEST_TIMEOUT", "20s"),
+        ("NETWORK_TIMEOUT", "15s"),
+        ("DEMO", "false"),
+        ("RUST_LOG", "info,actix_server=warn"),
+    ];
+    env.extend_from_slice(extra);
+    ServerProcess::start_named("api", &db.url, &env)
+}
+
+async fn charge(client: &AppClient, key: &str) -> Result<Captured, String> {
+    let request = client.charge_request(
+        ACCOUNT_KEY,
+        key,
+        &json!({"amount": 1000, "currency": "jpy"}),
+        &[],
+    );
+    client.try_send(request).await
+}
+
+/// Retries `key` until a 201 (bounded); the 201.
+async fn until_charged(client: &AppClient, key: &str) -> Captured {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match charge(client, key).await {
+            Ok(r) if r.status == 201 => return r,
+            other => {
+                assert!(
+                    Instant::now() < deadline,
+                    "{key} never charged: {:?}",
+                    other.map(|r| r.summary())
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// Both ledgers, and what every client holds: one charge per key, each
+/// with the authorization the network made for it, no orphan.
+fn assert_ledgers(api: &TestDatabase, network: &TestDatabase, held: &BTreeMap<String, Captured>) {
+    let keys = held.len() as i64;
+    assert_eq!(
+        network.count("authorizations"),
+        keys,
+        "one authorization per key at the network"
+    );
+    assert_eq!(api.count("charges"), keys, "one charge per key here");
+    let ids: BTreeSet<String> = held
+        .values()
+        .map(|r| r.json()["authorization_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        ids.len() as i64,
+        keys,
+        "a distinct authorization per charge"
+    );
+    for id in &ids {
+        assert_eq!(
+            network.count(&format!("authorizations WHERE id = '{id}'")),
+            1,
+            "the network has the charge's authorization {id}"
+        );
+        assert_eq!(
+            api.count(&format!("charges WHERE authorization_id = '{id}'")),
+            1,
+            "{id} is one charge's"
+        );
+    }
+    for (key, reply) in held {
+        let charge = reply.charge_id();
+        assert_eq!(
+            api.count(&format!(
+                "idempotency_keys k JOIN charges c ON c.id::text = k.response_body->>'id' \
+                 WHERE k.key = '{key}' AND c.id = '{charge}'"
+            )),
+            1,
+            "{key} holds the client's charge"
+        );
+    }
+}
+
+/// Sends `n` keyed charges at once while the proxy holds the network's
+/// answers, waits until the network has authorized all of them, and kills
+/// the API: every one of them is between the network's answer and our
+/// commit. Returns the keys.
+async fn kill_between_the_network_and_the_commit(
+    api: &mut ServerProcess,
+    proxy: &PausableProxy,
+    network: &TestDatabase,
+    n: usize,
+) -> Vec<String> {
+    proxy.pause_answers();
+    let client = api.client();
+    let keys: Vec<String> = (0..n).map(|i| format!("k-killed-{i}")).collect();
+    let sent = keys.clone();
+    let requests = tokio::spawn(async move {
+        futures::future::join_all(sent.iter().map(|k| charge(&client, k))).await
+    });
+    within(
+        Duration::from_secs(30),
+        "the network authorizing them all",
+        async {
+            while network.count("authorizations") < n as i64 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        },
+    )
+    .await;
+    api.kill();
+    // Every client lost its answer with the process.
+    for r in requests.await.unwrap() {
+        assert!(
+            r.is_err() || r.as_ref().unwrap().status >= 500,
+            "{:?}",
+            r.map(|r| r.summary())
+        );
+    }
+    proxy.resume();
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_between_the_networks_answer_and_our_commit_leaves_one_authorization_per_key() {
+    let (api_db, network_db) = (
+        TestDatabase::create_for(TestBackend::Postgres),
+        TestDatabase::create_for(TestBackend::Postgres),
+    );
+    let network = start_network(&network_db);
+    let proxy = PausableProxy::start(network.addr).await;
+    let url = format!("http://{}", proxy.addr);
+    let mut api = start_api(&api_db, &url, &[]);
+    api_db.create_account("Shop", ACCOUNT_KEY);
+    let keys = kill_between_the_network_and_the_commit(&mut api, &proxy, &network_db, 50).await;
+    // Atomic: nothing of ours committed; the network has all 50.
+    assert_eq!(
+        (api_db.count("charges"), network_db.count("authorizations")),
+        (0, 50)
+    );
+    let api = start_api(&api_db, &url, &[]);
+    let client = api.client();
+    let held: BTreeMap<String, Captured> = futures::stream::iter(keys.iter())
+        .map(|k| {
+            let client = client.clone();
+            async move { (k.clone(), until_charged(&client, k).await) }
+        })
+        .buffer_unordered(10)
+        .collect()
+        .await;
+    assert_ledgers(&api_db, &network_db, &held);
+    eprintln!(
+        "network, kill -9 (atomic): 50 charges killed after the network authorized; after the restart and the clients' retries: {} authorizations at the network, {} charges here, 0 orphaned",
+        network_db.count("authorizations"),
+        api_db.count("charges")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn key_first_keys_left_by_a_crash_after_the_network_are_recovered_without_orphans() {
+    let (api_db, network_db) = (
+        TestDatabase::create_for(TestBackend::Postgres),
+        TestDatabase::create_for(TestBackend::Postgres),
+    );
+    let network = start_network(&network_db);
+    let proxy = PausableProxy::start(network.addr).await;
+    let url = format!("http://{}", proxy.addr);
+    let key_first = [
+        ("IDEMPOTENCY_MODE", "key-first"),
+        ("IDEMPOTENCY_LEASE", "2s"),
+        ("RECOVERY_INTERVAL", "500ms"),
+    ];
+    let mut api = start_api(&api_db, &url, &key_first);
+    api_db.create_account("Shop", ACCOUNT_KEY);
+    let keys = kill_between_the_network_and_the_commit(&mut api, &proxy, &network_db, 50).await;
+    // Key-first: the keys are committed in progress, no charge yet.
+    assert_eq!(
+        api_db.count("idempotency_keys WHERE status = 'in_progress'"),
+        50
+    );
+    assert_eq!(api_db.count("charges"), 0);
+    let api = start_api(&api_db, &url, &key_first);
+    // No client retries: the recovery task finishes them after the lease.
+    let started = Instant::now();
+    within(Duration::from_secs(30), "the recovery of 50 keys", async {
+        while api_db.count("charges") < 50 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let recovered_in = started.elapsed();
+    assert_eq!(
+        api_db.count("idempotency_keys WHERE status = 'in_progress'"),
+        0
+    );
+    assert_eq!(
+        network_db.count("authorizations"),
+        50,
+        "the network replayed"
+    );
+    // The clients' retries now replay the recovered charges.
+    let client = api.client();
+    let mut held = BTreeMap::new();
+    for key in &keys {
+        let reply = until_charged(&client, key).await;
+        assert!(reply.replayed(), "{key}: the recovered charge, replayed");
+        held.insert(key.clone(), reply);
+    }
+    assert_ledgers(&api_db, &network_db, &held);
+    let recovered = api.log_lines("recovered a key left in progress").len();
+    assert_eq!(recovered, 50, "each key recovered once");
+    eprintln!(
+        "network, kill -9 (key-first): 50 keys left in progress after the network authorized; recovered in {:.1} s after the restart (lease 2 s), before any retry; {} authorizations at the network, {} charges, 0 orphaned; the 50 retries replayed",
+        recovered_in.as_secs_f64(),
+        network_db.count("authorizations"),
+        api_db.count("charges")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_path_that_drops_a_third_of_the_networks_answers_still_authorizes_once_per_key() {
+    const KEYS: usize = 100;
+    let (api_db, network_db) = (
+        TestDatabase::create_for(TestBackend::Postgres),
+        TestDatabase::create_for(TestBackend::Postgres),
+    );
+    let network = start_network(&network_db);
+    let lossy = LossyHttpProxy::start(network.addr, 300, 22).await;
+    let api = start_api(&api_db, &lossy.url, &[("NETWORK_TIMEOUT", "1s")]);
+    api_db.create_account("Shop", ACCOUNT_KEY);
+    let client = api.client();
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("k-lossy-{i}")).collect();
+    let held: BTreeMap<String, Captured> = within(
+        Duration::from_secs(120),
+        "the charges over a lossy path",
+        futures::stream::iter(keys.iter())
+            .map(|k| {
+                let client = client.clone();
+                async move { (k.clone(), until_charged(&client, k).await) }
+            })
+            .buffer_unordered(10)
+            .collect(),
+    )
+    .await;
+    assert_ledgers(&api_db, &network_db, &held);
+    let (answers, lost) = (
+        lossy.answers.load(std::sync::atomic::Ordering::SeqCst),
+        lossy.lost.load(std::sync::atomic::Ordering::SeqCst),
+    );
+    assert!(
+        lost * 5 >= answers,
+        "the proxy lost {lost} of {answers} answers, not about 30 %"
+    );
+    eprintln!(
+        "network, lossy path: {KEYS} keys, {answers} answers from the network of which {lost} were lost; {} authorizations at the network, {} charges, 0 orphaned",
+        network_db.count("authorizations"),
+        api_db.count("charges")
+    );
+}

@@ -335,7 +335,15 @@ fn compose_keeps_the_failover_formation_behind_the_ha_profile() {
     let names: Vec<&str> = each.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
-        ["db", "app", "network", "ha-monitor", "ha-node1", "ha-node2", "app-ha"]
+        [
+            "db",
+            "app",
+            "network",
+            "ha-monitor",
+            "ha-node1",
+            "ha-node2",
+            "app-ha"
+        ]
     );
     for (name, body) in &each {
         let profiles = body

@@ -20,7 +20,12 @@ use crate::state::AppState;
         description = "An idempotent demo payment API. `POST /charges` with an `Idempotency-Key` runs at most once per key: \
 a retry with the same key and request gets the stored 201 (byte-identical, with `Idempotent-Replayed: true`), the same key \
 with another request gets 422, and a retry while the first is still running waits and then replays (atomic mode) or gets \
-409 (key-first mode). Keys are remembered for 24 hours by default. Errors are `application/problem+json` (RFC 9457).",
+409 (key-first mode). Keys are remembered for 24 hours by default. Refunds (`POST /charges/{id}/refunds`) run under the \
+same protocol. A charge is first authorized at a card network (unless the server runs without one), under an \
+Idempotency-Key of the network's derived from yours (the same account and key give the same network key), so a retry \
+after a lost answer is a replay at the network too: one authorization per key; its id is the charge's `authorization_id`. \
+A request whose worker died after the network authorized is finished by the server's recovery task once its key's lease \
+has run out, and your retry then replays it. Errors are `application/problem+json` (RFC 9457).",
     ),
     paths(
         crate::charges::create,

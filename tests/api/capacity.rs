@@ -257,6 +257,14 @@ crate::on_both_backends! {
         assert_eq!(app.get_as(key, "/charges").await.status, 200);
     }
 
+    async fn with_account_cache_ttl_0_a_revoked_key_stops_working_at_once() {
+        let app = spawn_app_with(|s| s.account_cache_ttl = Duration::ZERO).await;
+        app.create_account("Shop", SHOP_KEY);
+        assert_eq!(app.get_as(SHOP_KEY, "/charges").await.status, 200);
+        app.execute(&format!("UPDATE accounts SET revoked_at = {} WHERE name = 'Shop'", app.at(0)));
+        app.get_as(SHOP_KEY, "/charges").await.assert_problem(401, "unauthorized");
+    }
+
     async fn metrics_are_for_this_machine_only() {
         let app = spawn_app().await;
         assert_eq!(app.get("/metrics").await.status, 200);

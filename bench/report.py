@@ -245,6 +245,7 @@ def table(workdir, out):
         ("3", "naive, no key"),
         ("4", "replay of a completed key"),
         ("7", "refund, fresh key per request"),
+        ("8", "idempotent, the card network in the path"),
         ("5a", "idempotent, %s expired keys in table" % f"{meta['seed_rows']:,}"),
         ("5b", "idempotent while purging those keys"),
         ("6", "idempotent, RSS run"),
@@ -367,6 +368,7 @@ def table(workdir, out):
         r10 = ratio(get("1", "rps"), get("0", "rps"))
     r42 = ratio(get("4", "rps"), get("2", "rps"))
     r73 = ratio(get("7", "rps"), get("3", "rps"))
+    r82 = ratio(get("8", "rps"), (last2 or {}).get("rps"))
     # 5a runs right after the last round's 2: the closest empty-table figure.
     rp99 = ratio(get("5a", "latency_us", "p99"), (last2 or {}).get("latency_us", {}).get("p99"))
     rss6 = get("6", "rss_hwm_kib")
@@ -377,6 +379,7 @@ def table(workdir, out):
         ("  ceiling: keyed SQL / plain SQL, both pgbench (1/0)", r10, "info", None, ".2f", ""),
         ("first keyed / pgbench of the same transaction (2/1)", r21, ">=", 0.85, ".2f", ""),
         ("  first refund / plain charge (7/3)", r73, "info", None, ".2f", ""),
+        ("  with the card network / without (8/2, last round)", r82, "info", None, ".2f", ""),
         ("replay / idempotent (4/2)", r42, ">=", 2.0, ".2f", ""),
         ("p99 with %s keys / empty p99 (5a/2, last round)" % f"{meta['seed_rows']:,}", rp99, "<=", 1.2,
          ".2f", ""),
@@ -418,6 +421,7 @@ def table(workdir, out):
         "ratios": {"idempotent_over_limit": r21, "idempotent_over_naive": r23, "limit_over_naive": r13,
                    "limit_over_plain_sql": r10,
                    "replay_over_idempotent": r42, "refund_over_naive": r73,
+                   "network_over_idempotent": r82,
                    "p99_1m_over_empty": rp99},
         "targets": results,
         "table": text,

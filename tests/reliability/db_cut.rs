@@ -264,11 +264,12 @@ async fn a_cut_before_every_pooled_connection_was_used_503_then_the_pool_recover
         .filter(|r| r.status == 201)
         .cloned()
         .unwrap_or_else(|| panic!("the first charge: {first:?}"));
+    // The pool opens connections as it needs them, so how many it holds
+    // here depends on timing: every one of them is cut, whatever the count.
     let cut = db.terminate_connections();
-    assert_eq!(
-        cut.values().sum::<i64>(),
-        i64::from(POOL_SIZE),
-        "the whole pool is cut: {cut:?}"
+    assert!(
+        cut.values().sum::<i64>() >= 1,
+        "the server's connections are cut: {cut:?}"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let charges = load(&server, KEYS, Arc::new(AtomicUsize::new(0))).await;

@@ -76,6 +76,11 @@ fn start_api(db: &TestDatabase, network_url: &str, extra: &[(&str, &str)]) -> Se
     ServerProcess::start_named("api", &db.url, &env)
 }
 
+/// One of these tests at a time: each holds some 60 connections to the
+/// local PostgreSQL (50 charges in flight, the network's own pool), and two
+/// together pass its default `max_connections` of 100.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn charge(client: &AppClient, key: &str) -> Result<Captured, String> {
     let request = client.charge_request(
         ACCOUNT_KEY,
@@ -190,6 +195,7 @@ async fn kill_between_the_network_and_the_commit(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_between_the_networks_answer_and_our_commit_leaves_one_authorization_per_key() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let (api_db, network_db) = (
         TestDatabase::create_for(TestBackend::Postgres),
         TestDatabase::create_for(TestBackend::Postgres),
@@ -225,6 +231,7 @@ async fn a_crash_between_the_networks_answer_and_our_commit_leaves_one_authoriza
 
 #[tokio::test(flavor = "multi_thread")]
 async fn key_first_keys_left_by_a_crash_after_the_network_are_recovered_without_orphans() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let (api_db, network_db) = (
         TestDatabase::create_for(TestBackend::Postgres),
         TestDatabase::create_for(TestBackend::Postgres),
@@ -286,6 +293,7 @@ async fn key_first_keys_left_by_a_crash_after_the_network_are_recovered_without_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_path_that_drops_a_third_of_the_networks_answers_still_authorizes_once_per_key() {
+    let _one = ONE_AT_A_TIME.lock().await;
     const KEYS: usize = 100;
     let (api_db, network_db) = (
         TestDatabase::create_for(TestBackend::Postgres),

@@ -651,7 +651,7 @@ async function lesson6(page) {
   const v1 = await verdict(page, 'l6-forget');
   check('lesson 6 (lost commit): the result box agrees, shown as harm', v1.ok && (await tone(page, 'l6-forget')) === 'bad', v1.text.slice(0, 120));
 
-  // ---- (b) key-first, abandoned after its key: 409 while the lease holds, then a takeover ----
+  // ---- (b) key-first, abandoned after its key: 409 while the lease holds, then recovery ----
   await resetViaPage(page);
   await clickStep(page, 'l6-abandon', 1);
   const ka = await card(page, 'l6-abandon', 'A');
@@ -672,10 +672,14 @@ async function lesson6(page) {
   const kc = await card(page, 'l6-abandon', 'C');
   state = await dbState();
   const done = state.idempotency_keys.find((k) => k.key === key);
-  check('lesson 6 (abandoned): after the lease, the retry C takes the key over and charges once (201, not replayed)',
-    kc.status === 201 && !kc.replayed && state.charges.length === 1 && state.charges[0].id === responseId(kc.response)
+  // The test's server runs its recovery task every 300 ms: after the lease it
+  // finishes A from the request the key row kept, and C is its replay.
+  check('lesson 6 (abandoned): after the lease, the recovery task completes A’s key with one charge, and the retry C replays it (201, Idempotent-Replayed)',
+    kc.status === 201 && kc.replayed && state.charges.length === 1 && state.charges[0].id === responseId(kc.response)
       && done?.status === 'completed' && done?.charge_id === responseId(kc.response),
-    `status ${kc.status}, ${state.charges.length} charges, key ${done?.status}`);
+    `status ${kc.status}, replayed ${kc.replayed}, ${state.charges.length} charges, key ${done?.status}`);
+  check('lesson 6 (abandoned): the diagram shows the recovery task before C',
+    /recovery task/.test((await exp(page, 'l6-abandon').locator('svg text').allTextContents()).join(' ')));
   const v2 = await verdict(page, 'l6-abandon');
   check('lesson 6 (abandoned): the result box agrees, shown as safe', v2.ok && (await tone(page, 'l6-abandon')) === 'good', v2.text.slice(0, 120));
 

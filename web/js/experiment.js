@@ -156,6 +156,12 @@ export class Experiment {
         return (this.latest?.charges ?? []).filter((c) => !this.baseline?.has(c.id));
       },
       sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+      /** Reads the state now (no request sent) and shows it; resolves to it. */
+      async refresh() {
+        const state = await getState();
+        experiment._setState(state);
+        return state;
+      },
     };
   }
 

@@ -801,6 +801,23 @@ const lesson6Abandon = experiment({
         ctx.vars.waitedMs = Math.min(L6_LEASE_MS, Math.max(0, Math.round(left))) + 400;
         ctx.diagram.note(['client'], L('d.waitLease', { span: () => fmtSpan(ctx.vars.waitedMs) }), { tag: 'C' });
         await ctx.sleep(ctx.vars.waitedMs);
+        // Once the lease is over, the server's recovery task (every
+        // recovery_interval_ms; off at 0) finishes A from the request its key
+        // row kept. Wait for its next pass, bounded, so C meets what it did;
+        // if it has not run, C takes the key over itself. One charge either way.
+        const every = server().recovery_interval_ms ?? 0;
+        ctx.vars.recovered = false;
+        for (const until = Date.now() + (every > 0 ? every + 2000 : 0); Date.now() < until; ) {
+          const state = await ctx.refresh();
+          if (state.idempotency_keys.find((k) => k.key === key)?.status === 'completed') {
+            ctx.vars.recovered = true;
+            break;
+          }
+          await ctx.sleep(250);
+        }
+        if (ctx.vars.recovered) {
+          ctx.diagram.note(['api', 'db'], L('d.recovered', { key: shortKeyOf(key) }));
+        }
         await ctx.send(charge({ ...ctx.vars.body, key, mode: 'key-first' }), {
           tag: 'C',
           title: T('title.afterLease'),
@@ -820,12 +837,18 @@ const lesson6Abandon = experiment({
     const row = ctx.vars.rowAfterA;
     const fresh = ctx.newCharges();
     const keyRow = ctx.latest?.idempotency_keys.find((k) => k.key === ctx.vars.key);
-    const ok = outcomeOf(A) === LOST && row?.status === 'in_progress' && outcomeOf(B) === IN_FLIGHT && outcomeOf(C) === EXECUTED
+    // Recovered: the task finished A, and C is its replay. Not recovered: C took the key over.
+    const recovered = ctx.vars.recovered === true;
+    const ok = outcomeOf(A) === LOST && row?.status === 'in_progress' && outcomeOf(B) === IN_FLIGHT
+      && outcomeOf(C) === (recovered ? REPLAYED : EXECUTED)
       && fresh.length === 1 && fresh[0].id === C.json?.id && keyRow?.status === 'completed' && keyRow.charge_id === C.json?.id;
     return {
       ok,
-      key: 'l6.abandon.verdict',
-      params: { a: A?.status ?? '—', row: row?.status ?? '—', b: B?.status ?? '—', c: C?.status ?? '—', n: fresh.length, waited: () => fmtSpan(ctx.vars.waitedMs ?? 0) },
+      key: recovered ? 'l6.abandon.recovered' : 'l6.abandon.verdict',
+      params: {
+        a: A?.status ?? '—', row: row?.status ?? '—', b: B?.status ?? '—', c: C?.status ?? '—', n: fresh.length,
+        waited: () => fmtSpan(ctx.vars.waitedMs ?? 0), every: () => fmtMs(server().recovery_interval_ms ?? 0),
+      },
     };
   },
 });

@@ -377,6 +377,7 @@ const en = {
   'd.abandoned': 'the request stops here, as if its process had crashed: no charge, the key stays in_progress',
   'd.waitLease': p => `the client waits ${p.span}, until the lease is over`,
   'd.takeOver': p => `register key ${p.key} → in_progress, lease over, same body → take it over`,
+  'd.recovered': p => `recovery task: key ${p.key} in_progress, lease over → take it over, charge from its kept request, complete`,
   'd.kfCommitPlain': 'the charge and the 201 in the key row (completed), COMMIT',
 
   // ---- lesson 2 (real) ----
@@ -445,13 +446,16 @@ const en = {
   'l6.forget.p3': 'To the key, a lost commit is a charge that never happened. The fix is below the API: synchronous replication (or one node that fsyncs before it answers).',
   'l6.abandon.title': 'A key-first request abandoned after its key was committed',
   'l6.abandon.p1.html': p =>
-    `In key-first, the key is committed on its own before the charge. Here A commits its key as <code>in_progress</code> with a lease of ${p.s} seconds (<code>Demo-Fault: lease=${p.ms}</code>) and then stops, as a crashed process would, without charging and without releasing the key (<code>Demo-Fault: abandon</code>; the server itself keeps running). B retries at once; C retries once the lease is over. Nobody will ever finish A’s work: only the lease lets someone else do it. On this server the lease is ${p.lease} by default.`,
+    `In key-first, the key is committed on its own before the charge. Here A commits its key as <code>in_progress</code> with a lease of ${p.s} seconds (<code>Demo-Fault: lease=${p.ms}</code>) and then stops, as a crashed process would, without charging and without releasing the key (<code>Demo-Fault: abandon</code>; the server itself keeps running). B retries at once; C retries once the lease is over. The process that held the lease will never finish A’s work; its key row kept A’s request, so once the lease is over the server’s recovery task runs it to the end, and a retry can take the key over too. On this server the lease is ${p.lease} by default.`,
   'l6.abandon.step1': p => `Send A (stops after its key, lease ${p.s} s), then retry at once (B)`,
-  'l6.abandon.step2': 'Wait for the lease to end, then retry (C)',
+  'l6.abandon.step2': 'Wait for the lease to end and the recovery task, then retry (C)',
   'l6.abandon.verdict.ok.html': p =>
     `A got <code>${p.a}</code> and left its key <code>${p.row}</code> with no charge. B, while the lease held, got <code>${p.b}</code> and charged nothing. After the lease (the client waited ${p.waited}), C took the key over and got <code>${p.c}</code>: <strong>${p.n}</strong> charge in all.`,
   'l6.abandon.verdict.bad.html': p => `Expected A 504 with its key in_progress, B 409, C 201 and one charge; A ${p.a} (key ${p.row}), B ${p.b}, C ${p.c}, ${p.n} new charge(s).`,
-  'l6.abandon.p2': 'A client that gives up at the 409 never learns whether it was charged; one that keeps retrying gets the charge once the lease is over. The atomic design has no such stuck key: a crash rolls the key back with the charge.',
+  'l6.abandon.recovered.ok.html': p =>
+    `A got <code>${p.a}</code> and left its key <code>${p.row}</code> with no charge. B, while the lease held, got <code>${p.b}</code> and charged nothing. After the lease (the client waited ${p.waited}), the server’s recovery task (a pass every ${p.every} ms) ran A’s request from its key row and completed the key; C got that charge, replayed (<code>${p.c}</code>, <code>Idempotent-Replayed: true</code>): <strong>${p.n}</strong> charge in all.`,
+  'l6.abandon.recovered.bad.html': p => `Expected A 504 with its key in_progress, B 409, the key completed by the recovery task, C its replay (201) and one charge; A ${p.a} (key ${p.row}), B ${p.b}, C ${p.c}, ${p.n} new charge(s).`,
+  'l6.abandon.p2': 'A client that gives up at the 409 never learns whether it was charged; one that keeps retrying gets the charge once the lease is over, whoever finished it. Recovery needs the request kept with the key and an operation that is safe to run late. The atomic design has no such stuck key: a crash rolls the key back with the charge.',
   'l6.retention.title': 'The retention ends before the retries do',
   'l6.retention.p1': p =>
     `This server keeps a key for ${p.ttl}. A client whose answer was lost, and whose retries go on longer than that (an outage, a queue that replays old work), sends its last retry to a server that has forgotten the key. The demo ends the retention at once (POST /demo/keys/{key}/expire).`,
@@ -866,6 +870,7 @@ const ja = {
   'd.abandoned': 'プロセスが落ちたかのように、リクエストはここで止まる。課金は無く、キーは in_progress のまま',
   'd.waitLease': p => `リースが切れるまで、クライアントは ${p.span}待つ`,
   'd.takeOver': p => `キー ${p.key} を登録 → in_progress だがリース切れ、本文も同じ → 引き継ぐ`,
+  'd.recovered': p => `回復タスク: キー ${p.key} は in_progress でリース切れ → 引き継ぎ、残ったリクエストで課金、完了`,
   'd.kfCommitPlain': '課金と、キーの行への 201 の保存（completed）を COMMIT',
 
   'l2.p1.html':
@@ -932,13 +937,16 @@ const ja = {
   'l6.forget.p3': 'キーから見れば、失われたコミットは起きなかった課金です。直す場所は API より下、同期レプリケーション（または応答の前に fsync する単一ノード）です。',
   'l6.abandon.title': 'キーをコミットした後に放棄された key-first のリクエスト',
   'l6.abandon.p1.html': p =>
-    `key-first では、キーを課金より先に単独でコミットします。ここでの A は、キーを ${p.s} 秒のリース付き（<code>Demo-Fault: lease=${p.ms}</code>）の <code>in_progress</code> としてコミットした後、落ちたプロセスのように止まります。課金もせず、キーも手放しません（<code>Demo-Fault: abandon</code>。サーバー自体は動き続けます）。B はすぐに再送し、C はリースが切れてから再送します。A の処理を終える者はもういないので、ほかの誰かが代わりに処理できるのはリースのおかげです。このサーバーのリースは通常 ${p.lease} です。`,
+    `key-first では、キーを課金より先に単独でコミットします。ここでの A は、キーを ${p.s} 秒のリース付き（<code>Demo-Fault: lease=${p.ms}</code>）の <code>in_progress</code> としてコミットした後、落ちたプロセスのように止まります。課金もせず、キーも手放しません（<code>Demo-Fault: abandon</code>。サーバー自体は動き続けます）。B はすぐに再送し、C はリースが切れてから再送します。リースを持っていたプロセスは A の処理をもう終えません。キーの行には A のリクエストが残っているので、リースが切れるとサーバーの回復タスクがそれを最後まで実行します。再送がキーを引き継ぐこともできます。このサーバーのリースは通常 ${p.lease} です。`,
   'l6.abandon.step1': p => `A を送り（キーの後で止まる、リース ${p.s} 秒）、すぐに再送する（B）`,
-  'l6.abandon.step2': 'リースが切れるのを待って再送する（C）',
+  'l6.abandon.step2': 'リース切れと回復タスクを待って再送する（C）',
   'l6.abandon.verdict.ok.html': p =>
     `A は <code>${p.a}</code> を受け取り、課金の無いままキーを <code>${p.row}</code> で残しました。リースが有効な間の B は <code>${p.b}</code> を受け取り、何も課金していません。リースが切れた後（クライアントは ${p.waited}待ちました）、C がキーを引き継いで <code>${p.c}</code> を受け取りました。課金は全部で <strong>${p.n} 件</strong>です。`,
   'l6.abandon.verdict.bad.html': p => `A が 504 でキーが in_progress、B が 409、C が 201 で課金 1 件を期待していました。実際は A ${p.a}（キー ${p.row}）、B ${p.b}、C ${p.c}、増えた課金 ${p.n} 件でした。`,
-  'l6.abandon.p2': '409 で諦めたクライアントは、課金されたかどうかを知らないままです。再送を続けたクライアントは、リースが切れた後に 1 回だけ課金されます。atomic にはこのように止まったキーはありません。落ちればキーも課金と一緒にロールバックされるからです。',
+  'l6.abandon.recovered.ok.html': p =>
+    `A は <code>${p.a}</code> を受け取り、課金の無いままキーを <code>${p.row}</code> で残しました。リースが有効な間の B は <code>${p.b}</code> を受け取り、何も課金していません。リースが切れた後（クライアントは ${p.waited}待ちました）、サーバーの回復タスク（${p.every} ms ごとに実行）がキーの行に残った A のリクエストを実行し、キーを完了にしました。C はその課金を再生として受け取りました（<code>${p.c}</code>、<code>Idempotent-Replayed: true</code>）。課金は全部で <strong>${p.n} 件</strong>です。`,
+  'l6.abandon.recovered.bad.html': p => `A が 504 でキーが in_progress、B が 409、回復タスクがキーを完了し、C がその再生（201）で課金 1 件を期待していました。実際は A ${p.a}（キー ${p.row}）、B ${p.b}、C ${p.c}、増えた課金 ${p.n} 件でした。`,
+  'l6.abandon.p2': '409 で諦めたクライアントは、課金されたかどうかを知らないままです。再送を続けたクライアントは、誰が処理を終えたにせよ、リースが切れた後に 1 回だけ課金されます。回復には、キーと一緒に残したリクエストと、遅れて実行しても安全な操作が必要です。atomic にはこのように止まったキーはありません。落ちればキーも課金と一緒にロールバックされるからです。',
   'l6.retention.title': '再送より先に保持期間が終わる',
   'l6.retention.p1': p =>
     `このサーバーはキーを ${p.ttl} 保持します。返事を失ったクライアントの再送がそれより長く続くと（障害が長引いた、古い処理をキューが送り直した、など）、最後の再送はキーを忘れたサーバーに届きます。デモでは保持期間をその場で終わらせます（POST /demo/keys/{key}/expire）。`,

@@ -794,10 +794,12 @@ const lesson6Abandon = experiment({
       label: 'l6.abandon.step2',
       run: async (ctx) => {
         const key = ctx.vars.key;
-        const row = ctx.latest?.idempotency_keys.find((k) => k.key === key);
+        // The tables as they are now, not as they were after B: the lease may be over already.
+        const now = await ctx.refresh();
+        const row = now?.idempotency_keys.find((k) => k.key === key);
         // How long the lease still runs, by the server's clock (GET /demo/state's now).
         // Only an in-progress row has a lease to wait out; never longer than the lease A asked for.
-        const left = row?.status === 'in_progress' && row.locked_until ? timeOf(row.locked_until) - nowOf(ctx.latest) : 0;
+        const left = row?.status === 'in_progress' && row.locked_until ? timeOf(row.locked_until) - nowOf(now) : 0;
         ctx.vars.waitedMs = Math.min(L6_LEASE_MS, Math.max(0, Math.round(left))) + 400;
         ctx.diagram.note(['client'], L('d.waitLease', { span: () => fmtSpan(ctx.vars.waitedMs) }), { tag: 'C' });
         await ctx.sleep(ctx.vars.waitedMs);
@@ -808,6 +810,11 @@ const lesson6Abandon = experiment({
             if (outcomeOf(rec) === EXECUTED) {
               d.message('api', 'db', L('d.takeOver', { key: shortKeyOf(key) }), { tag: 'C' });
               d.message('api', 'db', L('d.kfCommitPlain'), { tag: 'C' });
+            } else if (outcomeOf(rec) === REPLAYED) {
+              // The server's recovery task came first: it took the row over after the lease and charged.
+              d.note(['api'], L('d.recoveredFirst', { key: shortKeyOf(key) }), { tag: 'C' });
+              d.message('api', 'db', L('d.insertKeyTaken', { key: shortKeyOf(key) }), { tag: 'C' });
+              d.message('db', 'api', L('d.readStored'), { tag: 'C', kind: 'reply' });
             }
             reply(d, rec, bar);
           },
@@ -820,12 +827,16 @@ const lesson6Abandon = experiment({
     const row = ctx.vars.rowAfterA;
     const fresh = ctx.newCharges();
     const keyRow = ctx.latest?.idempotency_keys.find((k) => k.key === ctx.vars.key);
-    const ok = outcomeOf(A) === LOST && row?.status === 'in_progress' && outcomeOf(B) === IN_FLIGHT && outcomeOf(C) === EXECUTED
+    // After the lease, either C takes the row over and charges, or the
+    // server's recovery task (lesson 7) has already done so and C replays it:
+    // one charge either way.
+    const recovered = outcomeOf(C) === REPLAYED;
+    const ok = outcomeOf(A) === LOST && row?.status === 'in_progress' && outcomeOf(B) === IN_FLIGHT && [EXECUTED, REPLAYED].includes(outcomeOf(C))
       && fresh.length === 1 && fresh[0].id === C.json?.id && keyRow?.status === 'completed' && keyRow.charge_id === C.json?.id;
     return {
       ok,
       key: 'l6.abandon.verdict',
-      params: { a: A?.status ?? '—', row: row?.status ?? '—', b: B?.status ?? '—', c: C?.status ?? '—', n: fresh.length, waited: () => fmtSpan(ctx.vars.waitedMs ?? 0) },
+      params: { a: A?.status ?? '—', row: row?.status ?? '—', b: B?.status ?? '—', c: C?.status ?? '—', n: fresh.length, waited: () => fmtSpan(ctx.vars.waitedMs ?? 0), recovered },
     };
   },
 });

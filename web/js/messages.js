@@ -378,6 +378,7 @@ const en = {
   'd.waitLease': p => `the client waits ${p.span}, until the lease is over`,
   'd.takeOver': p => `register key ${p.key} → in_progress, lease over, same body → take it over`,
   'd.kfCommitPlain': 'the charge and the 201 in the key row (completed), COMMIT',
+  'd.recoveredFirst': p => `the server’s recovery task came first: after the lease it took key ${p.key} over and charged`,
 
   // ---- lesson 2 (real) ----
   'l2.p1.html':
@@ -445,12 +446,12 @@ const en = {
   'l6.forget.p3': 'To the key, a lost commit is a charge that never happened. The fix is below the API: synchronous replication (or one node that fsyncs before it answers).',
   'l6.abandon.title': 'A key-first request abandoned after its key was committed',
   'l6.abandon.p1.html': p =>
-    `In key-first, the key is committed on its own before the charge. Here A commits its key as <code>in_progress</code> with a lease of ${p.s} seconds (<code>Demo-Fault: lease=${p.ms}</code>) and then stops, as a crashed process would, without charging and without releasing the key (<code>Demo-Fault: abandon</code>; the server itself keeps running). B retries at once; C retries once the lease is over. Nobody will ever finish A’s work: only the lease lets someone else do it. On this server the lease is ${p.lease} by default.`,
+    `In key-first, the key is committed on its own before the charge. Here A commits its key as <code>in_progress</code> with a lease of ${p.s} seconds (<code>Demo-Fault: lease=${p.ms}</code>) and then stops, as a crashed process would, without charging and without releasing the key (<code>Demo-Fault: abandon</code>; the server itself keeps running). B retries at once; C retries once the lease is over. A’s process will never finish its work: only the lease lets someone else do it, C or this server’s own recovery task (see lesson 7), whichever comes first. On this server the lease is ${p.lease} by default.`,
   'l6.abandon.step1': p => `Send A (stops after its key, lease ${p.s} s), then retry at once (B)`,
   'l6.abandon.step2': 'Wait for the lease to end, then retry (C)',
   'l6.abandon.verdict.ok.html': p =>
-    `A got <code>${p.a}</code> and left its key <code>${p.row}</code> with no charge. B, while the lease held, got <code>${p.b}</code> and charged nothing. After the lease (the client waited ${p.waited}), C took the key over and got <code>${p.c}</code>: <strong>${p.n}</strong> charge in all.`,
-  'l6.abandon.verdict.bad.html': p => `Expected A 504 with its key in_progress, B 409, C 201 and one charge; A ${p.a} (key ${p.row}), B ${p.b}, C ${p.c}, ${p.n} new charge(s).`,
+    `A got <code>${p.a}</code> and left its key <code>${p.row}</code> with no charge. B, while the lease held, got <code>${p.b}</code> and charged nothing. After the lease (the client waited ${p.waited}), ${p.recovered ? `the server’s recovery task had already taken the key over and charged, and C got the stored <code>${p.c}</code> (<code>Idempotent-Replayed: true</code>)` : `C took the key over and got <code>${p.c}</code>`}: <strong>${p.n}</strong> charge in all.`,
+  'l6.abandon.verdict.bad.html': p => `Expected A 504 with its key in_progress, B 409, C 201 (taking the key over, or replaying the recovery task’s charge) and one charge; A ${p.a} (key ${p.row}), B ${p.b}, C ${p.c}, ${p.n} new charge(s).`,
   'l6.abandon.p2': 'A client that gives up at the 409 never learns whether it was charged; one that keeps retrying gets the charge once the lease is over. The atomic design has no such stuck key: a crash rolls the key back with the charge.',
   'l6.retention.title': 'The retention ends before the retries do',
   'l6.retention.p1': p =>
@@ -867,6 +868,7 @@ const ja = {
   'd.waitLease': p => `リースが切れるまで、クライアントは ${p.span}待つ`,
   'd.takeOver': p => `キー ${p.key} を登録 → in_progress だがリース切れ、本文も同じ → 引き継ぐ`,
   'd.kfCommitPlain': '課金と、キーの行への 201 の保存（completed）を COMMIT',
+  'd.recoveredFirst': p => `サーバーの回収タスクが先だった。リースが切れた後、キー ${p.key} を引き継いで課金した`,
 
   'l2.p1.html':
     '書き方しだいで、何度繰り返しても困らない操作があります。500 円の課金で考えてみましょう。「そのうち 100 円を<strong>返金する</strong>」は変化を伝える書き方で、届くたびにさらに 100 円が戻ります。「説明文をこの文に<strong>する</strong>」は行き着く結果を伝える書き方で、何回届いても説明文はその文です。下の実験では、どちらも本物の API に 3 回ずつ送ります。最初の 2 回の返事は捨てられ（<code>Demo-Fault: lose-response</code>）、クライアントは返事が届くまで送り直します。',
@@ -932,12 +934,12 @@ const ja = {
   'l6.forget.p3': 'キーから見れば、失われたコミットは起きなかった課金です。直す場所は API より下、同期レプリケーション（または応答の前に fsync する単一ノード）です。',
   'l6.abandon.title': 'キーをコミットした後に放棄された key-first のリクエスト',
   'l6.abandon.p1.html': p =>
-    `key-first では、キーを課金より先に単独でコミットします。ここでの A は、キーを ${p.s} 秒のリース付き（<code>Demo-Fault: lease=${p.ms}</code>）の <code>in_progress</code> としてコミットした後、落ちたプロセスのように止まります。課金もせず、キーも手放しません（<code>Demo-Fault: abandon</code>。サーバー自体は動き続けます）。B はすぐに再送し、C はリースが切れてから再送します。A の処理を終える者はもういないので、ほかの誰かが代わりに処理できるのはリースのおかげです。このサーバーのリースは通常 ${p.lease} です。`,
+    `key-first では、キーを課金より先に単独でコミットします。ここでの A は、キーを ${p.s} 秒のリース付き（<code>Demo-Fault: lease=${p.ms}</code>）の <code>in_progress</code> としてコミットした後、落ちたプロセスのように止まります。課金もせず、キーも手放しません（<code>Demo-Fault: abandon</code>。サーバー自体は動き続けます）。B はすぐに再送し、C はリースが切れてから再送します。A のプロセスが処理を終えることはもうないので、ほかの誰か（C か、このサーバー自身の回収タスク（レッスン 7）の早い方）が代わりに処理できるのはリースのおかげです。このサーバーのリースは通常 ${p.lease} です。`,
   'l6.abandon.step1': p => `A を送り（キーの後で止まる、リース ${p.s} 秒）、すぐに再送する（B）`,
   'l6.abandon.step2': 'リースが切れるのを待って再送する（C）',
   'l6.abandon.verdict.ok.html': p =>
-    `A は <code>${p.a}</code> を受け取り、課金の無いままキーを <code>${p.row}</code> で残しました。リースが有効な間の B は <code>${p.b}</code> を受け取り、何も課金していません。リースが切れた後（クライアントは ${p.waited}待ちました）、C がキーを引き継いで <code>${p.c}</code> を受け取りました。課金は全部で <strong>${p.n} 件</strong>です。`,
-  'l6.abandon.verdict.bad.html': p => `A が 504 でキーが in_progress、B が 409、C が 201 で課金 1 件を期待していました。実際は A ${p.a}（キー ${p.row}）、B ${p.b}、C ${p.c}、増えた課金 ${p.n} 件でした。`,
+    `A は <code>${p.a}</code> を受け取り、課金の無いままキーを <code>${p.row}</code> で残しました。リースが有効な間の B は <code>${p.b}</code> を受け取り、何も課金していません。リースが切れた後（クライアントは ${p.waited}待ちました）、${p.recovered ? `サーバーの回収タスクがすでにキーを引き継いで課金しており、C は保存済みの <code>${p.c}</code>（<code>Idempotent-Replayed: true</code>）を受け取りました` : `C がキーを引き継いで <code>${p.c}</code> を受け取りました`}。課金は全部で <strong>${p.n} 件</strong>です。`,
+  'l6.abandon.verdict.bad.html': p => `A が 504 でキーが in_progress、B が 409、C が 201（キーの引き継ぎか、回収タスクの課金の再生）で課金 1 件を期待していました。実際は A ${p.a}（キー ${p.row}）、B ${p.b}、C ${p.c}、増えた課金 ${p.n} 件でした。`,
   'l6.abandon.p2': '409 で諦めたクライアントは、課金されたかどうかを知らないままです。再送を続けたクライアントは、リースが切れた後に 1 回だけ課金されます。atomic にはこのように止まったキーはありません。落ちればキーも課金と一緒にロールバックされるからです。',
   'l6.retention.title': '再送より先に保持期間が終わる',
   'l6.retention.p1': p =>

@@ -1,7 +1,8 @@
 //! The teaching page in a real browser: headless Chromium (Debian's package,
 //! never a downloaded one) driven by playwright-core clicks through lessons
-//! 1 to 6 and the self-check against the real app on a fresh database,
-//! checks what the page shows and what the database holds after each step,
+//! 1 to 7 and the self-check against the real app on a fresh database (with
+//! lesson 7's card network in process, on a fresh database of its own),
+//! checks what the page shows and what the databases hold after each step,
 //! runs axe-core in English and Japanese at desktop and phone sizes after
 //! every experiment (and on /docs), and saves screenshots of every lesson in
 //! those four views to `artifacts/browser/<backend>/`: on SQLite always, on
@@ -103,17 +104,22 @@ async fn run_lessons(backend: support::TestBackend) {
         missing.join(", ")
     );
 
+    // The card network of lesson 7: in process, on a database of its own
+    // (on the same backend), dropped when the test ends.
+    let network = support::TestDatabase::create_for(backend);
+    let network_url = network.url.clone();
     // The server's own purge waits an hour, so lesson 5's purge is the one
     // that removes the expired key, however long the test looks at the page
     // before it presses the button (the page says "every 1 hour on this
-    // server").
+    // server"). The recovery task runs often, so lesson 7 (c) waits little
+    // more than its lease for it.
     let app = support::BACKEND
         .scope(
             backend,
-            support::spawn_app_with(|settings| {
+            support::spawn_app_with(move |settings| {
                 settings.purge_interval = std::time::Duration::from_secs(3600);
-                // Lesson 6's abandoned key is recovered within a third of a
-                // second of its lease, not the default 5 s.
+                settings.network_url = charges::config::NETWORK_IN_PROCESS.to_owned();
+                settings.network_database_url = Some(network_url);
                 settings.recovery_interval = std::time::Duration::from_millis(300);
             }),
         )
@@ -155,6 +161,7 @@ async fn run_lessons(backend: support::TestBackend) {
         "lesson-4-key-first",
         "lesson-5",
         "lesson-6",
+        "lesson-7",
         "self-check",
     ];
     for section in sections {
@@ -163,4 +170,5 @@ async fn run_lessons(backend: support::TestBackend) {
             assert!(root.join(&file).exists(), "screenshot {file}");
         }
     }
+    drop(network);
 }

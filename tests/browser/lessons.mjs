@@ -22,7 +22,7 @@ const BASE_URL = (process.env.BASE_URL || '').replace(/\/+$/, '');
 const ARTIFACTS_DIR = path.resolve(process.env.ARTIFACTS_DIR || 'artifacts/browser');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 
-const RUN_TIMEOUT_MS = 480_000; // the whole script (it takes about 2–3 minutes)
+const RUN_TIMEOUT_MS = 480_000; // the whole script (it takes about 2½–4 minutes)
 const STEP_TIMEOUT_MS = 20_000; // one step of an experiment (lesson 4 needs ~5 s)
 const ACTION_TIMEOUT_MS = 10_000; // a click, a locator, an API call
 
@@ -651,7 +651,7 @@ async function lesson6(page) {
   const v1 = await verdict(page, 'l6-forget');
   check('lesson 6 (lost commit): the result box agrees, shown as harm', v1.ok && (await tone(page, 'l6-forget')) === 'bad', v1.text.slice(0, 120));
 
-  // ---- (b) key-first, abandoned after its key: 409 while the lease holds, then recovery ----
+  // ---- (b) key-first, abandoned after its key: 409 while the lease holds, then a takeover ----
   await resetViaPage(page);
   await clickStep(page, 'l6-abandon', 1);
   const ka = await card(page, 'l6-abandon', 'A');
@@ -672,14 +672,11 @@ async function lesson6(page) {
   const kc = await card(page, 'l6-abandon', 'C');
   state = await dbState();
   const done = state.idempotency_keys.find((k) => k.key === key);
-  // The test's server runs its recovery task every 300 ms: after the lease it
-  // finishes A from the request the key row kept, and C is its replay.
-  check('lesson 6 (abandoned): after the lease, the recovery task completes A’s key with one charge, and the retry C replays it (201, Idempotent-Replayed)',
-    kc.status === 201 && kc.replayed && state.charges.length === 1 && state.charges[0].id === responseId(kc.response)
+  // After the lease, C takes the key over, unless the server's recovery task (every 300 ms here, lesson 7) did so first; then C replays its charge.
+  check('lesson 6 (abandoned): after the lease, the key is taken over (by C, or first by the recovery task, which C then replays) and charged once',
+    kc.status === 201 && state.charges.length === 1 && state.charges[0].id === responseId(kc.response)
       && done?.status === 'completed' && done?.charge_id === responseId(kc.response),
     `status ${kc.status}, replayed ${kc.replayed}, ${state.charges.length} charges, key ${done?.status}`);
-  check('lesson 6 (abandoned): the diagram shows the recovery task before C',
-    /recovery task/.test((await exp(page, 'l6-abandon').locator('svg text').allTextContents()).join(' ')));
   const v2 = await verdict(page, 'l6-abandon');
   check('lesson 6 (abandoned): the result box agrees, shown as safe', v2.ok && (await tone(page, 'l6-abandon')) === 'good', v2.text.slice(0, 120));
 
@@ -705,12 +702,160 @@ async function lesson6(page) {
   await clear(page, ['l6-forget', 'l6-abandon', 'l6-retention']);
 }
 
+/** The network's authorizations in GET /demo/state that are not in `before` (ids). */
+function newAuths(state, before) {
+  return (state.network?.authorizations ?? []).filter((a) => !before.has(a.id));
+}
+
+function authIds(state) {
+  return new Set((state.network?.authorizations ?? []).map((a) => a.id));
+}
+
+/** What the page's network ledger shows: its rows (id, the charge holding it), and its orphans. */
+async function shownAuths(page, id) {
+  const panel = exp(page, id).getByTestId('db-panel');
+  const rows = await panel.getByTestId('auth-row').evaluateAll((trs) => trs.map((tr) => ({ id: tr.dataset.id, charge: tr.dataset.charge })));
+  const orphans = await panel.getByTestId('orphan').count();
+  return { rows, orphans };
+}
+
+/** What the page's charges table shows as each charge's authorization_id. */
+async function shownAuthIds(page, id) {
+  return exp(page, id).getByTestId('db-panel').getByTestId('authorization-id').evaluateAll((tds) => tds.map((td) => td.dataset.id));
+}
+
+/** Lesson 7: each experiment's steps as the page shows them and as both ledgers hold them (ours, the network's), and its result box. */
+async function lesson7(page) {
+  const config = await api('GET', '/demo/config');
+  check('lesson 7: the server has a card network, and the page names it',
+    typeof config.network === 'string' && (await page.getByTestId('l7-network').innerText()).includes(config.network), String(config.network));
+
+  // ---- (a) the network's answer lost; the retry with the same key is the network's replay ----
+  await resetViaPage(page);
+  let before = authIds(await dbState());
+  await clickStep(page, 'l7-lost', 1);
+  const la = await card(page, 'l7-lost', 'A');
+  let state = await dbState();
+  check('lesson 7 (lost answer): A (Demo-Fault: network-lose-answer) is answered 503 network-unavailable with Retry-After; the network holds 1 new authorization, we hold no charge and no key',
+    la.status === 503 && /network-unavailable/.test(la.response) && /Retry-After: \d+/.test(la.response) && /Demo-Fault: network-lose-answer/.test(la.request)
+      && newAuths(state, before).length === 1 && state.charges.length === 0 && state.idempotency_keys.length === 0,
+    `status ${la.status}, ${newAuths(state, before).length} authorizations, ${state.charges.length} charges, ${state.idempotency_keys.length} keys`);
+  let shown = await shownAuths(page, 'l7-lost');
+  check('lesson 7 (lost answer): the page shows the authorization at the network, held by no charge yet',
+    shown.rows.length === 1 && shown.rows[0].id === newAuths(state, before)[0]?.id && shown.orphans === 1, JSON.stringify(shown));
+  await clickStep(page, 'l7-lost', 2);
+  const lb = await card(page, 'l7-lost', 'B');
+  state = await dbState();
+  let auths = newAuths(state, before);
+  const authB = lb.response.match(/"authorization_id":\s*"([0-9a-f-]{36})"/)?.[1] ?? null;
+  check('lesson 7 (lost answer): the retry with the same key gets 201 (a first run for us): 1 charge, still 1 authorization, and the charge holds it',
+    lb.status === 201 && !lb.replayed && state.charges.length === 1 && auths.length === 1 && state.charges[0].authorization_id === auths[0].id && authB === auths[0].id,
+    `status ${lb.status}, ${state.charges.length} charges, ${auths.length} authorizations, ids ${state.charges[0]?.authorization_id?.slice(0, 8)} / ${auths[0]?.id?.slice(0, 8)}`);
+  shown = await shownAuths(page, 'l7-lost');
+  const held = await shownAuthIds(page, 'l7-lost');
+  check('lesson 7 (lost answer): the page shows both ledgers agreeing: the charge\'s authorization_id is the one authorization, held by it',
+    held.length === 1 && held[0] === auths[0].id && shown.rows.length === 1 && shown.rows[0].charge === state.charges[0].id && shown.orphans === 0,
+    `${JSON.stringify(held)} ${JSON.stringify(shown)}`);
+  const va = await verdict(page, 'l7-lost');
+  check('lesson 7 (lost answer): the result box agrees, shown as safe', va.ok && (await tone(page, 'l7-lost')) === 'good', va.text.slice(0, 120));
+
+  // ---- (b) the key not passed on: one charge here, two authorizations there ----
+  await resetViaPage(page);
+  before = authIds(await dbState());
+  await clickStep(page, 'l7-fresh', 1);
+  const fa = await card(page, 'l7-fresh', 'A');
+  state = await dbState();
+  check('lesson 7 (not passed on): A (network-fresh-key, network-lose-answer) is answered 503; 1 authorization there, nothing here',
+    fa.status === 503 && /Demo-Fault: network-fresh-key, network-lose-answer/.test(fa.request) && newAuths(state, before).length === 1 && state.charges.length === 0,
+    `status ${fa.status}, ${newAuths(state, before).length} authorizations, ${state.charges.length} charges`);
+  await clickStep(page, 'l7-fresh', 2);
+  const fb = await card(page, 'l7-fresh', 'B');
+  state = await dbState();
+  auths = newAuths(state, before);
+  const heldIds = new Set(state.charges.map((c) => c.authorization_id));
+  const orphans = auths.filter((a) => !heldIds.has(a.id));
+  check('lesson 7 (not passed on): the retry gets 201: our table 1 charge, the network 2 authorizations, one held by no charge',
+    fb.status === 201 && !fb.replayed && state.charges.length === 1 && auths.length === 2 && orphans.length === 1,
+    `status ${fb.status}, ${state.charges.length} charges, ${auths.length} authorizations, ${orphans.length} orphaned`);
+  shown = await shownAuths(page, 'l7-fresh');
+  check('lesson 7 (not passed on): the page shows the 2 authorizations, the orphan marked as held by no charge',
+    shown.rows.length === 2 && shown.orphans === 1 && shown.rows.find((r) => !r.charge)?.id === orphans[0]?.id, JSON.stringify(shown));
+  const vb = await verdict(page, 'l7-fresh');
+  check('lesson 7 (not passed on): the result box agrees, shown as harm (and the retry\'s card too)',
+    vb.ok && (await tone(page, 'l7-fresh')) === 'bad' && (await harmShown(page, 'l7-fresh', 'B', 'orphan')), vb.text.slice(0, 120));
+
+  // ---- (c) key-first abandoned after the network: 409, then the recovery task, then a replay ----
+  await resetViaPage(page);
+  before = authIds(await dbState());
+  await clickStep(page, 'l7-recover', 1);
+  const ra = await card(page, 'l7-recover', 'A');
+  const rb = await card(page, 'l7-recover', 'B');
+  const key = ra.request.match(/Idempotency-Key: "([^"]+)"/)?.[1];
+  state = await dbState();
+  const row = state.idempotency_keys.find((k) => k.key === key);
+  check('lesson 7 (recovery): A (key-first, abandon-after-network, lease=2000) is answered 504, its key in_progress, 1 authorization and no charge',
+    ra.status === 504 && /Demo-Fault: abandon-after-network, lease=2000/.test(ra.request) && /Demo-Mode: key-first/.test(ra.request)
+      && row?.status === 'in_progress' && newAuths(state, before).length === 1 && state.charges.length === 0,
+    `status ${ra.status}, key ${row?.status}, ${newAuths(state, before).length} authorizations`);
+  check('lesson 7 (recovery): the retry B while the lease holds gets 409 and charges nothing',
+    rb.status === 409 && /idempotency-key-in-flight/.test(rb.response), `status ${rb.status}`);
+  const afterB = await exp(page, 'l7-recover').getByTestId('db-panel').getByTestId('charges-count').getAttribute('data-count');
+  check('lesson 7 (recovery): after B the page shows no charge, the key in_progress, the authorization held by no charge',
+    afterB === '0' && (await exp(page, 'l7-recover').getByTestId('db-panel').locator('[data-testid="key-row"][data-status="in_progress"]').count()) === 1
+      && (await shownAuths(page, 'l7-recover')).orphans === 1, `charges shown: ${afterB}`);
+  const started = Date.now();
+  await clickStep(page, 'l7-recover', 2);
+  const waited = Date.now() - started;
+  state = await dbState();
+  const recovered = state.idempotency_keys.find((k) => k.key === key);
+  auths = newAuths(state, before);
+  check('lesson 7 (recovery): with no retry, the recovery task completes the key after the lease: 1 charge, holding the one authorization',
+    recovered?.status === 'completed' && state.charges.length === 1 && recovered.charge_id === state.charges[0].id && auths.length === 1
+      && state.charges[0].authorization_id === auths[0].id,
+    `key ${recovered?.status}, ${state.charges.length} charges, ${auths.length} authorizations, after ${waited} ms`);
+  check('lesson 7 (recovery): the page waited for it briefly (lease 2 s, recovery every 300 ms)', waited < 6000, `${waited} ms`);
+  await clickStep(page, 'l7-recover', 3);
+  const rc = await card(page, 'l7-recover', 'C');
+  state = await dbState();
+  auths = newAuths(state, before);
+  check('lesson 7 (recovery): the next retry C replays the recovered charge (201, Idempotent-Replayed); still 1 charge, 1 authorization, none orphaned',
+    rc.status === 201 && rc.replayed && responseId(rc.response) === state.charges[0]?.id && state.charges.length === 1 && auths.length === 1
+      && state.charges[0].authorization_id === auths[0].id,
+    `status ${rc.status}, replayed ${rc.replayed}, ${state.charges.length} charges, ${auths.length} authorizations`);
+  shown = await shownAuths(page, 'l7-recover');
+  check('lesson 7 (recovery): the page shows the one authorization held by the one charge', shown.rows.length === 1 && shown.orphans === 0
+    && shown.rows[0].charge === state.charges[0].id, JSON.stringify(shown));
+  const vc = await verdict(page, 'l7-recover');
+  check('lesson 7 (recovery): the result box agrees, shown as safe', vc.ok && (await tone(page, 'l7-recover')) === 'good', vc.text.slice(0, 120));
+
+  // ---- (d) the network down: 503, nothing anywhere, the retry charges once ----
+  await resetViaPage(page);
+  before = authIds(await dbState());
+  await clickStep(page, 'l7-down', 1);
+  const da = await card(page, 'l7-down', 'A');
+  state = await dbState();
+  check('lesson 7 (network down): A is answered 503 with Retry-After; no authorization, no charge, no key',
+    da.status === 503 && /Retry-After: \d+/.test(da.response) && newAuths(state, before).length === 0 && state.charges.length === 0 && state.idempotency_keys.length === 0,
+    `status ${da.status}, ${newAuths(state, before).length} authorizations, ${state.charges.length} charges`);
+  await clickStep(page, 'l7-down', 2);
+  const db = await card(page, 'l7-down', 'B');
+  state = await dbState();
+  auths = newAuths(state, before);
+  check('lesson 7 (network down): the retry with the same key gets 201: 1 charge holding 1 authorization',
+    db.status === 201 && !db.replayed && state.charges.length === 1 && auths.length === 1 && state.charges[0].authorization_id === auths[0].id,
+    `status ${db.status}, ${state.charges.length} charges, ${auths.length} authorizations`);
+  const vd = await verdict(page, 'l7-down');
+  check('lesson 7 (network down): the result box agrees, shown as safe', vd.ok && (await tone(page, 'l7-down')) === 'good', vd.text.slice(0, 120));
+  await look(page, 'after lesson 7', { section: 'lesson-7' });
+  await clear(page, ['l7-lost', 'l7-fresh', 'l7-recover', 'l7-down']);
+}
+
 /** The self-check: every question answered, wrong and then right, by mouse and by keyboard. */
 async function selfCheck(page) {
   const root = page.getByTestId('self-check');
   const quizzes = root.locator('fieldset.quiz');
   const n = await quizzes.count();
-  check('self-check: six to eight questions, each a fieldset with a legend and radios', n >= 6 && n <= 8
+  check('self-check: eight to ten questions, each a fieldset with a legend and radios', n >= 8 && n <= 10
     && (await root.locator('fieldset.quiz > legend').count()) === n, `${n} questions`);
   const answers = await page.evaluate(async () => (await import('/js/selfcheck.js')).QUESTIONS.map((q) => ({ answer: q.answer, see: q.see })));
   const first = root.getByTestId('quiz-1');
@@ -831,8 +976,8 @@ try {
   page.on('pageerror', (error) => pageErrors.push(error.message));
   page.on('console', (message) => {
     // Chromium logs every 4xx/5xx answer as "Failed to load resource"; the
-    // lessons provoke 404, 409, 422 and 504 on purpose, so only other errors count.
-    if (message.type() === 'error' && !/^Failed to load resource: the server responded with a status of (404|409|422|504)\b/.test(message.text())) {
+    // lessons provoke 404, 409, 422, 503 and 504 on purpose, so only other errors count.
+    if (message.type() === 'error' && !/^Failed to load resource: the server responded with a status of (404|409|422|503|504)\b/.test(message.text())) {
       pageErrors.push(message.text());
     }
   });
@@ -866,6 +1011,7 @@ try {
   await lesson('lesson 4: a retry while the first is still running', () => lesson4(page));
   await lesson('lesson 5: key lifetime and reuse', () => lesson5(page));
   await lesson('lesson 6: what a key cannot promise', () => lesson6(page));
+  await lesson('lesson 7: the charge reaches the card network', () => lesson7(page));
   await lesson('self-check', () => selfCheck(page));
   check('no JavaScript errors on the page', pageErrors.length === 0, pageErrors.slice(0, 3).join(' | '));
   check('no file the page asks for is missing (no 404 but the lesson\'s own)', notFound.length === 0, notFound.slice(0, 3).join(' '));

@@ -1,4 +1,5 @@
-// A hand-rolled, live sequence diagram with three lanes: Client, API, DB.
+// A hand-rolled, live sequence diagram with three lanes (Client, API, DB), or
+// the lanes an experiment asks for (lesson 7 adds the card network).
 //
 // The diagram is a list of rows drawn top to bottom (messages and notes),
 // plus activation bars that span rows. A lesson appends rows as things
@@ -12,6 +13,7 @@
 
 import { t, escapeHtml as esc } from './i18n.js';
 
+/** The lanes, left to right, unless an experiment asks for others. */
 export const LANES = ['client', 'api', 'db'];
 
 const TAG_COLORS = { A: '#2b6585', B: '#8f4a10', C: '#4f6b22', D: '#6b4a8a' };
@@ -20,6 +22,8 @@ const MUTED = '#55656f';
 const LOST = '#a4262c';
 const FONT = 'system-ui, -apple-system, "Segoe UI", "Hiragino Sans", "Noto Sans JP", "Yu Gothic", "IPAGothic", sans-serif';
 const GAP_VISIBLE_AFTER_MS = 400;
+/** A message's label is given at least this much room, even between two inner lanes. */
+const INNER_LABEL_MIN_W = 180;
 // A thin outline in the background colour keeps labels readable where they cross a lifeline.
 const HALO = ' stroke="#fbfcfc" stroke-width="3" stroke-linejoin="round" paint-order="stroke"';
 
@@ -38,8 +42,9 @@ export const L = (key, params = {}) => () => {
 };
 
 export class SequenceDiagram {
-  constructor(host) {
+  constructor(host, { lanes = LANES } = {}) {
     this.host = host;
+    this.lanes = lanes;
     this.host.classList.add('diagram');
     this.emptyNote = document.createElement('p');
     this.emptyNote.className = 'diagram-empty';
@@ -141,10 +146,15 @@ export class SequenceDiagram {
     this.width = W;
     const m = metrics(W);
     // Participant boxes as wide as their names need (Japanese names are longer).
-    const widest = Math.max(...LANES.map((lane) => measure(t(`lane.${lane}`), m.font, false)));
-    m.boxW = Math.min(W / 3 - 8, Math.max(m.boxW, widest + 18));
-    const lx = { client: m.pad + m.boxW / 2, db: W - m.pad - m.boxW / 2 };
-    lx.api = (lx.client + lx.db) / 2;
+    const lanes = this.lanes;
+    const widest = Math.max(...lanes.map((lane) => measure(t(`lane.${lane}`), m.font, false)));
+    m.boxW = Math.min(W / lanes.length - 8, Math.max(m.boxW, widest + 18));
+    // The outer lanes at the edges, the others evenly between them.
+    const first = m.pad + m.boxW / 2;
+    const span = W - m.pad - m.boxW / 2 - first;
+    const lx = Object.fromEntries(lanes.map((lane, i) => [lane, first + (span * i) / (lanes.length - 1)]));
+    lx.first = lx[lanes[0]];
+    lx.last = lx[lanes[lanes.length - 1]];
 
     const out = [];
     const layout = [];
@@ -169,7 +179,7 @@ export class SequenceDiagram {
     const H = Math.ceil(y + 12);
 
     // Lifelines.
-    for (const lane of LANES) {
+    for (const lane of lanes) {
       out.push(`<line x1="${lx[lane]}" y1="${m.boxH + 6}" x2="${lx[lane]}" y2="${H}" stroke="#9cabb5" stroke-width="1.2" stroke-dasharray="4 4"/>`);
     }
 
@@ -189,7 +199,7 @@ export class SequenceDiagram {
     timers.forEach((bar, i) => {
       const label = `${bar.tag}: ${t('d.waitingLive', { ms: Math.round(bar.record.elapsedNow()).toLocaleString() })}`;
       const ty = H - 10 - (timers.length - 1 - i) * m.smallLine;
-      const anchorLeft = bar.lane === 'db';
+      const anchorLeft = bar.lane === lanes[lanes.length - 1] || bar.lane === 'db';
       const bx = lx[bar.lane];
       out.push(text(anchorLeft ? bx - 12 : bx + 16, ty, label, { size: m.small, fill: tagColor(bar.tag), anchor: anchorLeft ? 'end' : 'start', weight: 600 }));
     });
@@ -197,7 +207,7 @@ export class SequenceDiagram {
     for (const [i, row] of this.rows.entries()) out.push(this._drawRow(row, layout[i], lx, m, W));
 
     // Participants on top.
-    for (const lane of LANES) {
+    for (const lane of lanes) {
       out.push(`<rect x="${lx[lane] - m.boxW / 2}" y="4" width="${m.boxW}" height="${m.boxH}" rx="4" fill="#eaf1f5" stroke="#9cabb5"/>`);
       out.push(text(lx[lane], 4 + m.boxH / 2 + m.font * 0.36, t(`lane.${lane}`), { size: m.font, weight: 600 }));
     }
@@ -219,8 +229,16 @@ export class SequenceDiagram {
       // The label may use the room beyond an outer lane (nothing is drawn
       // there), which matters on a phone.
       const [a, b] = [lx[row.from], lx[row.to]].sort((p, q) => p - q);
-      const left = a === lx.client ? m.pad : a + 8;
-      const right = b === lx.db ? W - m.pad : b - 8;
+      let left = a === lx.first ? m.pad : a + 8;
+      let right = b === lx.last ? W - m.pad : b - 8;
+      // Between two inner lanes (four lanes: API and DB) the gap is narrow:
+      // the label may reach over the lifeline to its right, never over the
+      // activation bars on its left lane.
+      const want = Math.min(W - 2 * m.pad, INNER_LABEL_MIN_W);
+      if (a !== lx.first && b !== lx.last && right - left < want) {
+        left = Math.max(a + 12, Math.min((a + b) / 2 - want / 2, W - m.pad - want));
+        right = Math.min(W - m.pad, left + want);
+      }
       const maxW = Math.max(70, right - left - 6);
       const lines = wrap(prefixed(row), maxW, m.font);
       const details = row.detail.flatMap((d) => wrap(d(), maxW, m.small, true));

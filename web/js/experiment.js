@@ -10,9 +10,9 @@
 import { t, tHtml, escapeHtml as esc, fmtAmount, fmtMs, fmtTime } from './i18n.js';
 import { startRequest, getState, REASONS } from './api.js';
 import { SequenceDiagram, L, tagColor } from './diagram.js';
-import { renderState, stateIds, summarize, hue } from './tables.js';
+import { renderState, stateIds, summarize, hue, authorizationsSince } from './tables.js';
 import { loadServer } from './server.js';
-import { outcomeOf, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST } from './outcome.js';
+import { outcomeOf, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST, UNAVAILABLE } from './outcome.js';
 
 const experiments = [];
 const busyListeners = new Set();
@@ -61,6 +61,9 @@ export class Experiment {
    *   steps: [{ label, run }],   // label: i18n key or text thunk; run: async (ctx) => void
    *   setup(ctx),                // optional, at the start of each run
    *   verdict(ctx),              // → { ok, key, params } after the last step
+   *   lanes,                     // optional: the diagram's lanes (default client, API, DB)
+   *   network,                   // optional: show the card network's ledger next to ours
+   *   unavailable(),             // optional: why this server cannot run it (null: it can)
    * }
    */
   constructor(host, def) {
@@ -101,7 +104,7 @@ export class Experiment {
         <div class="cards" data-role="cards"></div>
       </section>`;
     this.el = Object.fromEntries([...host.querySelectorAll('[data-role]')].map((n) => [n.dataset.role, n]));
-    this.diagram = new SequenceDiagram(this.el.diagram);
+    this.diagram = new SequenceDiagram(this.el.diagram, { lanes: def.lanes });
     this.stepButtons = def.steps.map((step, i) => {
       const li = document.createElement('li');
       const button = document.createElement('button');
@@ -155,13 +158,18 @@ export class Experiment {
       newCharges() {
         return (this.latest?.charges ?? []).filter((c) => !this.baseline?.has(c.id));
       },
-      sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
-      /** Reads the state now (no request sent) and shows it; resolves to it. */
+      /** The card network's authorizations added since this run began. */
+      newAuthorizations() {
+        return authorizationsSince(this.latest, this.baseline ?? new Set());
+      },
+      /** Reads the tables (GET /demo/state) and shows them, without a request of its own. */
       async refresh() {
+        const seq = ++experiment.stateSeq;
         const state = await getState();
-        experiment._setState(state);
+        experiment._setState(state, seq);
         return state;
       },
+      sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
     };
   }
 
@@ -194,9 +202,9 @@ export class Experiment {
         const seq = ++this.stateSeq;
         const state = await getState();
         this._setState(state, seq);
-        card.setAfter(state, this.ctx.baseline, null, this.def.refunds);
+        card.setAfter(state, this.ctx.baseline, null, this._tables());
       } catch (error) {
-        card.setAfter(null, null, String(error.message || error));
+        card.setAfter(null, null, String(error.message || error), this._tables());
       }
       return rec;
     });
@@ -216,8 +224,18 @@ export class Experiment {
     this.renderDb();
   }
 
+  /** How this experiment draws the tables: with refunds, with the network's ledger. */
+  _tables() {
+    return { refunds: Boolean(this.def.refunds), network: Boolean(this.def.network) };
+  }
+
+  /** Why this server cannot run the experiment, or null. */
+  unavailable() {
+    return this.def.unavailable?.() ?? null;
+  }
+
   async runStep(i) {
-    if (busy || i !== this.nextStep) return;
+    if (busy || i !== this.nextStep || this.unavailable()) return;
     setBusy(this);
     this.host.dataset.state = 'running';
     this.el.status.textContent = t('exp.running');
@@ -249,7 +267,13 @@ export class Experiment {
     this.result = this.def.verdict(this.ctx);
     // The closing note takes the result's colour: harm in red, safety in green.
     const tone = !this.result.ok ? 'note' : this.def.tone === 'bad' ? 'harm' : 'result';
-    this.diagram.note(['db'], L('d.countNote', { n }), { tone });
+    if (this.def.network) {
+      // Both ledgers: ours, and the network's authorizations of this run.
+      const auths = this.ctx.newAuthorizations().length;
+      this.diagram.note(['db', 'network'], L('d.countNoteNetwork', { n, auths }), { tone });
+    } else {
+      this.diagram.note(['db'], L('d.countNote', { n }), { tone });
+    }
   }
 
   // ---- rendering -----------------------------------------------------------
@@ -279,8 +303,9 @@ export class Experiment {
 
   renderControls() {
     const finished = this.nextStep === this.def.steps.length;
+    const unavailable = this.unavailable();
     this.stepButtons.forEach((button, i) => {
-      button.disabled = busy !== null || i !== this.nextStep;
+      button.disabled = busy !== null || i !== this.nextStep || Boolean(unavailable);
       button.classList.toggle('done', i < this.nextStep);
       button.classList.toggle('next', i === this.nextStep);
     });
@@ -292,7 +317,8 @@ export class Experiment {
     }
     this.host.dataset.state = finished ? 'done' : this.nextStep === 0 ? 'idle' : 'ready';
     let status = '';
-    if (this.failure) status = t('exp.error', { message: this.failure });
+    if (unavailable) status = unavailable;
+    else if (this.failure) status = t('exp.error', { message: this.failure });
     else if (busy) status = t('exp.busyElsewhere');
     else if (this.nextStep === 0) status = t('exp.idle');
     else if (!finished) status = t('exp.next', { n: this.nextStep + 1 });
@@ -346,7 +372,7 @@ export class Experiment {
     this.el['db-tables'].innerHTML = renderState(state, {
       baseline: this.ctx.baseline,
       context: t('exp.dbContext', { name: this.contextName() }),
-      refunds: this.def.refunds,
+      ...this._tables(),
     });
     this.renderTrack();
   }
@@ -371,8 +397,8 @@ class RequestCard {
     this.render();
   }
 
-  setAfter(state, baseline, error = null, refunds = false) {
-    this.after = { state, baseline, error, refunds };
+  setAfter(state, baseline, error = null, { refunds = false, network = false } = {}) {
+    this.after = { state, baseline, error, refunds, network };
     this.render();
   }
 
@@ -429,11 +455,12 @@ class RequestCard {
       </div>
       ${
         after
-          ? `<details class="card-after"><summary>${esc(t('card.after'))}: ${esc(after.state ? summarize(after.state) : after.error)}</summary>
+          ? `<details class="card-after"><summary>${esc(t('card.after'))}: ${esc(after.state ? summarize(after.state, { network: after.network, baseline: after.baseline }) : after.error)}</summary>
               ${after.state ? renderState(after.state, {
                 baseline: after.baseline,
                 compact: true,
                 refunds: after.refunds,
+                network: after.network,
                 context: t('card.afterContext', { name: this.context(), tag: this.tag }),
               }) : ''}</details>`
           : ''
@@ -447,7 +474,7 @@ class RequestCard {
 }
 
 /** The colour of a card's status, by what came of the request. */
-const STATUS_CLASS = { [EXECUTED]: 'good', [REPLAYED]: 'good', [LOST]: 'lost' };
+const STATUS_CLASS = { [EXECUTED]: 'good', [REPLAYED]: 'good', [LOST]: 'lost', [UNAVAILABLE]: 'lost' };
 
 /** The sign before a result's title, so its meaning is not told by colour alone. */
 const VERDICT_ICON = { good: '✓', bad: '⚠', unexpected: '?' };
@@ -490,8 +517,13 @@ function explain(r) {
       return t('card.explain.reused');
     case IN_FLIGHT:
       return t('card.explain.inFlight');
+    case UNAVAILABLE:
+      if (r.spec.intent?.faults?.includes('network-lose-answer')) return t('card.explain.networkAnswerLost');
+      if (r.spec.intent?.faults?.includes('network-down')) return t('card.explain.networkDown');
+      return t('card.explain.networkUnavailable');
     case LOST:
       if (r.spec.intent?.faults?.includes('abandon')) return t('card.explain.abandoned');
+      if (r.spec.intent?.faults?.includes('abandon-after-network')) return t('card.explain.abandonedAfterNetwork');
       if (r.spec.kind === 'refund') return t(r.replayed || r.spec.intent?.key ? 'card.explain.lostRefundKey' : 'card.explain.lostRefund');
       if (r.spec.kind === 'describe') return t('card.explain.lostDescribe');
       return t('card.explain.lost');

@@ -90,6 +90,8 @@ async function start() {
   try {
     const [, state] = await Promise.all([loadServer(), getState()]);
     renderServerFacts(document);
+    // An experiment this server cannot run (lesson 7 without a network) says so, its buttons disabled.
+    rerenderAll();
     showState(state);
   } catch (error) {
     console.error(error);

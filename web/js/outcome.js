@@ -17,6 +17,8 @@ export const MISMATCH = 'mismatch';
 export const IN_FLIGHT = 'in-flight';
 /** 504 from the demo: the request was processed, its answer thrown away. */
 export const LOST = 'lost';
+/** 503: the card network did not answer; nothing was stored here, the key is free. */
+export const UNAVAILABLE = 'unavailable';
 /** No answer at all (record.error), or an answer that is none of the above. */
 export const ERROR = 'error';
 
@@ -25,6 +27,7 @@ const BY_PROBLEM = [
   ['idempotency-key-reused', MISMATCH],
   ['idempotency-key-in-flight', IN_FLIGHT],
   ['simulated-lost-response', LOST],
+  ['network-unavailable', UNAVAILABLE],
 ];
 
 /** The outcome of a finished request record (see api.js startRequest). */

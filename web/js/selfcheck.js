@@ -20,6 +20,8 @@ export const QUESTIONS = [
   { q: 'sc.q6', options: 3, answer: 1, see: 'l6-retention' },
   { q: 'sc.q7', options: 3, answer: 1, see: 'l6-forget' },
   { q: 'sc.q8', options: 3, answer: 0, see: 'l6-abandon' },
+  { q: 'sc.q9', options: 3, answer: 1, see: 'l7-fresh' },
+  { q: 'sc.q10', options: 3, answer: 2, see: 'l7-recover' },
 ];
 
 export function mountSelfCheck(root) {

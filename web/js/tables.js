@@ -22,13 +22,25 @@ export function shortKey(key) {
   return s.length > 10 ? `${s.slice(0, 8)}…` : s;
 }
 
-/** One-line summary, e.g. "2 charges, 1 key". */
-export function summarize(state) {
+/** One-line summary, e.g. "2 charges, 1 key"; with `network`, the network's authorizations since `baseline` too. */
+export function summarize(state, { network = false, baseline = null } = {}) {
   if (!state) return '';
   let s = t('summary.db', { charges: state.charges.length, keys: state.idempotency_keys.length });
   if (state.refunds?.length) s += t('summary.refunds', { n: state.refunds.length });
   if (state.unguarded_keys?.length) s += t('summary.unguarded', { n: state.unguarded_keys.length });
+  if (network && state.network?.authorizations) s += t('summary.authorizations', { n: authorizationsSince(state, baseline).length });
   return s;
+}
+
+/**
+ * The card network's authorizations that are not in `baseline` (all of
+ * them without one), newest first. Reset demo data empties our tables,
+ * not the network's ledger, which is another company's: a run shows the
+ * authorizations made since it began.
+ */
+export function authorizationsSince(state, baseline) {
+  const all = state?.network?.authorizations ?? [];
+  return baseline ? all.filter((a) => !baseline.has(`auth:${a.id}`)) : all;
 }
 
 /** Milliseconds since the epoch of an RFC 3339 time (microseconds are cut to milliseconds). */
@@ -67,9 +79,9 @@ function relativeCell(iso, now, kind) {
  * of charge ids, keys and unguarded row ids seen when the run started) are
  * marked new.
  */
-export function renderState(state, { baseline = null, compact = false, context = '', refunds = false } = {}) {
+export function renderState(state, { baseline = null, compact = false, context = '', refunds = false, network = false } = {}) {
   const now = nowOf(state);
-  const showRefunded = state.charges.some((c) => c.amount_refunded !== undefined);
+  const showRefunded = !network && state.charges.some((c) => c.amount_refunded !== undefined);
   const isNew = (id) => baseline !== null && !baseline.has(id);
   const badge = (id) => (isNew(id) ? ` <span class="badge-new">${esc(t('tbl.new'))}</span>` : '');
   const rowClass = (id) => (isNew(id) ? ' class="is-new"' : '');
@@ -80,6 +92,7 @@ export function renderState(state, { baseline = null, compact = false, context =
         <td>${idChip(c.id)}${badge(c.id)}</td>
         <td class="num">${esc(fmtAmount(c.amount, c.currency))}</td>
         ${showRefunded ? `<td class="num" data-testid="amount-refunded" data-amount="${Number(c.amount_refunded)}">${esc(fmtAmount(c.amount_refunded, c.currency))}</td>` : ''}
+        ${network ? `<td data-testid="authorization-id" data-id="${esc(c.authorization_id ?? '')}">${idChip(c.authorization_id)}</td>` : ''}
         <td class="desc">${esc(c.description ?? '')}</td>
         <td class="time">${esc(fmtTime(c.created_at))}</td></tr>`,
     )
@@ -128,6 +141,23 @@ export function renderState(state, { baseline = null, compact = false, context =
     )
     .join('');
 
+  // The network's ledger: the authorizations of this run, each with the
+  // charge of ours that holds it, or none (an authorization nobody charged).
+  const heldBy = new Map(state.charges.filter((c) => c.authorization_id).map((c) => [c.authorization_id, c.id]));
+  const authorizations = network ? authorizationsSince(state, baseline) : [];
+  const earlier = network ? (state.network?.authorizations?.length ?? 0) - authorizations.length : 0;
+  const authRows = authorizations
+    .map((a) => {
+      const id = `auth:${a.id}`;
+      const charge = heldBy.get(a.id) ?? null;
+      return `<tr data-testid="auth-row" data-id="${esc(a.id)}" data-charge="${esc(charge ?? '')}"${rowClass(id)}>
+        <td>${idChip(a.id)}${badge(id)}</td>
+        <td class="num">${esc(fmtAmount(a.amount, a.currency))}</td>
+        <td>${charge ? idChip(charge) : `<span class="pill pill-orphan" data-testid="orphan">${esc(t('tbl.noCharge'))}</span>`}</td>
+        <td class="time">${esc(fmtTime(a.created_at))}</td></tr>`;
+    })
+    .join('');
+
   // Every scrolling table is a region a keyboard can reach; its name says
   // which table of which experiment it is, so no two regions share a name.
   const table = (title, testid, count, head, body) => `
@@ -142,11 +172,31 @@ export function renderState(state, { baseline = null, compact = false, context =
       }
     </div>`;
 
+  let networkBlock = '';
+  if (network) {
+    const ledger = state.network;
+    const title = t('tbl.authorizations');
+    const note = !ledger
+      ? t('tbl.noNetwork')
+      : ledger.error
+        ? t('tbl.networkError', { message: ledger.error })
+        : earlier > 0
+          ? t('tbl.earlierAuthorizations', { n: earlier })
+          : '';
+    networkBlock = `<div class="network-ledger">
+      <p class="ledger-title">${esc(t('tbl.networkLedger'))}</p>
+      ${ledger && !ledger.error ? table(title, 'authorizations', authorizations.length, ['id', 'amount', 'held_by', 'created_at'], authRows) : ''}
+      ${note ? `<p class="table-note" data-testid="network-note">${esc(note)}</p>` : ''}
+    </div>`;
+  }
+
   return `<div class="db-tables${compact ? ' compact' : ''}">
-    ${table(t('tbl.charges'), 'charges', state.charges.length, ['id', 'amount', ...(showRefunded ? ['amount_refunded'] : []), 'description', 'created_at'], charges)}
+    ${network ? `<p class="ledger-title">${esc(t('tbl.ourLedger'))}</p>` : ''}
+    ${table(t('tbl.charges'), 'charges', state.charges.length, ['id', 'amount', ...(showRefunded ? ['amount_refunded'] : []), ...(network ? ['authorization_id'] : []), 'description', 'created_at'], charges)}
     ${refunds || state.refunds?.length ? table(t('tbl.refunds'), 'refunds', state.refunds?.length ?? 0, ['id', 'charge_id', 'amount', 'created_at'], refundRows) : ''}
     ${table(t('tbl.keys'), 'keys', state.idempotency_keys.length, keyColumns, keys)}
     ${state.unguarded_keys?.length ? table(t('tbl.unguarded'), 'unguarded', state.unguarded_keys.length, ['key', 'charge_id', 'created_at'], unguarded) : ''}
+    ${networkBlock}
   </div>`;
 }
 
@@ -158,5 +208,6 @@ export function stateIds(state) {
   for (const k of state.idempotency_keys) ids.add(`key:${k.key}`);
   for (const u of state.unguarded_keys ?? []) ids.add(`unguarded:${u.key}:${u.charge_id}`);
   for (const r of state.refunds ?? []) ids.add(`refund:${r.id}`);
+  for (const a of state.network?.authorizations ?? []) ids.add(`auth:${a.id}`);
   return ids;
 }

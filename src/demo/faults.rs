@@ -181,9 +181,13 @@ impl TxHooks for DemoHooks {
 
     fn after_remote_call(&self) -> Result<(), HookFailure> {
         if self.faults.network_lose_answer {
-            return Err(HookFailure::Unavailable(
-                "Demo-Fault: network-lose-answer: the card network authorized, but its answer was lost on the way back".to_owned(),
-            ));
+            let mut cause = "Demo-Fault: network-lose-answer: the card network authorized, but its answer was lost on the way back".to_owned();
+            // The detail goes on to promise the derived key; under this fault
+            // that promise does not hold, and the learner must not read it as one.
+            if self.faults.network_fresh_key {
+                cause.push_str(" (and with Demo-Fault: network-fresh-key this request did not pass your key on: the network was asked under a new key of its own, so what follows does not hold here, and a retry is authorized again)");
+            }
+            return Err(HookFailure::Unavailable(cause));
         }
         if self.faults.abandon_after_network {
             return Err(HookFailure::Abandoned);

@@ -84,6 +84,9 @@ crate::on_both_backends! {
         let fresh = ("demo-fault", "network-fresh-key, network-lose-answer");
         let lost = app.charge_with("k-not-passed", &charge_body(), &[fresh]).await;
         lost.assert_problem(503, "network-unavailable");
+        // The detail's promise of the derived key is taken back under this fault.
+        let detail = lost.json()["detail"].as_str().unwrap().to_owned();
+        assert!(detail.contains("did not pass your key on"), "{detail}");
         let retry = app
             .charge_with("k-not-passed", &charge_body(), &[("demo-fault", "network-fresh-key")])
             .await;

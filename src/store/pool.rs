@@ -215,6 +215,7 @@ impl DbPool {
         }
         match Target::parse(&settings.url)? {
             Target::Postgres(url) => {
+                init_openssl();
                 let url = with_pg_defaults(&url);
                 if migrate {
                     connect_or_create(&url)?.migrate().map_err(migrate_error)?;
@@ -498,9 +499,21 @@ pub fn with_pg_defaults(url: &str) -> String {
     out
 }
 
+/// libpq's TLS is OpenSSL's, and OpenSSL by default frees its global state
+/// in an `atexit` handler: a process that exits while other threads still
+/// hold TLS connections then crashes in libcrypto (SIGSEGV after
+/// "test result: ok" was seen in a test binary; openssl/openssl#3505).
+/// Initialized first with `OPENSSL_INIT_NO_ATEXIT`, which is what
+/// `openssl_sys::init` does, OpenSSL registers no such handler. Idempotent;
+/// call it before libpq's first connection.
+pub fn init_openssl() {
+    openssl_sys::init();
+}
+
 /// Connects to `url`; if its database does not exist, creates it through the
 /// server's `postgres` database first.
 pub fn connect_or_create(url: &str) -> Result<PgConnection, SetupError> {
+    init_openssl();
     let shown = redact(url);
     let reason = |e: &dyn std::fmt::Display| redact_message(&one_line(&e.to_string()), url);
     // A multi-host URL is libpq's to read; such a database is not created

@@ -23,6 +23,9 @@ use super::{TestBackend, backend};
 
 /// The PostgreSQL server the test databases are created on.
 pub fn server_url() -> String {
+    // Before this binary's first libpq connection: no OpenSSL exit handler
+    // to crash the test binary's exit (see init_openssl).
+    charges::store::pool::init_openssl();
     std::env::var("TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }

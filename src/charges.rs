@@ -100,7 +100,10 @@ impl CreateCharge {
         let authorized = call
             .client
             .authorize(&call.key, self.charge.amount, &self.charge.currency)
-            .map_err(|e| idempotency::Error::Dependency(e.to_string()))?;
+            .map_err(|e| match e {
+                network_client::NetworkError::KeyReused => idempotency::Error::DependencyKeyReused,
+                e => idempotency::Error::Dependency(e.to_string()),
+            })?;
         call.hooks.0.after_remote_call()?;
         self.charge.authorization_id = Some(authorized.id);
         self.response = created(&self.charge);

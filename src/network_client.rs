@@ -52,6 +52,11 @@ pub enum NetworkError {
     /// It answered, and not with an authorization.
     #[error("the card network refused the authorization ({status}): {detail}")]
     Refused { status: u16, detail: String },
+    /// Its 422 `idempotency-key-reused`: the key derived from the client's
+    /// was used there for another request. Ours forgot that request (its
+    /// answer was lost, so nothing of it was stored), the network did not.
+    #[error("the card network holds this key's authorization for another request")]
+    KeyReused,
 }
 
 /// One network and the merchant key the API holds there.
@@ -113,6 +118,7 @@ impl NetworkClient {
                 408 | 409 | 429 | 500..=599 => {
                     NetworkError::Unreachable(format!("{status}: {detail}"))
                 }
+                422 if is_key_reused(&detail) => NetworkError::KeyReused,
                 _ => NetworkError::Refused { status, detail },
             });
         }
@@ -146,6 +152,15 @@ impl NetworkClient {
             .read_json()
             .map_err(|e| NetworkError::Unreachable(e.to_string()))
     }
+}
+
+/// Whether a problem body's `type` is the network's `idempotency-key-reused`.
+fn is_key_reused(problem: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(problem).is_ok_and(|p| {
+        p["type"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("/idempotency-key-reused"))
+    })
 }
 
 #[cfg(test)]

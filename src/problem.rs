@@ -107,6 +107,10 @@ pub enum ApiError {
     UnsupportedContentEncoding(String),
     #[error("idempotency key reused with another request")]
     IdempotencyKeyReused,
+    /// The same, told by the card network: the first request with this key
+    /// was authorized there, and its answer was lost before we stored it.
+    #[error("idempotency key reused with another request, at the card network")]
+    IdempotencyKeyReusedAtNetwork,
     #[error("database unavailable: {0}")]
     Unavailable(String),
     /// The card network did not answer (or refused): nothing was stored.
@@ -155,7 +159,9 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => &PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => &UNSUPPORTED_MEDIA_TYPE,
             ApiError::UnsupportedContentEncoding(_) => &UNSUPPORTED_CONTENT_ENCODING,
-            ApiError::IdempotencyKeyReused => &IDEMPOTENCY_KEY_REUSED,
+            ApiError::IdempotencyKeyReused | ApiError::IdempotencyKeyReusedAtNetwork => {
+                &IDEMPOTENCY_KEY_REUSED
+            }
             ApiError::Unavailable(_) | ApiError::Overloaded { .. } => &SERVICE_UNAVAILABLE,
             ApiError::DeadlineExceeded { .. } => &DEADLINE_EXCEEDED,
             ApiError::RateLimited { .. } => &RATE_LIMITED,
@@ -187,6 +193,9 @@ impl ApiError {
             ApiError::UnsupportedContentEncoding(coding) => format!("The body is sent with `Content-Encoding: {coding}`; this server reads only uncompressed bodies (`identity`). Send it without Content-Encoding."),
             ApiError::IdempotencyKeyReused => {
                 "This Idempotency-Key was already used with a different request body or endpoint. Use a new key for a new operation.".into()
+            }
+            ApiError::IdempotencyKeyReusedAtNetwork => {
+                "This Idempotency-Key was already used with a different request, which reached the card network: the network authorized it, and its answer was lost before anything was stored here. Nothing was done. Retry that first request with this key to complete it, or use a new key for this one.".into()
             }
             ApiError::Unavailable(_) => "The database cannot be reached right now. Retry the same request (with the same Idempotency-Key) shortly.".into(),
             ApiError::Overloaded { detail } => detail.clone(),
@@ -386,6 +395,7 @@ impl From<idempotency::Error> for ApiError {
             idempotency::Error::Database(e) => e.into(),
             idempotency::Error::Hook(e) => e.into(),
             idempotency::Error::Dependency(cause) => ApiError::Network(cause),
+            idempotency::Error::DependencyKeyReused => ApiError::IdempotencyKeyReusedAtNetwork,
             idempotency::Error::KeyLocked => ApiError::IdempotencyKeyInFlight {
                 retry_after_secs: IN_FLIGHT_RETRY_AFTER_SECS,
             },

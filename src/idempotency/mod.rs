@@ -161,6 +161,13 @@ pub enum Error {
     /// nothing is stored; the client retries with the same key.
     #[error("{0}")]
     Dependency(String),
+    /// Something the operation depends on, asked under a key derived from
+    /// this request's, holds that key for another request: the client reused
+    /// its key, and only the dependency saw the first use (its answer was
+    /// lost here). Answered as the key's mismatch (422); nothing is stored,
+    /// so the first request's retry still completes.
+    #[error("the key was used with another request, as a dependency tells")]
+    DependencyKeyReused,
     /// Registering the key waited longer than the database's lock timeout
     /// for a concurrent request that holds it: answered as in flight (409).
     #[error("a concurrent request held the idempotency key past the lock timeout")]

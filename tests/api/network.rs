@@ -78,6 +78,28 @@ crate::on_both_backends! {
         assert_ledgers_agree(&app, &network, &app.get_json("/demo/state").await);
     }
 
+    async fn a_key_reused_after_a_lost_network_answer_is_a_422_and_the_first_request_still_completes() {
+        let network = TestDatabase::create();
+        let app = with_network(&network, None).await;
+        let first = json!({"amount": 1000, "currency": "jpy"});
+        let lost = app
+            .charge_with("k-reused", &first, &[("demo-fault", "network-lose-answer")])
+            .await;
+        lost.assert_problem(503, "network-unavailable");
+        // Only the network saw the first use; the same key with another
+        // body is the client's mistake, as it would be here.
+        let other = app
+            .charge("k-reused", &json!({"amount": 2000, "currency": "jpy"}))
+            .await;
+        other.assert_problem(422, "idempotency-key-reused");
+        assert!(other.json()["detail"].as_str().unwrap().contains("card network"));
+        assert_eq!((app.charges(), app.keys()), (0, 0));
+        // Nothing was stored under the key: the first request's retry completes it.
+        let retry = app.charge("k-reused", &first).await;
+        assert_eq!(retry.status, 201, "{}", retry.body);
+        assert_eq!((app.charges(), authorizations(&network)), (1, 1));
+    }
+
     async fn without_passing_the_key_on_the_network_authorizes_twice_for_our_one_charge() {
         let network = TestDatabase::create();
         let app = with_network(&network, None).await;

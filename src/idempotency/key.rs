@@ -20,6 +20,10 @@ pub const MAX_LEN: usize = 255;
 pub const HEADER_PATTERN: &str =
     r#"^(?:"(?:[ !#-\[\]-~]|\\["\\]){1,255}"|[!#-~](?:[ -~]{0,253}[!-~])?)$"#;
 
+/// A key's value itself ([`IdempotencyKey::from_value`]), as where a key
+/// appears outside the header (the demo's `/demo/keys/{key}` path).
+pub const VALUE_PATTERN: &str = r"^[ -~]{1,255}$";
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey(String);
 
@@ -207,6 +211,22 @@ mod tests {
             IdempotencyKey::from_value(&"k".repeat(MAX_LEN + 1)),
             Err(KeyError::Length)
         );
+    }
+
+    #[test]
+    fn the_documented_value_pattern_is_from_value() {
+        let pattern = regex::Regex::new(VALUE_PATTERN).unwrap();
+        let long = "k".repeat(MAX_LEN);
+        let longer = "k".repeat(MAX_LEN + 1);
+        for value in [
+            "k", " ", "~", "a b", &long, "", &longer, "a\tb", "é", "a\u{7f}", "a\0b",
+        ] {
+            assert_eq!(
+                pattern.is_match(value),
+                IdempotencyKey::from_value(value).is_ok(),
+                "{value:?}"
+            );
+        }
     }
 
     proptest::proptest! {

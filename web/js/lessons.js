@@ -888,6 +888,11 @@ function withoutNetwork() {
   return config && !config.network ? t('l7.noNetwork') : null;
 }
 
+/** A lesson 7 experiment: four lanes, both ledgers, and off on a server without a network. */
+function networkExperiment(def) {
+  return experiment({ lanes: NETWORK_LANES, network: true, unavailable: withoutNetwork, ...def });
+}
+
 /** The authorization ids the network's ledger holds in `state`. */
 function authIdsOf(state) {
   return new Set((state?.network?.authorizations ?? []).map((a) => a.id));
@@ -1002,12 +1007,9 @@ function l7Outcome(ctx) {
 }
 
 /** (a) The network authorized, its answer was lost; our retry with the same key is the network's replay. */
-const lesson7Lost = experiment({
+const lesson7Lost = networkExperiment({
   id: 'l7-lost',
   body: { amount: 1000, currency: 'jpy', desc: 'body.l7lost' },
-  lanes: NETWORK_LANES,
-  network: true,
-  unavailable: withoutNetwork,
   steps: [l7FirstStep('l7.lost.step1', ['network-lose-answer']), l7RetryStep('l7.lost.step2')],
   verdict(ctx) {
     const { A, B } = ctx.records;
@@ -1025,12 +1027,9 @@ const lesson7Lost = experiment({
 });
 
 /** (b) The same, but the key is not passed on: a new network key each time. */
-const lesson7Fresh = experiment({
+const lesson7Fresh = networkExperiment({
   id: 'l7-fresh',
   body: { amount: 1000, currency: 'jpy', desc: 'body.l7fresh' },
-  lanes: NETWORK_LANES,
-  network: true,
-  unavailable: withoutNetwork,
   tone: 'bad',
   steps: [
     l7FirstStep('l7.fresh.step1', ['network-fresh-key', 'network-lose-answer']),
@@ -1050,12 +1049,9 @@ const lesson7Fresh = experiment({
 });
 
 /** (c) Key-first, abandoned after the network authorized; the server's recovery task finishes it. */
-const lesson7Recover = experiment({
+const lesson7Recover = networkExperiment({
   id: 'l7-recover',
   body: { amount: 1000, currency: 'jpy', desc: 'body.l7recover' },
-  lanes: NETWORK_LANES,
-  network: true,
-  unavailable: withoutNetwork,
   steps: [
     {
       label: L('l7.recover.step1', { s: L7_LEASE_MS / 1000 }),
@@ -1147,12 +1143,9 @@ async function waitForRecovery(ctx) {
 }
 
 /** (d) The network is down: 503 with Retry-After, nothing stored anywhere, the key free; the retry charges. */
-const lesson7Down = experiment({
+const lesson7Down = networkExperiment({
   id: 'l7-down',
   body: { amount: 1000, currency: 'jpy', desc: 'body.l7down' },
-  lanes: NETWORK_LANES,
-  network: true,
-  unavailable: withoutNetwork,
   steps: [l7FirstStep('l7.down.step1', ['network-down']), l7RetryStep('l7.down.step2')],
   verdict(ctx) {
     const { A, B } = ctx.records;

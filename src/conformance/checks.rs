@@ -279,7 +279,9 @@ fn first_request(ctx: &mut Ctx) -> Result<Option<First>, String> {
 }
 
 fn syntax(ctx: &mut Ctx, _: &First) -> Result<(), String> {
-    let (k1, k2) = (new_key(), new_key());
+    // Fresh keys for each case: a server that joins two lines into one
+    // value must not see the list case's key again.
+    let k = new_key;
     let long: String = std::iter::repeat_with(|| Uuid::new_v4().simple().to_string())
         .flat_map(|s| s.chars().collect::<Vec<_>>())
         .take(256)
@@ -288,12 +290,12 @@ fn syntax(ctx: &mut Ctx, _: &First) -> Result<(), String> {
         ("syntax-empty", vec![Vec::new()]),
         (
             "syntax-list",
-            vec![format!("\"{k1}\", \"{k2}\"").into_bytes()],
+            vec![format!("\"{}\", \"{}\"", k(), k()).into_bytes()],
         ),
-        ("syntax-two-fields", vec![quoted(&k1), quoted(&k2)]),
+        ("syntax-two-fields", vec![quoted(&k()), quoted(&k())]),
         (
             "syntax-non-ascii",
-            vec![format!("\"ключ-{k1}\"").into_bytes()],
+            vec![format!("\"ключ-{}\"", k()).into_bytes()],
         ),
         ("syntax-too-long", vec![quoted(&long)]),
     ];
@@ -671,7 +673,13 @@ fn problem_details(ctx: &mut Ctx) {
             !media.starts_with("application/problem+json")
                 || !r.json().is_some_and(|j| j.is_object())
         })
-        .map(|(id, r)| format!("{id}: {}", r.summary()))
+        .map(|(id, r)| {
+            format!(
+                "{id}: {} {}",
+                r.status,
+                r.header("content-type").unwrap_or("(no type)")
+            )
+        })
         .collect();
     if bad.is_empty() {
         ctx.pass("problem-details");

@@ -515,31 +515,9 @@ fn concurrent(ctx: &mut Ctx, _: &First) -> Result<(), String> {
             format!("{n} different resources among {} 2xx answers", ok.len()),
         ),
     }
-    // Every answer is the winner's, replayed, or a 409.
-    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
-    let mut bad = 0;
-    for result in &results {
-        let line = match (result, ok.first()) {
-            (Ok(r), Some(w)) if r.is_success() && r.status == w.status && same_body(r, w) => {
-                format!("{} (one answer)", r.status)
-            }
-            (Ok(r), _) if r.status == 409 => "409".to_owned(),
-            (Ok(r), _) => {
-                bad += 1;
-                r.summary()
-            }
-            (Err(e), _) => {
-                bad += 1;
-                format!("no answer: {e}")
-            }
-        };
-        *tally.entry(line).or_default() += 1;
-    }
-    if bad == 0 && !ok.is_empty() {
-        ctx.pass("concurrent-answers");
-    } else {
-        let parts: Vec<String> = tally.iter().map(|(l, n)| format!("{n} × {l}")).collect();
-        ctx.set("concurrent-answers", Verdict::Fail, parts.join("; "));
+    match concurrent_answers(&results, ok.first().copied()) {
+        Ok(()) => ctx.pass("concurrent-answers"),
+        Err(e) => ctx.set("concurrent-answers", Verdict::Fail, e),
     }
     let conflicts: Vec<&Response> = results
         .iter()
@@ -570,6 +548,38 @@ fn concurrent(ctx: &mut Ctx, _: &First) -> Result<(), String> {
         ),
     }
     Ok(())
+}
+
+/// `Ok` when every answer is `winner`'s (the one result) or a 409; else
+/// a tally of what came back.
+fn concurrent_answers(
+    results: &[Result<Response, String>],
+    winner: Option<&Response>,
+) -> Result<(), String> {
+    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+    let mut bad = winner.is_none();
+    for result in results {
+        let line = match (result, winner) {
+            (Ok(r), Some(w)) if r.is_success() && r.status == w.status && same_body(r, w) => {
+                format!("{} (one answer)", r.status)
+            }
+            (Ok(r), _) if r.status == 409 => "409".to_owned(),
+            (Ok(r), _) => {
+                bad = true;
+                r.summary()
+            }
+            (Err(e), _) => {
+                bad = true;
+                format!("no answer: {e}")
+            }
+        };
+        *tally.entry(line).or_default() += 1;
+    }
+    if !bad {
+        return Ok(());
+    }
+    let parts: Vec<String> = tally.iter().map(|(l, n)| format!("{n} × {l}")).collect();
+    Err(parts.join("; "))
 }
 
 fn lost_response(ctx: &mut Ctx, _: &First) -> Result<(), String> {
@@ -685,5 +695,66 @@ fn problem_details(ctx: &mut Ctx) {
         ctx.pass("problem-details");
     } else {
         ctx.set("problem-details", Verdict::Fail, bad.join("; "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
+        Response {
+            status,
+            headers: headers
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_same_result_is_the_same_bytes_or_the_same_json() {
+        let a = response(201, &[], r#"{"id":"x","amount":1}"#);
+        assert!(same_body(
+            &a,
+            &response(201, &[], r#"{"amount":1, "id":"x"}"#)
+        ));
+        assert!(!same_body(
+            &a,
+            &response(201, &[], r#"{"id":"y","amount":1}"#)
+        ));
+        assert!(same_body(
+            &response(200, &[], "ok"),
+            &response(200, &[], "ok")
+        ));
+    }
+
+    #[test]
+    fn retry_after_is_seconds_bounded_with_one_second_by_default() {
+        let wait = |v: &str| retry_after(&response(409, &[("Retry-After", v)], ""));
+        assert_eq!(wait("2"), Duration::from_secs(2));
+        assert_eq!(wait("3600"), MAX_RETRY_AFTER);
+        assert_eq!(wait("0"), Duration::from_millis(100));
+        assert_eq!(
+            wait("Fri, 04 Dec 2026 23:00:00 GMT"),
+            Duration::from_secs(1)
+        );
+        assert_eq!(retry_after(&response(409, &[], "")), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn concurrent_answers_are_the_one_result_or_409_and_anything_else_is_tallied() {
+        let one = response(201, &[], r#"{"id":"a"}"#);
+        let fine = vec![Ok(one.clone()), Ok(response(409, &[], "")), Ok(one.clone())];
+        assert_eq!(concurrent_answers(&fine, Some(&one)), Ok(()));
+        let other = response(201, &[], r#"{"id":"b"}"#);
+        let bad = vec![Ok(one.clone()), Ok(other), Err("reset".to_owned())];
+        let tally = concurrent_answers(&bad, Some(&one)).unwrap_err();
+        assert!(tally.contains("1 × 201 (one answer)"), "{tally}");
+        assert!(tally.contains("1 × no answer: reset"), "{tally}");
+        assert!(tally.contains(r#"{"id":"b"}"#), "{tally}");
+        // No 2xx at all is no result.
+        assert!(concurrent_answers(&[Ok(response(409, &[], ""))], None).is_err());
     }
 }

@@ -519,3 +519,91 @@ pub fn main(args: ConformanceArgs) -> ExitCode {
         ExitCode::SUCCESS
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ConformanceArgs,
+    }
+
+    fn config(args: &[&str]) -> Result<Config, String> {
+        let cli = Cli::try_parse_from(std::iter::once("conformance").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        Config::from_args(&cli.args)
+    }
+
+    #[test]
+    fn every_check_has_its_own_id() {
+        let ids: std::collections::BTreeSet<&str> = CHECKS.iter().map(|c| c.id).collect();
+        assert_eq!(ids.len(), CHECKS.len());
+    }
+
+    #[test]
+    fn a_url_without_a_path_means_charges_and_flags_are_checked() {
+        let c = config(&["http://127.0.0.1:8080", "-H", "Authorization: Bearer k"]).unwrap();
+        assert_eq!(c.endpoint, "/charges");
+        assert_eq!(
+            c.headers,
+            [("Authorization".to_owned(), "Bearer k".to_owned())]
+        );
+        assert_eq!(c.target(), "http://127.0.0.1:8080/charges");
+        let c = config(&["http://h/orders", "--read-url", "http://h/orders?all"]).unwrap();
+        assert_eq!(
+            (c.endpoint.as_str(), c.read_path.as_deref()),
+            ("/orders", Some("/orders?all"))
+        );
+        assert!(config(&["http://h/", "--read-url", "http://other/list"]).is_err());
+        assert!(config(&["http://h/", "-H", "no colon"]).is_err());
+        assert!(config(&["http://h/", "--second-body", DEFAULT_BODY]).is_err());
+        assert!(config(&["https://h/"]).unwrap_err().contains("https"));
+    }
+
+    fn row(id: &'static str, strength: Strength, result: Verdict) -> Row {
+        Row {
+            id,
+            section: "2.6",
+            strength,
+            check: "a check",
+            result,
+            evidence: if result == Verdict::Pass {
+                String::new()
+            } else {
+                format!("why {id}")
+            },
+        }
+    }
+
+    #[test]
+    fn only_a_failed_must_fails_the_report() {
+        let mut report = Report {
+            target: "http://h/charges".to_owned(),
+            draft: DRAFT,
+            counted_by: "GET /list".to_owned(),
+            rows: vec![
+                row("a", Strength::Should, Verdict::Fail),
+                row("b", Strength::Practice, Verdict::Fail),
+                row("c", Strength::Must, Verdict::Skip),
+                row("d", Strength::Must, Verdict::Pass),
+            ],
+        };
+        assert!(!report.must_failed());
+        let table = report.to_table();
+        assert!(table.contains("why a"), "{table}");
+        assert!(
+            table.contains("1 passed, 2 failed (0 MUST), 1 skipped"),
+            "{table}"
+        );
+        report.rows.push(row("e", Strength::Must, Verdict::Fail));
+        assert!(report.must_failed());
+        let json = report.to_json();
+        assert_eq!(json["summary"]["fail"], 3);
+        assert_eq!(json["summary"]["must_failed"], true);
+        assert_eq!(json["rows"][1]["strength"], "practice");
+        assert_eq!(json["rows"][4]["strength"], "MUST");
+    }
+}

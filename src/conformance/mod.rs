@@ -315,8 +315,9 @@ impl Report {
             .iter()
             .filter(|r| r.strength == Strength::Must && r.result == Verdict::Fail)
             .count();
+        // Not "N passed, N failed": CI reads such a line as a test runner's.
         out.push_str(&format!(
-            "\n{} passed, {} failed ({must} MUST), {} skipped\n",
+            "\nrows: PASS {}, FAIL {} (MUST {must}), SKIP {}\n",
             self.count(Verdict::Pass),
             self.count(Verdict::Fail),
             self.count(Verdict::Skip)
@@ -595,7 +596,7 @@ mod tests {
         let table = report.to_table();
         assert!(table.contains("why a"), "{table}");
         assert!(
-            table.contains("1 passed, 2 failed (0 MUST), 1 skipped"),
+            table.contains("rows: PASS 1, FAIL 2 (MUST 0), SKIP 1"),
             "{table}"
         );
         report.rows.push(row("e", Strength::Must, Verdict::Fail));

@@ -14,6 +14,7 @@ pub mod accounts;
 pub mod api;
 pub mod charges;
 pub mod config;
+pub mod conformance;
 pub mod deadline;
 pub mod demo;
 pub mod domain;
@@ -39,6 +40,8 @@ pub mod telemetry;
 /// The modules from the bottom up: each may use only modules of the layers
 /// below its own.
 pub const LAYERS: &[&[&str]] = &[
+    // A client of any API over HTTP: it uses nothing of the crate.
+    &["conformance"],
     // Leaves: the schema, the validated domain types, strict JSON, the
     // metrics registry, the request deadline.
     &[

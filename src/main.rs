@@ -1,5 +1,5 @@
 //! The `charges` command line: serve (the default), migrate, purge-expired,
-//! account create|revoke|list.
+//! account create|revoke|list, conformance.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -33,6 +33,8 @@ enum Command {
     /// Manage the accounts that may call the API.
     #[command(subcommand)]
     Account(AccountCommand),
+    /// Check any API's Idempotency-Key handling from outside (draft-07), as h2spec does for HTTP/2.
+    Conformance(Box<charges::conformance::ConformanceArgs>),
 }
 
 #[derive(Subcommand)]
@@ -116,6 +118,7 @@ fn main() -> ExitCode {
         Some(Command::Serve(settings)) => serve(*settings),
         Some(Command::Account(command)) => account(command),
         Some(Command::Network(args)) => network(args),
+        Some(Command::Conformance(args)) => return charges::conformance::main(*args),
         None => serve(cli.serve),
     };
     match result {

@@ -4,6 +4,7 @@
 
 mod capacity;
 mod charges;
+mod conformance;
 mod contract;
 mod demo;
 mod deploy;

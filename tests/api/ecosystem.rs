@@ -301,6 +301,24 @@ fn compose_writes_no_password_and_the_image_keeps_its_data_in_a_volume() {
     );
 }
 
+/// The compose file's app reaches its database container on the host's own
+/// compose network, without TLS, as docs/deploy.md says; the URL says so
+/// instead of leaving it to libpq's default (`prefer`: TLS whenever offered).
+#[test]
+fn compose_reaches_its_own_database_container_without_tls_as_the_deploy_guide_says() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let compose = std::fs::read_to_string(root.join("docker-compose.yml")).unwrap();
+    let url = compose
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .find_map(|l| l.trim().strip_prefix("DATABASE_URL: postgres://"))
+        .expect("the app's DATABASE_URL");
+    assert!(url.contains("@db:5432/"), "{url}");
+    assert!(url.ends_with("?sslmode=disable"), "{url}");
+    let guide = std::fs::read_to_string(root.join("docs/deploy.md")).unwrap();
+    assert!(guide.contains("says `sslmode=disable` on purpose"));
+}
+
 /// `docker compose up` stays the database, the app and its card network
 /// (unpublished); everything else is
 /// behind a profile (`--profile ha`: the pg_auto_failover formation and an

@@ -72,7 +72,7 @@ export function mountSelfCheck(root) {
     const verdict = result.correct
       ? `<strong class="quiz-right"><span aria-hidden="true">✓ </span>${esc(t('sc.right'))}</strong>`
       : `<strong class="quiz-wrong"><span aria-hidden="true">✗ </span>${esc(t('sc.wrong'))}</strong> ${tHtml(`${question.q}.a${result.choice}.wrong.html`)}</p>
-        <p>${esc(t('sc.rightIs'))}${tHtml(`${question.q}.a${question.answer}.html`)}${esc(t('sc.rightIsEnd'))}`;
+        <p>${esc(t('sc.rightIs'))}${tHtml(`${question.q}.a${question.answer}.html`).replace(/[.。]$/, '')}${esc(t('sc.rightIsEnd'))}`;
     feedback.innerHTML = `<p>${verdict} ${tHtml(`${question.q}.why.html`)}</p>
       <p><a href="#${esc(question.see)}" data-testid="quiz-link">${esc(t('sc.see', { where }))}</a></p>`;
   };

@@ -661,7 +661,7 @@ async function lesson5(page) {
     afterPurge.charges.length === 2 && afterPurge.idempotency_keys.find((k) => k.key === key)?.charge_id === responseId(d.response),
     `${afterPurge.charges.length} charges`);
   check('lesson 5: the purge result box agrees with the database, and the second charge is shown as harm',
-    (await verdict(page, 'l5-expire')).ok && (await tone(page, 'l5-expire')) === 'bad' && (await harmShown(page, 'l5-expire', 'D', 'duplicate')));
+    (await verdict(page, 'l5-expire')).ok && (await tone(page, 'l5-expire')) === 'bad' && (await harmShown(page, 'l5-expire', 'D', 'ledgerDuplicate')));
   const l5Auths = new Set(afterPurge.charges.map((c) => c.authorization_id));
   check('lesson 5: the two charges hold one authorization at the network, and the result box points to lesson 7 for why',
     l5Auths.size === 1 && !l5Auths.has(null) && /lesson 7/.test((await verdict(page, 'l5-expire')).text), [...l5Auths].join(', '));
@@ -791,7 +791,7 @@ async function lesson6(page) {
     l6Auths.size === 1 && !l6Auths.has(null) && /lesson 7/.test((await verdict(page, 'l6-retention')).text), [...l6Auths].join(', '));
   const v3 = await verdict(page, 'l6-retention');
   check('lesson 6 (retention): the result box agrees, shown as harm',
-    v3.ok && (await tone(page, 'l6-retention')) === 'bad' && (await harmShown(page, 'l6-retention', 'C', 'duplicate')), v3.text.slice(0, 120));
+    v3.ok && (await tone(page, 'l6-retention')) === 'bad' && (await harmShown(page, 'l6-retention', 'C', 'ledgerDuplicate')), v3.text.slice(0, 120));
   await look(page, 'after lesson 6', { section: 'lesson-6' });
   await clear(page, ['l6-forget', 'l6-abandon', 'l6-retention']);
 }

@@ -441,13 +441,15 @@ class RequestCard {
     const outcome = outcomeOf(r);
     // A request that did harm (charged again, or was acknowledged and then
     // forgotten) is never drawn in the colour of success.
-    const harmed = !pending && this.harm && (outcome === EXECUTED || outcome === REPLAYED);
+    // `harm` names the harm, or tells it from the answer (a function of the record).
+    const harm = typeof this.harm === 'function' && !pending ? this.harm(r) : this.harm;
+    const harmed = !pending && harm && (outcome === EXECUTED || outcome === REPLAYED);
     const statusClass = pending ? 'pending' : harmed ? 'bad' : STATUS_CLASS[outcome] ?? 'bad';
     const h = this.level;
     const after = this.after;
     this.el.dataset.status = pending ? '' : String(r.status ?? 'error');
     this.el.dataset.replayed = String(r.replayed);
-    this.el.dataset.harm = harmed ? this.harm : '';
+    this.el.dataset.harm = harmed ? harm : '';
     if (r.spec.kind === 'purge' && !pending && typeof r.json?.purged === 'number') this.el.dataset.purged = String(r.json.purged);
     this.el.innerHTML = `
       <header class="card-head">
@@ -458,7 +460,7 @@ class RequestCard {
           title="${esc(t('card.elapsedLabel'))}"><span class="ms">${fmtMs(r.elapsedNow())}</span> ms</span>
       </header>
       <p class="card-explain" data-testid="explain">${esc(pending ? t('card.waiting') : explain(r))}${
-        harmed ? ` <strong class="harm-note" data-testid="harm">${esc(t(`card.harm.${this.harm}`))}</strong>` : ''
+        harmed ? ` <strong class="harm-note" data-testid="harm">${esc(t(`card.harm.${harm}`))}</strong>` : ''
       }</p>
       <div class="raw">
         <div>

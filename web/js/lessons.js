@@ -473,6 +473,15 @@ function mountLesson4Modes(root, experiment) {
 // ---- lesson 5: key lifetime and reuse ---------------------------------------------------------
 
 /**
+ * The harm of a second charge made under the first one's key (its record
+ * forgotten): with a card network, the derived network key made the
+ * network replay the first authorization, so the harm is in our ledger only.
+ */
+function sameKeyDuplicate(record) {
+  return record.json?.authorization_id ? 'ledgerDuplicate' : 'duplicate';
+}
+
+/**
  * Whether the run's two charges hold one authorization at the card network
  * (the late retry's derived network key made the network replay; lesson 7).
  */
@@ -508,7 +517,7 @@ const lesson5Expire = experiment({
       tag: 'D',
       title: 'title.retryAfterPurge',
       key: 'same',
-      harm: 'duplicate',
+      harm: sameKeyDuplicate,
       keyWas: (ctx) => (ctx.vars.purge?.keyLeft ? 'expired' : 'purged'),
     },
   ],
@@ -919,7 +928,7 @@ const lesson6Retention = experiment({
       label: 'l6.retention.step2',
       run: (ctx) => ctx.send(expireRequest(ctx.vars.key), { tag: 'B', title: T('title.retentionOver'), narrate: narrateExpire }),
     },
-    { label: 'l6.retention.step3', tag: 'C', title: 'title.lateRetry', key: 'same', harm: 'duplicate', keyWas: () => 'expired' },
+    { label: 'l6.retention.step3', tag: 'C', title: 'title.lateRetry', key: 'same', harm: sameKeyDuplicate, keyWas: () => 'expired' },
   ],
   verdict(ctx) {
     const n = ctx.newCharges().length;

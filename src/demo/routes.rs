@@ -266,11 +266,12 @@ pub async fn reset(
 }
 
 /// Moves one of the demo account's keys' `expires_at` into the past, as if
-/// its retention had run out.
+/// its retention had run out. Answers what it did (the key, the rows it
+/// changed), not the tables: `GET /demo/state` shows those.
 #[utoipa::path(post, path = "/demo/keys/{key}/expire", tag = "demo",
     params(("key" = String, Path, description = "The Idempotency-Key, URL-encoded")),
     responses(
-        (status = 200, description = "The state after"),
+        (status = 200, description = "`{\"key\": k, \"expired\": 1}`: the key and the rows it expired"),
         (status = 400, description = "`invalid-idempotency-key`: not a value an Idempotency-Key can have", body = crate::problem::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such key", body = crate::problem::Problem, content_type = "application/problem+json"),
     ))]
@@ -282,32 +283,38 @@ pub async fn expire(
 ) -> Result<HttpResponse, ApiError> {
     // Only what a key can be reaches the database (no NUL, no 256-byte key).
     let key = IdempotencyKey::from_value(&path.into_inner())?;
-    let ((), snapshot) =
-        on_demo_account(
-            &req,
-            app,
-            sandbox,
-            move |store, account_id, _| match queries::expire_key(store, account_id, key.as_str())?
-            {
+    let account_id = sandbox.account_id;
+    let left = crate::deadline::remaining(&req, app.settings.request_timeout);
+    let value = key.as_str().to_owned();
+    // On the demo's own connections, as every /demo/* route.
+    let expired = sandbox
+        .pool
+        .run(left, move |store| {
+            match queries::expire_key(store, account_id, key.as_str())? {
                 0 => Err(ApiError::NotFound),
-                _ => Ok(()),
-            },
-        )
+                n => Ok(n),
+            }
+        })
         .await?;
-    Ok(HttpResponse::Ok().json(snapshot))
+    Ok(HttpResponse::Ok().json(json!({"key": value, "expired": expired})))
 }
 
 /// Deletes the demo account's expired keys (the background purge does the
-/// same for every account), with how many rows it removed.
-#[utoipa::path(post, path = "/demo/purge", tag = "demo", responses((status = 200, description = "`{\"purged\": n, \"state\": ...}`")))]
+/// same for every account). Answers how many rows it removed, not the
+/// tables: `GET /demo/state` shows those.
+#[utoipa::path(post, path = "/demo/purge", tag = "demo", responses((status = 200, description = "`{\"purged\": n}`: the expired key rows it deleted")))]
 pub async fn purge(
     req: HttpRequest,
     app: web::Data<AppState>,
     sandbox: web::Data<Sandbox>,
 ) -> Result<HttpResponse, ApiError> {
-    let (purged, snapshot) = on_demo_account(&req, app, sandbox, |store, account_id, _| {
-        Ok(queries::purge_account_keys(store, account_id)?)
-    })
-    .await?;
-    Ok(HttpResponse::Ok().json(json!({"purged": purged, "state": snapshot})))
+    let account_id = sandbox.account_id;
+    let left = crate::deadline::remaining(&req, app.settings.request_timeout);
+    let purged = sandbox
+        .pool
+        .run(left, move |store| {
+            Ok::<_, ApiError>(queries::purge_account_keys(store, account_id)?)
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(json!({"purged": purged})))
 }

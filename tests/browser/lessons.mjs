@@ -224,6 +224,22 @@ async function look(page, state, { section = null, shot = null } = {}) {
     check(`axe: no violations ${where}`, violations.length === 0, violations.join('; '));
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     check(`layout: nothing scrolls sideways ${where}`, overflow <= 1, `overflow ${overflow} px`);
+    const hints = await page.evaluate(() => [...document.querySelectorAll('.table-scroll')]
+      .filter((el) => el.offsetParent !== null)
+      .map((el) => {
+        const wide = el.scrollWidth > el.clientWidth + 1;
+        const hint = el.nextElementSibling;
+        const said = Boolean(hint?.classList.contains('scroll-hint') && !hint.hidden && hint.textContent.trim());
+        const name = el.getAttribute('aria-label') ?? el.getAttribute('aria-labelledby');
+        return wide === said ? null : `${name}: ${wide ? 'wider than its box, and not said' : 'said to scroll, but fits'}`;
+      })
+      .filter(Boolean));
+    check(`layout: a table wider than its box says that it scrolls, and only such a table ${where}`, hints.length === 0, hints.slice(0, 3).join('; '));
+    if (view.lang === 'ja') {
+      const text = await page.evaluate(() => document.body.innerText);
+      const odd = text.match(/.{0,12}(\d[ \u00a0]+円|円 (?=[\u3040-\u30ff\u4e00-\u9fff])|[“”]).{0,12}/)?.[0] ?? null;
+      check(`Japanese: no space between a number and 円 or after it, and Japanese quotes ${where}`, odd === null, odd ?? '');
+    }
     if (view.size === 'desktop') {
       const clipped = await clippedTables(page);
       check(`layout: no database table is cut off ${where}`, clipped.length === 0, clipped.join('; '));
@@ -266,6 +282,37 @@ async function harmShown(page, id, tag, harm) {
 
 async function tone(page, id) {
   return exp(page, id).getByTestId('verdict').getAttribute('data-tone');
+}
+
+/** The diagram's rows as its text list tells them ("API → DB: C: register key … → already there"). */
+async function diagramRows(page, id) {
+  return exp(page, id).locator('.diagram ol.visually-hidden li').evaluateAll((lis) => lis.map((li) => li.textContent));
+}
+
+/** The request's body as sent, as text (the lines after the headers). */
+function bodyOf(rawRequest) {
+  return rawRequest.slice(rawRequest.indexOf('{'));
+}
+
+/**
+ * Clicks step `n` and, while it waits (for a lease), reads the lease the
+ * page shows twice, `apartMs` apart: a wait longer than a second must show
+ * its progress. Answers both readings (the lease left, by the database's
+ * clock), then waits for the step to finish.
+ */
+async function leaseWhileWaiting(page, id, n, apartMs = 700) {
+  const done = clickStep(page, id, n);
+  const progress = exp(page, id).getByTestId('progress');
+  const read = async () => {
+    await page.waitForFunction((testid) => document.querySelector(`[data-testid="${testid}"] [data-testid="progress"]`)?.dataset.ms !== undefined,
+      `exp-${id}`, { timeout: ACTION_TIMEOUT_MS });
+    return { ms: Number(await progress.getAttribute('data-ms')), text: (await progress.innerText()).trim() };
+  };
+  const first = await read();
+  await page.waitForTimeout(apartMs);
+  const second = await read();
+  await done;
+  return [first, second];
 }
 
 function responseId(rawResponse) {
@@ -319,8 +366,8 @@ async function lesson2(page) {
   const a = await card(page, 'l2-nokey', 'A');
   const chargeId = responseId(a.response);
   let state = await dbState();
-  check('lesson 2 (no key): step 1 creates the lesson\'s charge of 500, nothing refunded',
-    a.status === 201 && state.charges.length === 1 && state.charges[0].id === chargeId && state.charges[0].amount === 500
+  check('lesson 2 (no key): step 1 creates the lesson\'s charge of 500, nothing refunded, and sends no Idempotency-Key',
+    a.status === 201 && !/Idempotency-Key/i.test(a.request) && state.charges.length === 1 && state.charges[0].id === chargeId && state.charges[0].amount === 500
       && state.charges[0].amount_refunded === 0, `status ${a.status}, ${state.charges.length} charges`);
   const expected = [[1, 100, 504], [2, 200, 504], [3, 300, 201]];
   for (const [n, refunded, status] of expected) {
@@ -339,7 +386,9 @@ async function lesson2(page) {
     Number(await exp(page, 'l2-nokey').getByTestId('db-panel').getByTestId('refunds-count').getAttribute('data-count')) === 3);
   const v1 = await verdict(page, 'l2-nokey');
   check('lesson 2 (no key): the result box says three refunds, shown as harm', v1.ok && (await tone(page, 'l2-nokey')) === 'bad'
-    && (await harmShown(page, 'l2-nokey', 'D', 'duplicate')), v1.text.slice(0, 100));
+    && (await harmShown(page, 'l2-nokey', 'D', 'refundAgain')), v1.text.slice(0, 100));
+  const n1 = (await diagramRows(page, 'l2-nokey')).at(-1);
+  check('lesson 2 (no key): the diagram\'s closing note counts the run\'s refunds: 3', /this run: 3 refunds/.test(n1), n1);
 
   // ---- the same with one key: 100 refunded -------------------------------------------------
   await resetViaPage(page);
@@ -366,6 +415,12 @@ async function lesson2(page) {
     `${keyRow?.status} ${keyRow?.response_status}`);
   const t2 = await track(page, 'l2-key');
   check('lesson 2 (one key): the page shows what is left to refund: 500 → 400 → 400 → 400', t2.join(',') === '500,400,400,400', t2.join(' → '));
+  const rows2 = await diagramRows(page, 'l2-key');
+  const drawnC = rows2.filter((row) => /: C: /.test(row));
+  check('lesson 2 (one key): the diagram draws C (its answer lost) as the replay it was: the key already there, the stored response read, no new refund',
+    drawnC.some((row) => /register key .* → already there/.test(row)) && drawnC.some((row) => /read the stored response/.test(row))
+      && !drawnC.some((row) => /refund and its 201|it is new/.test(row)) && drawnC.some((row) => /stored 201 is lost/.test(row)), drawnC.join(' | '));
+  check('lesson 2 (one key): the diagram\'s closing note counts 1 refund', /this run: 1 refund of/.test(rows2.at(-1)), rows2.at(-1));
   const v2 = await verdict(page, 'l2-key');
   check('lesson 2 (one key): the result box confirms one refund, shown as safe', v2.ok && (await tone(page, 'l2-key')) === 'good', v2.text.slice(0, 100));
 
@@ -400,8 +455,14 @@ async function lesson3(page) {
   const a = await card(page, 'l3-retry', 'A');
   check('lesson 3: the first attempt with a key is answered 504', a.status === 504, `status ${a.status}`);
   check('lesson 3: the raw request carries a quoted Idempotency-Key', /Idempotency-Key: "[0-9a-f-]{36}"/.test(a.request));
+  // The learner switches to Japanese between the two steps: the retry is still the same request.
+  await setLang(page, 'ja');
   await clickStep(page, 'l3-retry', 2);
+  await setLang(page, 'en');
   const b = await card(page, 'l3-retry', 'B');
+  check('lesson 3: after a language switch between the steps the retry sends the very same body and key ("Lesson 3: a book")',
+    bodyOf(b.request) === bodyOf(a.request) && /"description": "Lesson 3: a book"/.test(b.request)
+      && b.request.match(/Idempotency-Key: .*/)?.[0] === a.request.match(/Idempotency-Key: .*/)?.[0], bodyOf(b.request).replace(/\s+/g, ' '));
   const state = await dbState();
   check('lesson 3: the retry with the same key is answered 201', b.status === 201, `status ${b.status}`);
   check('lesson 3: the replay shows Idempotent-Replayed: true', b.replayed && /Idempotent-Replayed: true/i.test(b.response));
@@ -563,6 +624,8 @@ async function lesson5(page) {
   const expiredState = await dbState();
   check('lesson 5: the expire shortcut answers 200 and marks the key expired',
     e.status === 200 && expiredState.idempotency_keys.length === 1 && expiredState.idempotency_keys[0].expired === true, `status ${e.status}`);
+  check('lesson 5: the expire card shows what it did (the key, 1 row), in under 1 KB',
+    e.response.length < 1024 && e.response.includes(`"key": "${key}"`) && /"expired": 1/.test(e.response), `${e.response.length} characters`);
   check('lesson 5: the page still shows the expired key row before the purge',
     (await exp(page, 'l5-expire').getByTestId('db-panel').getByTestId('key-expired').count()) === 1);
   const expired = { text: await validFor.innerText(), ms: Number(await validFor.getAttribute('data-ms')) };
@@ -576,6 +639,9 @@ async function lesson5(page) {
   const explain = await p.getByTestId('explain').innerText();
   check('lesson 5: the purge answers 200 and the page shows how many rows it removed (≥ 1)',
     Number(await p.getAttribute('data-status')) === 200 && purged >= 1 && explain.includes(String(purged)), `purged ${purged}: "${explain}"`);
+  const purgeResponse = await p.getByTestId('raw-response').innerText();
+  check('lesson 5: the purge card shows its answer in under 1 KB (the rows it deleted, not the tables)',
+    purgeResponse.length < 1024 && !/idempotency_keys/.test(purgeResponse), `${purgeResponse.length} characters`);
   const panel = exp(page, 'l5-expire').getByTestId('db-panel');
   const shownKeys = Number(await panel.getByTestId('keys-count').getAttribute('data-count'));
   const shownCharges5 = Number(await panel.getByTestId('charges-count').getAttribute('data-count'));
@@ -595,7 +661,10 @@ async function lesson5(page) {
     afterPurge.charges.length === 2 && afterPurge.idempotency_keys.find((k) => k.key === key)?.charge_id === responseId(d.response),
     `${afterPurge.charges.length} charges`);
   check('lesson 5: the purge result box agrees with the database, and the second charge is shown as harm',
-    (await verdict(page, 'l5-expire')).ok && (await tone(page, 'l5-expire')) === 'bad' && (await harmShown(page, 'l5-expire', 'D', 'duplicate')));
+    (await verdict(page, 'l5-expire')).ok && (await tone(page, 'l5-expire')) === 'bad' && (await harmShown(page, 'l5-expire', 'D', 'ledgerDuplicate')));
+  const l5Auths = new Set(afterPurge.charges.map((c) => c.authorization_id));
+  check('lesson 5: the two charges hold one authorization at the network, and the result box points to lesson 7 for why',
+    l5Auths.size === 1 && !l5Auths.has(null) && /lesson 7/.test((await verdict(page, 'l5-expire')).text), [...l5Auths].join(', '));
 
   await resetViaPage(page);
   await clickStep(page, 'l5-reuse', 1, { keyboard: true });
@@ -680,6 +749,28 @@ async function lesson6(page) {
   const v2 = await verdict(page, 'l6-abandon');
   check('lesson 6 (abandoned): the result box agrees, shown as safe', v2.ok && (await tone(page, 'l6-abandon')) === 'good', v2.text.slice(0, 120));
 
+  // Once more, as a learner who switches to Japanese right after step 1 and
+  // waits out the lease: the wait shows the lease counting down, and C is
+  // still the same request as A.
+  await resetViaPage(page);
+  await freshRun(page, 'l6-abandon');
+  await clickStep(page, 'l6-abandon', 1);
+  const ka2 = await card(page, 'l6-abandon', 'A');
+  await setLang(page, 'ja');
+  const [l6first, l6second] = await leaseWhileWaiting(page, 'l6-abandon', 2);
+  await setLang(page, 'en');
+  check('lesson 6 (abandoned): while the page waits for the lease, it shows the lease changing by the database\'s clock',
+    Number.isFinite(l6first.ms) && Number.isFinite(l6second.ms) && l6second.ms < l6first.ms - 200 && /リース/.test(l6first.text),
+    `${l6first.ms} ms, then ${l6second.ms} ms: "${l6second.text}"`);
+  const kc2 = await card(page, 'l6-abandon', 'C');
+  state = await dbState();
+  check('lesson 6 (abandoned): after a language switch between the steps, C sends the very same body as A ("Lesson 6: an abandoned request")',
+    bodyOf(kc2.request) === bodyOf(ka2.request) && /"description": "Lesson 6: an abandoned request"/.test(kc2.request), bodyOf(kc2.request).replace(/\s+/g, ' '));
+  // The recovery task runs every 300 ms here, and C is sent 400 ms after the lease: it has finished A by then.
+  check('lesson 6 (abandoned): and C ends as a replay (201, Idempotent-Replayed) of the one charge', kc2.status === 201 && kc2.replayed
+    && /Idempotent-Replayed: true/i.test(kc2.response) && state.charges.length === 1 && responseId(kc2.response) === state.charges[0].id,
+    `status ${kc2.status}, replayed ${kc2.replayed}, ${state.charges.length} charges`);
+
   // ---- (c) the retention ends before the retries do --------------------------------------------
   await resetViaPage(page);
   await clickStep(page, 'l6-retention', 1);
@@ -695,9 +786,12 @@ async function lesson6(page) {
   state = await dbState();
   check('lesson 6 (retention): the late retry with the same key charges again (201, not replayed; 2 charges)',
     rc.status === 201 && !rc.replayed && state.charges.length === 2, `status ${rc.status}, ${state.charges.length} charges`);
+  const l6Auths = new Set(state.charges.map((ch) => ch.authorization_id));
+  check('lesson 6 (retention): the two charges hold one authorization, and the result box points to lesson 7 for why',
+    l6Auths.size === 1 && !l6Auths.has(null) && /lesson 7/.test((await verdict(page, 'l6-retention')).text), [...l6Auths].join(', '));
   const v3 = await verdict(page, 'l6-retention');
   check('lesson 6 (retention): the result box agrees, shown as harm',
-    v3.ok && (await tone(page, 'l6-retention')) === 'bad' && (await harmShown(page, 'l6-retention', 'C', 'duplicate')), v3.text.slice(0, 120));
+    v3.ok && (await tone(page, 'l6-retention')) === 'bad' && (await harmShown(page, 'l6-retention', 'C', 'ledgerDuplicate')), v3.text.slice(0, 120));
   await look(page, 'after lesson 6', { section: 'lesson-6' });
   await clear(page, ['l6-forget', 'l6-abandon', 'l6-retention']);
 }
@@ -756,6 +850,20 @@ async function lesson7(page) {
   check('lesson 7 (lost answer): the page shows both ledgers agreeing: the charge\'s authorization_id is the one authorization, held by it',
     held.length === 1 && held[0] === auths[0].id && shown.rows.length === 1 && shown.rows[0].charge === state.charges[0].id && shown.orphans === 0,
     `${JSON.stringify(held)} ${JSON.stringify(shown)}`);
+  const phases = await diagramRows(page, 'l7-lost');
+  const at = (re, tag) => phases.findIndex((row) => row.includes(`: ${tag}: `) && re.test(row));
+  const [p1, pool, p2, p3] = [at(/phase 1: BEGIN; register key .* in_progress \(lease\), with the request; COMMIT/, 'B'),
+    at(/connection goes back to the pool/, 'B'), at(/POST \/authorizations .*phase 2: no database connection, no transaction/, 'B'),
+    at(/phase 3: BEGIN; the charge .*authorization .*if the lease is still ours; COMMIT/, 'B')];
+  const lanes = await exp(page, 'l7-lost').locator('.diagram svg text').allTextContents();
+  check('lesson 7 (lost answer): the diagram draws the three phases in order (key committed, the connection back in the pool, the network called with none held, the charge committed), on four lanes',
+    p1 >= 0 && p1 < pool && pool < p2 && p2 < p3 && ['Client', 'API', 'DB', 'Network'].every((lane) => lanes.includes(lane))
+      && phases.some((row) => /: A: phase 3: BEGIN; release the key/.test(row)), `phase rows at ${[p1, pool, p2, p3].join(', ')}`);
+  check('lesson 7: the page says why the network is called outside any transaction',
+    /never runs inside a database transaction/.test(await page.getByTestId('l7-phases').innerText()));
+  const shared = await page.getByTestId('l7-shared-authorization').innerText();
+  check('lesson 7: where the learner sees it, the page explains why lessons 5 and 6\'s duplicates share one authorization',
+    /lessons 5 and 6/.test(shared) && /replayed/.test(shared) && /held once/.test(shared), shared.slice(0, 80));
   const va = await verdict(page, 'l7-lost');
   check('lesson 7 (lost answer): the result box agrees, shown as safe', va.ok && (await tone(page, 'l7-lost')) === 'good', va.text.slice(0, 120));
 
@@ -804,8 +912,11 @@ async function lesson7(page) {
     afterB === '0' && (await exp(page, 'l7-recover').getByTestId('db-panel').locator('[data-testid="key-row"][data-status="in_progress"]').count()) === 1
       && (await shownAuths(page, 'l7-recover')).orphans === 1, `charges shown: ${afterB}`);
   const started = Date.now();
-  await clickStep(page, 'l7-recover', 2);
+  const [l7first, l7second] = await leaseWhileWaiting(page, 'l7-recover', 2, 300);
   const waited = Date.now() - started;
+  check('lesson 7 (recovery): while the page waits for the recovery, it shows the lease changing by the database\'s clock',
+    Number.isFinite(l7first.ms) && Number.isFinite(l7second.ms) && l7second.ms < l7first.ms - 150 && /lease/.test(l7first.text),
+    `${l7first.ms} ms, then ${l7second.ms} ms: "${l7second.text}"`);
   state = await dbState();
   const recovered = state.idempotency_keys.find((k) => k.key === key);
   auths = newAuths(state, before);
@@ -866,10 +977,17 @@ async function selfCheck(page) {
     const q = root.getByTestId(`quiz-${i + 1}`);
     const { answer, see } = answers[i];
     const wrong = answer === 0 ? 1 : 0;
-    await q.getByTestId(`quiz-${i + 1}-option-${wrong + 1}`).check();
-    await q.getByTestId('quiz-check').click();
+    const other = 3 - answer - wrong;
     const feedback = q.getByTestId('quiz-feedback');
-    await page.waitForFunction((k) => document.querySelector(`[data-testid="quiz-${k}"] [data-testid="quiz-feedback"]`).dataset.correct === 'false', i + 1);
+    const wrongFeedback = [];
+    for (const pick of [other, wrong]) {
+      await q.getByTestId(`quiz-${i + 1}-option-${pick + 1}`).check();
+      await q.getByTestId('quiz-check').click();
+      await page.waitForFunction((k) => document.querySelector(`[data-testid="quiz-${k}"] [data-testid="quiz-feedback"]`).dataset.correct === 'false', i + 1);
+      wrongFeedback.push((await feedback.locator('p').first().innerText()).trim());
+    }
+    check(`self-check: question ${i + 1}: each wrong option gets feedback of its own`, wrongFeedback[0] !== wrongFeedback[1]
+      && wrongFeedback.every((text) => text.length > 40), wrongFeedback.map((text) => text.slice(0, 50)).join(' / '));
     if (i === n - 1) {
       // The last one by keyboard: from the wrong radio, the arrow keys move the choice, Tab reaches "Check".
       await q.getByTestId(`quiz-${i + 1}-option-${wrong + 1}`).focus();
@@ -887,6 +1005,21 @@ async function selfCheck(page) {
     const target = await page.locator(href).count();
     check(`self-check: question ${i + 1}: a wrong answer is told so, the right one explained, with a link to the experiment (${href})`,
       href === `#${see}` && target === 1 && (await feedback.innerText()).length > 60, (await feedback.innerText()).replace(/\s+/g, ' ').slice(0, 90));
+  }
+  // The right option must not give itself away by its length.
+  const lengths = await page.evaluate(async () => {
+    const { MESSAGES } = await import('/js/messages.js');
+    const { QUESTIONS } = await import('/js/selfcheck.js');
+    return ['en', 'ja'].map((lang) => QUESTIONS.map((question) => {
+      const len = Array.from({ length: question.options }, (_, j) => MESSAGES[lang][`${question.q}.a${j}.html`].replace(/<[^>]+>/g, '').length);
+      return { longest: len[question.answer] === Math.max(...len), ratio: Math.max(...len) / Math.min(...len) };
+    }));
+  });
+  for (const [lang, rows] of [['en', lengths[0]], ['ja', lengths[1]]]) {
+    const longest = rows.filter((row) => row.longest).length;
+    const ratio = Math.max(...rows.map((row) => row.ratio));
+    check(`self-check (${lang}): the options are balanced in length (the right one is the longest in at most 3 of ${rows.length}; longest ÷ shortest ≤ 1.6)`,
+      longest <= 3 && ratio <= 1.6, `right is longest in ${longest}, worst ratio ${ratio.toFixed(2)}`);
   }
   const score = await page.getByTestId('self-check-score').getAttribute('data-right');
   check('self-check: the score counts every question right', Number(score) === n, `${score} of ${n}`);
@@ -997,6 +1130,23 @@ try {
     const icon = await page.evaluate(() => document.querySelector('link[rel="icon"]')?.href ?? '');
     const favicon = await fetch(icon);
     check('the page links a favicon that is served', /favicon\.svg$/.test(icon) && favicon.status === 200, `${icon}: ${favicon.status}`);
+    // Every result box, written with each yes-or-no fact as true and as false: the words say which, never "true" or "false".
+    const raw = await page.evaluate(async () => {
+      const { MESSAGES } = await import('/js/messages.js');
+      const facts = ['replayed', 'same', 'keyLeft', 'recovered', 'sameAuth'];
+      const found = [];
+      for (const lang of ['en', 'ja']) {
+        for (const [key, value] of Object.entries(MESSAGES[lang])) {
+          if (!/\.verdict\.(ok|bad)\.html$/.test(key) || typeof value !== 'function') continue;
+          for (const fact of ['true', 'false']) {
+            const text = value(new Proxy({}, { get: (_, name) => (facts.includes(name) ? fact : '7') })).replace(/Idempotent-Replayed: true/g, '');
+            if (/\b(true|false)\b/.test(text)) found.push(`${lang} ${key}`);
+          }
+        }
+      }
+      return [...new Set(found)];
+    });
+    check('every result box states its facts in words, never as true or false', raw.length === 0, raw.join(', '));
   });
   if (!loaded) {
     console.log(`${passed} passed, ${failed} failed`);

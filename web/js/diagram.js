@@ -297,7 +297,12 @@ export class SequenceDiagram {
       parts.push(text(cx, detailTop + (i + 1) * m.smallLine - 3, line, { size: m.small, fill: MUTED, mono: true }));
     });
     if (row.kind === 'lost') {
-      const bx = sx + (ex - sx) * 0.55;
+      // Broken off before the first lifeline it would cross, so the cross
+      // never sits on a lane it did not reach (the network's answer, lost
+      // on its way to the API, is not lost at the DB).
+      const crossed = this.lanes.map((lane) => lx[lane]).filter((x) => (x - x1) * dir > 0 && (x2 - x) * dir > 0);
+      const near = crossed.length ? crossed.reduce((a, b) => (Math.abs(a - x1) < Math.abs(b - x1) ? a : b)) : null;
+      const bx = near === null ? sx + (ex - sx) * 0.55 : (sx + near) / 2;
       parts.push(`<line x1="${sx}" y1="${ay}" x2="${bx}" y2="${ay}" stroke="${color}" stroke-width="1.6" stroke-dasharray="5 4"/>`);
       parts.push(`<path d="M${bx - 6} ${ay - 6} L${bx + 6} ${ay + 6} M${bx - 6} ${ay + 6} L${bx + 6} ${ay - 6}" stroke="${LOST}" stroke-width="2.6" stroke-linecap="round"/>`);
       return parts.join('');

@@ -10,7 +10,7 @@
 import { t, tHtml, escapeHtml as esc, fmtAmount, fmtMs, fmtTime } from './i18n.js';
 import { startRequest, getState, REASONS } from './api.js';
 import { SequenceDiagram, L, tagColor } from './diagram.js';
-import { renderState, stateIds, summarize, hue, authorizationsSince } from './tables.js';
+import { renderState, stateIds, summarize, hue, authorizationsSince, updateScrollHints } from './tables.js';
 import { loadServer } from './server.js';
 import { outcomeOf, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST, UNAVAILABLE } from './outcome.js';
 
@@ -85,6 +85,7 @@ export class Experiment {
           <button type="button" class="secondary" data-testid="run-again" data-role="again" hidden></button>
         </div>
         <p class="exp-status" data-role="status" tabindex="-1" aria-live="polite"></p>
+        <p class="exp-progress" data-role="progress" data-testid="progress" hidden></p>
         <p class="visually-hidden" data-role="announce" aria-live="polite"></p>
       </div>
       <div class="verdict" data-testid="verdict" data-role="verdict" role="status" aria-live="polite" hidden></div>
@@ -170,6 +171,18 @@ export class Experiment {
         return state;
       },
       sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+      /**
+       * Shows how a wait is going (a text thunk), under the status line;
+       * `ms` is kept as data-ms for the test. Not a live region: it changes
+       * several times a second. Cleared when the step ends.
+       */
+      progress(text, ms = null) {
+        const el = experiment.el.progress;
+        el.hidden = false;
+        el.textContent = text();
+        if (ms === null) delete el.dataset.ms;
+        else el.dataset.ms = String(Math.round(ms));
+      },
     };
   }
 
@@ -255,6 +268,8 @@ export class Experiment {
       console.error(error);
       this.failure = String(error.message || error);
     } finally {
+      this.el.progress.hidden = true;
+      this.el.progress.textContent = '';
       setBusy(null);
       this.renderAll();
       const next = this.nextStep < this.stepButtons.length ? this.stepButtons[this.nextStep] : this.el.again;
@@ -263,12 +278,15 @@ export class Experiment {
   }
 
   _finish() {
-    const n = this.ctx.latest?.charges.length ?? 0;
     this.result = this.def.verdict(this.ctx);
     // The closing note takes the result's colour: harm in red, safety in green.
     const tone = !this.result.ok ? 'note' : this.def.tone === 'bad' ? 'harm' : 'result';
-    if (this.def.network) {
-      // Both ledgers: ours, and the network's authorizations of this run.
+    // It counts what this run made, of the thing the lesson is about: the
+    // lesson's own count (refunds), both ledgers (lesson 7), or new charges.
+    const n = this.ctx.newCharges().length;
+    if (this.def.countNote) {
+      this.diagram.note(['db'], this.def.countNote(this.ctx), { tone });
+    } else if (this.def.network) {
       const auths = this.ctx.newAuthorizations().length;
       this.diagram.note(['db', 'network'], L('d.countNoteNetwork', { n, auths }), { tone });
     } else {
@@ -374,6 +392,7 @@ export class Experiment {
       context: t('exp.dbContext', { name: this.contextName() }),
       ...this._tables(),
     });
+    updateScrollHints(this.el['db-tables']);
     this.renderTrack();
   }
 }
@@ -422,13 +441,15 @@ class RequestCard {
     const outcome = outcomeOf(r);
     // A request that did harm (charged again, or was acknowledged and then
     // forgotten) is never drawn in the colour of success.
-    const harmed = !pending && this.harm && (outcome === EXECUTED || outcome === REPLAYED);
+    // `harm` names the harm, or tells it from the answer (a function of the record).
+    const harm = typeof this.harm === 'function' && !pending ? this.harm(r) : this.harm;
+    const harmed = !pending && harm && (outcome === EXECUTED || outcome === REPLAYED);
     const statusClass = pending ? 'pending' : harmed ? 'bad' : STATUS_CLASS[outcome] ?? 'bad';
     const h = this.level;
     const after = this.after;
     this.el.dataset.status = pending ? '' : String(r.status ?? 'error');
     this.el.dataset.replayed = String(r.replayed);
-    this.el.dataset.harm = harmed ? this.harm : '';
+    this.el.dataset.harm = harmed ? harm : '';
     if (r.spec.kind === 'purge' && !pending && typeof r.json?.purged === 'number') this.el.dataset.purged = String(r.json.purged);
     this.el.innerHTML = `
       <header class="card-head">
@@ -439,7 +460,7 @@ class RequestCard {
           title="${esc(t('card.elapsedLabel'))}"><span class="ms">${fmtMs(r.elapsedNow())}</span> ms</span>
       </header>
       <p class="card-explain" data-testid="explain">${esc(pending ? t('card.waiting') : explain(r))}${
-        harmed ? ` <strong class="harm-note" data-testid="harm">${esc(t(`card.harm.${this.harm}`))}</strong>` : ''
+        harmed ? ` <strong class="harm-note" data-testid="harm">${esc(t(`card.harm.${harm}`))}</strong>` : ''
       }</p>
       <div class="raw">
         <div>
@@ -469,7 +490,9 @@ class RequestCard {
     if (this.afterOpen) this.el.querySelector('details')?.setAttribute('open', '');
     this.el.querySelector('details')?.addEventListener('toggle', (e) => {
       this.afterOpen = e.target.open;
+      updateScrollHints(this.el);
     });
+    updateScrollHints(this.el);
   }
 }
 

@@ -99,10 +99,10 @@ export function fmtInt(n) {
   return new Intl.NumberFormat(current === 'ja' ? 'ja-JP' : 'en-US').format(Math.round(n));
 }
 
-/** An amount in the currency's minor unit, e.g. (1000, 'jpy') → "¥1,000" / "1,000 円". */
+/** An amount in the currency's minor unit, e.g. (1000, 'jpy') → "¥1,000" / "1,000円". */
 export function fmtAmount(amount, currency) {
   const code = String(currency || '').toUpperCase();
-  if (code === 'JPY' && current === 'ja') return `${fmtInt(amount)} 円`;
+  if (code === 'JPY' && current === 'ja') return `${fmtInt(amount)}円`;
   try {
     const format = new Intl.NumberFormat(current === 'ja' ? 'ja-JP' : 'en-US', { style: 'currency', currency: code });
     const digits = format.resolvedOptions().maximumFractionDigits;

@@ -154,7 +154,11 @@ function experiment({ body, steps, setup, ...rest }) {
   return {
     ...rest,
     setup(ctx) {
-      Object.defineProperty(ctx.vars, 'body', { get: () => bodyOf(body), enumerable: true, configurable: true });
+      // The request is fixed the first time a step asks for it (step 1),
+      // in the language of that moment; every later step resends exactly
+      // those bytes, whatever language the page is switched to in between.
+      let fixed = null;
+      Object.defineProperty(ctx.vars, 'body', { get: () => (fixed ??= bodyOf(body)), enumerable: true, configurable: true });
       ctx.vars.key = newKey();
       setup?.(ctx);
     },
@@ -199,7 +203,7 @@ const lesson3Retry = experiment({
     return {
       ok: fresh.length === 1 && outcomeOf(b) === REPLAYED && same,
       key: 'l3.retry.verdict',
-      params: { n: fresh.length, id: id.slice(0, 8), replayed: b.replayed, same },
+      params: { n: fresh.length, id: id.slice(0, 8), status: b.status ?? '—', replayed: b.replayed, same },
     };
   },
 });
@@ -468,6 +472,24 @@ function mountLesson4Modes(root, experiment) {
 
 // ---- lesson 5: key lifetime and reuse ---------------------------------------------------------
 
+/**
+ * The harm of a second charge made under the first one's key (its record
+ * forgotten): with a card network, the derived network key made the
+ * network replay the first authorization, so the harm is in our ledger only.
+ */
+function sameKeyDuplicate(record) {
+  return record.json?.authorization_id ? 'ledgerDuplicate' : 'duplicate';
+}
+
+/**
+ * Whether the run's two charges hold one authorization at the card network
+ * (the late retry's derived network key made the network replay; lesson 7).
+ */
+function sameAuthorization(ctx) {
+  const auths = ctx.newCharges().map((c) => c.authorization_id);
+  return auths.length === 2 && Boolean(auths[0]) && auths[0] === auths[1];
+}
+
 const lesson5Expire = experiment({
   id: 'l5-expire',
   body: { amount: 1000, currency: 'jpy', desc: 'body.l5expire' },
@@ -495,7 +517,7 @@ const lesson5Expire = experiment({
       tag: 'D',
       title: 'title.retryAfterPurge',
       key: 'same',
-      harm: 'duplicate',
+      harm: sameKeyDuplicate,
       keyWas: (ctx) => (ctx.vars.purge?.keyLeft ? 'expired' : 'purged'),
     },
   ],
@@ -508,7 +530,7 @@ const lesson5Expire = experiment({
     return {
       ok,
       key: 'l5.expire.verdict',
-      params: { n, status: retry.status, purged: purge.purged ?? '—', keyLeft: purge.keyLeft, kept: purge.kept },
+      params: { n, status: retry.status, purged: purge.purged ?? '—', keyLeft: purge.keyLeft, kept: purge.kept, sameAuth: sameAuthorization(ctx) },
     };
   },
 });
@@ -558,16 +580,22 @@ const lesson5NewKey = experiment({
 const L2_AMOUNT = 500;
 const L2_REFUND = 100;
 
-/** Step 1 of every lesson 2 experiment: the charge it works on (with a key of its own). */
-const l2ChargeStep = {
-  label: L('l2.step.charge', { amount: () => fmtAmount(L2_AMOUNT, 'jpy') }),
-  run: async (ctx) => {
-    const rec = await sendCharge(ctx, { tag: 'A', title: 'title.l2charge', key: 'fresh' });
-    ctx.vars.chargeId = outcomeOf(rec) === EXECUTED ? rec.json?.id ?? null : null;
-    if (!ctx.vars.chargeId) throw new Error(t('l2.noCharge', { status: rec.status ?? rec.error }));
-    ctx.vars.track = [chargeOf(ctx)];
-  },
-};
+/**
+ * Step 1 of a lesson 2 experiment: the charge it works on. `keyed`: with a
+ * key of its own; the experiment "without a key" sends none at all.
+ */
+function l2ChargeStepWith({ keyed }) {
+  return {
+    label: L('l2.step.charge', { amount: () => fmtAmount(L2_AMOUNT, 'jpy') }),
+    run: async (ctx) => {
+      const rec = await sendCharge(ctx, { tag: 'A', title: 'title.l2charge', key: keyed ? 'fresh' : undefined });
+      ctx.vars.chargeId = outcomeOf(rec) === EXECUTED ? rec.json?.id ?? null : null;
+      if (!ctx.vars.chargeId) throw new Error(t('l2.noCharge', { status: rec.status ?? rec.error }));
+      ctx.vars.track = [chargeOf(ctx)];
+    },
+  };
+}
+const l2ChargeStep = l2ChargeStepWith({ keyed: true });
 
 /** The lesson's charge as the database has it now. */
 function chargeOf(ctx) {
@@ -579,19 +607,30 @@ function refundsOf(ctx) {
   return (ctx.latest?.refunds ?? []).filter((r) => r.charge_id === ctx.vars.chargeId);
 }
 
-function narrateRefund(d, rec, bar) {
+/**
+ * One refund request, drawn from what the database holds after it: `made`
+ * is whether it gained a refund. A lost answer hides what the server did,
+ * so a keyed retry whose answer was lost is drawn as the replay it was.
+ */
+function narrateRefund(d, rec, bar, { made }) {
   const tag = bar.tag;
   const outcome = outcomeOf(rec);
   const amount = amountOf(rec.spec);
   const key = rec.spec.intent.key ? shortKeyOf(rec.spec.intent.key) : null;
-  if (outcome === REPLAYED) {
+  const replayed = outcome === REPLAYED || (outcome === LOST && key && !made);
+  if (replayed) {
     d.message('api', 'db', L('d.insertKeyTaken', { key }), { tag });
     d.message('db', 'api', L('d.readStored'), { tag, kind: 'reply' });
   } else if (outcome === EXECUTED || outcome === LOST) {
     if (key) d.message('api', 'db', L('d.insertKeyNew', { key }), { tag });
     d.message('api', 'db', L(key ? 'd.refundAndSave' : 'd.insertRefund', { amount }), { tag });
   }
-  reply(d, rec, bar);
+  if (replayed && outcome === LOST) {
+    d.message('api', 'client', L('d.lostReplay'), { tag, kind: 'lost', detail: [() => `${rec.status} ${rec.statusText} · ${fmtMs(rec.elapsedMs)} ms`] });
+    d.closeBar(bar);
+  } else {
+    reply(d, rec, bar);
+  }
 }
 
 /** One refund of L2_REFUND; `keyed`: with the run's key. The first two answers are lost. */
@@ -602,12 +641,15 @@ function l2RefundStep(n, keyed) {
     label: L(`l2.step.refund${keyed ? 'Key' : ''}${lost ? 'Lost' : ''}`, { amount: () => fmtAmount(L2_REFUND, 'jpy'), n }),
     run: async (ctx) => {
       const spec = refund({ chargeId: ctx.vars.chargeId, amount: L2_REFUND, key: keyed ? ctx.vars.key : undefined, faults: lost ? [LOSE_RESPONSE] : [] });
-      await ctx.send(spec, {
+      const before = refundsOf(ctx).length;
+      // Drawn once the tables have been read after it (see narrateRefund).
+      const { record, bar, done } = ctx.start(spec, {
         tag,
         title: T(n === 1 ? 'title.refund' : 'title.refundAgain', { amount: amountOf(spec), n }),
-        harm: !keyed && n > 1 ? 'duplicate' : null,
-        narrate: narrateRefund,
+        harm: !keyed && n > 1 ? 'refundAgain' : null,
       });
+      await done;
+      narrateRefund(ctx.diagram, record, bar, { made: refundsOf(ctx).length > before });
       ctx.vars.track.push(chargeOf(ctx));
     },
   };
@@ -626,8 +668,9 @@ const lesson2NoKey = experiment({
   body: { amount: L2_AMOUNT, currency: 'jpy', desc: 'body.l2nokey' },
   refunds: true,
   tone: 'bad',
-  steps: [l2ChargeStep, l2RefundStep(1, false), l2RefundStep(2, false), l2RefundStep(3, false)],
+  steps: [l2ChargeStepWith({ keyed: false }), l2RefundStep(1, false), l2RefundStep(2, false), l2RefundStep(3, false)],
   track: refundTrack,
+  countNote: (ctx) => L('d.countRefunds', { n: refundsOf(ctx).length }),
   verdict(ctx) {
     const refunds = refundsOf(ctx);
     const refunded = chargeOf(ctx)?.amount_refunded ?? null;
@@ -642,6 +685,7 @@ const lesson2Key = experiment({
   refunds: true,
   steps: [l2ChargeStep, l2RefundStep(1, true), l2RefundStep(2, true), l2RefundStep(3, true)],
   track: refundTrack,
+  countNote: (ctx) => L('d.countRefunds', { n: refundsOf(ctx).length }),
   verdict(ctx) {
     const refunds = refundsOf(ctx);
     const refunded = chargeOf(ctx)?.amount_refunded ?? null;
@@ -694,6 +738,7 @@ const lesson2Put = experiment({
     l2PutStep(3),
   ],
   track: (ctx) => ({ label: L('l2.track.description'), values: (ctx.vars.track ?? []).map((c) => c?.description ?? '—') }),
+  countNote: (ctx) => L('d.countDescription', { n: ctx.newCharges().length, text: chargeOf(ctx)?.description ?? '—' }),
   verdict(ctx) {
     const charge = chargeOf(ctx);
     const after = (ctx.vars.track ?? []).slice(1).map((c) => c?.description);
@@ -730,7 +775,7 @@ const lesson6Forget = experiment({
         ctx.vars.heldId = rec.json?.id ?? null;
       },
     },
-    { label: 'l6.forget.step2', tag: 'B', title: 'title.retrySameKey', key: 'same', harm: 'duplicate' },
+    { label: 'l6.forget.step2', tag: 'B', title: 'title.retrySameKey', key: 'same', harm: 'newId' },
     {
       label: 'l6.forget.step3',
       run: (ctx) => ctx.send(lookupRequest({ apiKey: server().account.api_key, chargeId: ctx.vars.heldId ?? 'none' }), {
@@ -797,13 +842,14 @@ const lesson6Abandon = experiment({
         const key = ctx.vars.key;
         // The tables as they are now, not as they were after B: the lease may be over already.
         const now = await ctx.refresh();
-        const row = now?.idempotency_keys.find((k) => k.key === key);
-        // How long the lease still runs, by the server's clock (GET /demo/state's now).
-        // Only an in-progress row has a lease to wait out; never longer than the lease A asked for.
-        const left = row?.status === 'in_progress' && row.locked_until ? timeOf(row.locked_until) - nowOf(now) : 0;
-        ctx.vars.waitedMs = Math.min(L6_LEASE_MS, Math.max(0, Math.round(left))) + 400;
+        // How long the lease still runs, by the server's clock (GET /demo/state's now);
+        // never longer than the lease A asked for.
+        const left = leaseLeft(now, key);
+        ctx.vars.waitedMs = Math.min(L6_LEASE_MS, Math.max(0, Math.round(left ?? 0))) + 400;
         ctx.diagram.note(['client'], L('d.waitLease', { span: () => fmtSpan(ctx.vars.waitedMs) }), { tag: 'C' });
-        await ctx.sleep(ctx.vars.waitedMs);
+        // While it waits, the page reads the tables again and again, so the
+        // lease is seen counting down by the database's clock.
+        await waitWatchingLease(ctx, key, ctx.vars.waitedMs);
         await ctx.send(charge({ ...ctx.vars.body, key, mode: 'key-first' }), {
           tag: 'C',
           title: T('title.afterLease'),
@@ -842,6 +888,35 @@ const lesson6Abandon = experiment({
   },
 });
 
+/** How long the lease of `key`'s in-progress row still runs in `state`, by the server's clock; null without one. */
+function leaseLeft(state, key) {
+  const row = state?.idempotency_keys.find((k) => k.key === key);
+  return row?.status === 'in_progress' && row.locked_until ? timeOf(row.locked_until) - nowOf(state) : null;
+}
+
+/** How often the page reads the tables while it waits for a lease. */
+const LEASE_POLL_MS = 300;
+
+/** Shows how the wait for `key`'s lease is going, from `state` (the latest read). */
+function showLease(ctx, state, key, started) {
+  const left = leaseLeft(state, key);
+  if (left === null) return;
+  const waited = performance.now() - started;
+  ctx.progress(L('progress.lease', { ms: left, span: () => fmtSpan(Math.abs(left)), waited: () => fmtSpan(waited) }), left);
+}
+
+/** Waits `ms`, reading the tables every LEASE_POLL_MS and showing the lease of `key` counting down. */
+async function waitWatchingLease(ctx, key, ms) {
+  const started = performance.now();
+  showLease(ctx, ctx.latest, key, started);
+  for (;;) {
+    const rest = ms - (performance.now() - started);
+    if (rest <= 0) return;
+    await ctx.sleep(Math.min(LEASE_POLL_MS, rest));
+    showLease(ctx, await ctx.refresh(), key, started);
+  }
+}
+
 /** (c) The retention ends while the client is still retrying. */
 const lesson6Retention = experiment({
   id: 'l6-retention',
@@ -853,12 +928,12 @@ const lesson6Retention = experiment({
       label: 'l6.retention.step2',
       run: (ctx) => ctx.send(expireRequest(ctx.vars.key), { tag: 'B', title: T('title.retentionOver'), narrate: narrateExpire }),
     },
-    { label: 'l6.retention.step3', tag: 'C', title: 'title.lateRetry', key: 'same', harm: 'duplicate', keyWas: () => 'expired' },
+    { label: 'l6.retention.step3', tag: 'C', title: 'title.lateRetry', key: 'same', harm: sameKeyDuplicate, keyWas: () => 'expired' },
   ],
   verdict(ctx) {
     const n = ctx.newCharges().length;
     const c = ctx.records.C;
-    return { ok: n === 2 && outcomeOf(c) === EXECUTED && !c.replayed, key: 'l6.retention.verdict', params: { n, status: c?.status ?? '—' } };
+    return { ok: n === 2 && outcomeOf(c) === EXECUTED && !c.replayed, key: 'l6.retention.verdict', params: { n, status: c?.status ?? '—', sameAuth: sameAuthorization(ctx) } };
   },
 });
 
@@ -878,7 +953,7 @@ const L7_LEASE_MS = 2000;
 /** B is sent this long after A's answer. */
 const L7_RETRY_AFTER_MS = 300;
 /** While waiting for the recovery task, the page reads the tables this often. */
-const L7_POLL_MS = 250;
+const L7_POLL_MS = 300;
 /** How much longer than the lease and one recovery interval the page waits before it gives up. */
 const L7_RECOVERY_SLACK_MS = 5000;
 
@@ -913,6 +988,28 @@ function networkKeyLine(intent) {
   return L(fresh ? 'd.netKeyFresh' : 'd.netKeyDerived', { key: shortKeyOf(intent.key ?? '') });
 }
 
+// A charge that calls the card network runs in three phases: the design
+// this lesson teaches (the diagrams draw it from these definitions).
+//  1. one short transaction: register the key in_progress under its lease,
+//     with the request; COMMIT; the connection goes back to the pool;
+//  2. the call to the network under the derived key, holding no database
+//     connection and no transaction;
+//  3. one transaction: the charge with its authorization id, and the 201
+//     under the key only if the lease is still ours; COMMIT.
+// A foreign call never runs inside a transaction: the connection would sit
+// idle in it while the network thinks, and every other request queue behind.
+
+/** Phase 1, drawn: the key committed in progress, the connection handed back. */
+function drawPhase1(d, tag, key) {
+  d.message('api', 'db', L('d.phase1', { key }), { tag });
+  d.note(['db'], L('d.poolBack'), { tag });
+}
+
+/** Phase 2, drawn: the call to the network, with no connection held. */
+function drawPhase2(d, tag, intent, kind = 'call') {
+  d.message('api', 'network', L('d.callAuthorize'), { tag, kind, detail: [L('d.phase2'), networkKeyLine(intent)] });
+}
+
 /**
  * What the server did with one POST /charges that goes through the card
  * network, drawn once its answer is in. `known`: the authorization ids the
@@ -928,7 +1025,6 @@ function narrateNetworkCharge(d, rec, bar, { known = new Set(), holder = '…' }
   const outcome = outcomeOf(rec);
   const toDb = (text) => d.message('api', 'db', text, { tag });
   const fromDb = (text) => d.message('db', 'api', text, { tag, kind: 'reply' });
-  const callNetwork = (kind = 'call') => d.message('api', 'network', L('d.callAuthorize'), { tag, kind, detail: [networkKeyLine(intent)] });
   if (outcome === REPLAYED) {
     // Our key row answers: the network is not asked again.
     toDb(L('d.insertKeyTaken', { key }));
@@ -938,24 +1034,24 @@ function narrateNetworkCharge(d, rec, bar, { known = new Set(), holder = '…' }
     fromDb(L('d.kfInProgress', { other: holder }));
   } else if (outcome === EXECUTED) {
     const auth = rec.json?.authorization_id ?? '';
-    toDb(L('d.insertKeyNew', { key }));
-    callNetwork();
+    drawPhase1(d, tag, key);
+    drawPhase2(d, tag, intent);
     d.message('network', 'api', L(known.has(auth) ? 'd.netReplayed' : 'd.netAuthorized', { id: shortKeyOf(auth) }), { tag, kind: 'reply' });
-    toDb(L('d.chargeWithAuth', { amount, id: shortKeyOf(auth) }));
+    toDb(L('d.phase3', { amount, id: shortKeyOf(auth) }));
   } else if (outcome === UNAVAILABLE) {
-    toDb(L('d.insertKeyNew', { key }));
+    drawPhase1(d, tag, key);
     if (faults.includes('network-down')) {
-      callNetwork('lost');
+      drawPhase2(d, tag, intent, 'lost');
       d.note(['network'], L('d.netDown'), { tag });
     } else {
-      callNetwork();
+      drawPhase2(d, tag, intent);
       d.note(['network'], L('d.netAuthorizes'), { tag });
       d.message('network', 'api', L('d.netAnswerLost'), { tag, kind: 'lost' });
     }
-    toDb(L('d.rollbackNothing'));
+    toDb(L('d.phase3Release'));
   } else if (outcome === LOST && faults.includes('abandon-after-network')) {
-    toDb(L('d.kfRegister', { key, s: L7_LEASE_MS / 1000 }));
-    callNetwork();
+    drawPhase1(d, tag, key);
+    drawPhase2(d, tag, intent);
     d.message('network', 'api', L('d.netAuthorizedNew'), { tag, kind: 'reply' });
     d.note(['api'], L('d.abandonedAfterNetwork'), { tag });
   }
@@ -1122,9 +1218,11 @@ async function waitForRecovery(ctx) {
   const left = row?.status === 'in_progress' && row.locked_until ? Math.max(0, timeOf(row.locked_until) - nowOf(state)) : 0;
   const limit = Math.min(L7_LEASE_MS, left) + interval + L7_RECOVERY_SLACK_MS;
   d.note(['client'], L('d.waitRecovery', { every: () => fmtSpan(L7_POLL_MS) }));
+  showLease(ctx, state, key, started);
   while (rowOf(state)?.status !== 'completed' && performance.now() - started < limit) {
     await ctx.sleep(L7_POLL_MS);
     state = await ctx.refresh();
+    showLease(ctx, state, key, started);
   }
   const waitedMs = Math.round(performance.now() - started);
   const done = rowOf(state);
@@ -1137,9 +1235,9 @@ async function waitForRecovery(ctx) {
   // What the tables show the recovery task did: the key completed, a charge holding the authorization A got.
   const auth = charged.authorization_id ?? '';
   d.note(['api'], L('d.recoveryTakesOver', { key: short, span: () => fmtSpan(waitedMs), every: () => fmtSpan(interval) }));
-  d.message('api', 'network', L('d.callAuthorize'), { detail: [L('d.netKeyDerived', { key: short })] });
+  d.message('api', 'network', L('d.callAuthorize'), { detail: [L('d.phase2'), L('d.netKeyDerived', { key: short })] });
   d.message('network', 'api', L(ctx.vars.authsAfterA?.has(auth) ? 'd.netReplayed' : 'd.netAuthorized', { id: shortKeyOf(auth) }), { kind: 'reply' });
-  d.message('api', 'db', L('d.recoveryCommit', { amount: () => fmtAmount(charged.amount, charged.currency), id: shortKeyOf(auth) }));
+  d.message('api', 'db', L('d.phase3', { amount: () => fmtAmount(charged.amount, charged.currency), id: shortKeyOf(auth) }));
 }
 
 /** (d) The network is down: 503 with Retry-After, nothing stored anywhere, the key free; the retry charges. */

@@ -8,10 +8,14 @@ import { loadServer, server } from './server.js';
 import { mountExperiments, renderServerFacts } from './lessons.js';
 import { mountSelfCheck } from './selfcheck.js';
 import { rerenderAll, onBusyChange, onState, isBusy, afterReset } from './experiment.js';
+import { updateScrollHints } from './tables.js';
 
 const $ = (selector) => document.querySelector(selector);
 
 let lastState = null;
+
+/** How often the header re-reads the tables while no experiment is running. */
+const HEADER_REFRESH_MS = 5000;
 
 function renderHeader() {
   const backend = $('[data-testid="server-status"]');
@@ -82,6 +86,17 @@ async function start() {
     renderHeader();
     renderServerFacts(document);
     rerenderAll();
+    updateScrollHints(document);
+  });
+  // A table that fits on a laptop may scroll on a phone: say so where it does.
+  let hintsQueued = false;
+  window.addEventListener('resize', () => {
+    if (hintsQueued) return;
+    hintsQueued = true;
+    requestAnimationFrame(() => {
+      hintsQueued = false;
+      updateScrollHints(document);
+    });
   });
   $('[data-testid="lang-toggle"]').addEventListener('click', () => setLang(lang() === 'ja' ? 'en' : 'ja'));
   $('[data-testid="reset"]').addEventListener('click', onReset);
@@ -98,6 +113,13 @@ async function start() {
     lastState = 'offline';
     renderHeader();
   }
+  updateScrollHints(document);
+  // The header's count follows the database even when no lesson runs: a
+  // transaction held open before a reload still commits after it.
+  setInterval(() => {
+    if (isBusy() || document.hidden || lastState === 'offline') return;
+    getState().then(showState, () => {});
+  }, HEADER_REFRESH_MS);
   document.body.dataset.ready = 'true';
 }
 

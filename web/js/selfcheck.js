@@ -8,7 +8,8 @@ import { t, tHtml, escapeHtml as esc, onLangChange } from './i18n.js';
 
 /**
  * The questions, as data: `q` is the i18n prefix (q.text, q.a0…q.aN,
- * q.why), `answer` the index of the right option, `see` the id of the
+ * q.why, and q.aN.wrong for each wrong option: the misconception it
+ * stands for), `answer` the index of the right option, `see` the id of the
  * heading of the experiment that shows it.
  */
 export const QUESTIONS = [
@@ -70,7 +71,8 @@ export function mountSelfCheck(root) {
     feedback.dataset.correct = String(result.correct);
     const verdict = result.correct
       ? `<strong class="quiz-right"><span aria-hidden="true">✓ </span>${esc(t('sc.right'))}</strong>`
-      : `<strong class="quiz-wrong"><span aria-hidden="true">✗ </span>${esc(t('sc.wrong'))}</strong> ${esc(t('sc.rightIs'))} “${tHtml(`${question.q}.a${question.answer}.html`)}”.`;
+      : `<strong class="quiz-wrong"><span aria-hidden="true">✗ </span>${esc(t('sc.wrong'))}</strong> ${tHtml(`${question.q}.a${result.choice}.wrong.html`)}</p>
+        <p>${esc(t('sc.rightIs'))}${tHtml(`${question.q}.a${question.answer}.html`).replace(/[.。]$/, '')}${esc(t('sc.rightIsEnd'))}`;
     feedback.innerHTML = `<p>${verdict} ${tHtml(`${question.q}.why.html`)}</p>
       <p><a href="#${esc(question.see)}" data-testid="quiz-link">${esc(t('sc.see', { where }))}</a></p>`;
   };

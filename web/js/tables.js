@@ -211,3 +211,22 @@ export function stateIds(state) {
   for (const a of state.network?.authorizations ?? []) ids.add(`auth:${a.id}`);
   return ids;
 }
+
+/**
+ * Under every table that is wider than its box (a phone), a line saying
+ * that it scrolls sideways; none under one that fits. Call after drawing
+ * tables, and when the width or the language changes.
+ */
+export function updateScrollHints(root = document) {
+  for (const box of root.querySelectorAll('.table-scroll')) {
+    let hint = box.nextElementSibling;
+    if (!hint?.classList.contains('scroll-hint')) {
+      hint = document.createElement('p');
+      hint.className = 'scroll-hint';
+      box.after(hint);
+    }
+    const wide = box.offsetParent !== null && box.scrollWidth > box.clientWidth + 1;
+    hint.hidden = !wide;
+    hint.textContent = wide ? t('tbl.scrollHint') : '';
+  }
+}

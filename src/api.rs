@@ -77,10 +77,12 @@ impl Application {
         }
         let metrics_listener = match settings.metrics_bind.as_str() {
             crate::config::METRICS_OFF => None,
-            addr => Some(TcpListener::bind(addr).map_err(|source| StartupError::Bind {
-                addr: format!("{addr} (METRICS_BIND; `off` for no metrics)"),
-                source,
-            })?),
+            addr => Some(
+                TcpListener::bind(addr).map_err(|source| StartupError::Bind {
+                    addr: format!("{addr} (METRICS_BIND; `off` for no metrics)"),
+                    source,
+                })?,
+            ),
         };
         let pool = DbPool::open(&settings.pool())?;
         let sandbox = if demo {
@@ -246,7 +248,8 @@ impl Application {
         } else {
             ip
         };
-        self.metrics_port.map(|port| format!("http://{host}:{port}"))
+        self.metrics_port
+            .map(|port| format!("http://{host}:{port}"))
     }
 
     pub fn port(&self) -> u16 {

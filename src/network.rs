@@ -254,15 +254,23 @@ pub fn rekey_in_process_merchant(database_url: &str, api_key: &str) -> Result<()
     let updated = match store.connection() {
         crate::store::AnyConnection::Pg(c) => {
             use crate::schema::accounts as a;
-            diesel::update(a::table.filter(a::name.eq(&name)).filter(a::revoked_at.is_null()))
-                .set(a::api_key_sha256.eq(&digest))
-                .execute(c)
+            diesel::update(
+                a::table
+                    .filter(a::name.eq(&name))
+                    .filter(a::revoked_at.is_null()),
+            )
+            .set(a::api_key_sha256.eq(&digest))
+            .execute(c)
         }
         crate::store::AnyConnection::Sqlite(c) => {
             use crate::store::sqlite_schema::accounts as a;
-            diesel::update(a::table.filter(a::name.eq(&name)).filter(a::revoked_at.is_null()))
-                .set(a::api_key_sha256.eq(&digest))
-                .execute(c)
+            diesel::update(
+                a::table
+                    .filter(a::name.eq(&name))
+                    .filter(a::revoked_at.is_null()),
+            )
+            .set(a::api_key_sha256.eq(&digest))
+            .execute(c)
         }
     }
     .map_err(|e| format!("cannot give the network's merchant its key: {e}"))?;

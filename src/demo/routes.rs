@@ -8,8 +8,8 @@ use std::sync::Mutex;
 
 use super::queries::{self, Unguarded};
 use super::{
-    CHECK_THEN_INSERT, CHECK_THEN_INSERT_PAUSE, DEMO_ACCOUNT_NAME, DEMO_API_KEY, MAX_LEASE,
-    Ledger, MIN_LEASE, MODE_HEADER, Sandbox,
+    CHECK_THEN_INSERT, CHECK_THEN_INSERT_PAUSE, DEMO_ACCOUNT_NAME, DEMO_API_KEY, Ledger, MAX_LEASE,
+    MIN_LEASE, MODE_HEADER, Sandbox,
 };
 use crate::charges;
 use crate::config::Settings;

@@ -829,7 +829,10 @@ mod tests {
             assert_eq!(redact(url), shown);
             assert!(malformed_userinfo(url), "{url}");
             let refused = Target::parse(url).unwrap_err().to_string();
-            assert!(refused.contains("malformed") && refused.contains(shown), "{refused}");
+            assert!(
+                refused.contains("malformed") && refused.contains(shown),
+                "{refused}"
+            );
             for piece in ["ss/word", "pa/ss", "p@ss", "a@b"] {
                 assert!(!refused.contains(piece), "{refused}");
             }

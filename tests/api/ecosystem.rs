@@ -15,7 +15,9 @@ crate::on_both_backends! {
         app.charge("k-m", &serde_json::json!({"amount": 1, "currency": "usd"})).await;
         app.charge(None, &charge_body()).await;
 
-        let metrics = app.get("/metrics").await;
+        let metrics = crate::support::AppClient::new(app.metrics_url.as_deref().unwrap())
+            .get("/metrics")
+            .await;
         assert_eq!(metrics.status, 200);
         assert!(
             metrics

@@ -89,12 +89,12 @@ crate::on_both_backends! {
     async fn made_up_methods_and_paths_do_not_make_up_metric_series() {
         let app = spawn_app().await;
         let series = |text: &str| text.lines().filter(|l| l.starts_with("http_requests_total{")).count();
-        let before = series(&app.get("/metrics").await.body);
+        let before = series(&app.metrics().await);
         for i in 0..1000u32 {
             let method = reqwest::Method::from_bytes(format!("M{i:x}X").as_bytes()).unwrap();
             let _ = app.send(app.request(method, &format!("/random/{i}"))).await;
         }
-        let text = app.get("/metrics").await.body;
+        let text = app.metrics().await;
         let after = series(&text);
         assert!(after <= before + 4, "series grew from {before} to {after}");
         assert!(text.contains("method=\"OTHER\""), "made-up methods are OTHER");

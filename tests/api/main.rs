@@ -9,6 +9,7 @@ mod demo;
 mod deploy;
 mod ecosystem;
 mod exact;
+mod exposure;
 mod fuzz;
 mod hardening;
 mod idempotency;

@@ -63,7 +63,7 @@ impl Application {
             addr: addr.clone(),
             source,
         };
-        // Bound first: whether demo mode is on depends on the real address.
+        // Bound first: a test asks for port 0 and reads the real one.
         let listener = TcpListener::bind(&settings.bind).map_err(bind_error)?;
         let local = listener.local_addr().map_err(bind_error)?;
         let host = if local.ip().is_unspecified() {

@@ -214,7 +214,8 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The settings every default gives, for tests and embedding.
+    /// The settings every default gives, for tests and embedding (but with
+    /// no metrics listener: METRICS_BIND's default is a fixed port).
     pub fn with_database_url(database_url: impl Into<String>) -> Self {
         Settings {
             database_url: database_url.into(),
@@ -243,7 +244,8 @@ impl Settings {
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             keep_alive_lifetime: DEFAULT_KEEP_ALIVE_LIFETIME,
             trusted_proxies: Vec::new(),
-            metrics_bind: DEFAULT_METRICS_BIND.to_owned(),
+            // Embedded (tests, the network): no fixed port taken by default.
+            metrics_bind: METRICS_OFF.to_owned(),
             network_url: NETWORK_IN_PROCESS.to_owned(),
             network_database_url: None,
             network_api_key: crate::network_client::DEFAULT_NETWORK_API_KEY.to_owned(),

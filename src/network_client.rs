@@ -18,8 +18,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-/// The in-process network's merchant key, when nothing else is set: that
-/// network listens on loopback only, like the demo.
+/// The well-known merchant key, public in this source: `charges network`
+/// refuses it on an address other machines reach, `charges serve` refuses it
+/// for a separate network, and the in-process one takes a random key instead.
 pub const DEFAULT_NETWORK_API_KEY: &str = "sk_network_local";
 
 /// The network's key for a keyed request: the same account and client key

@@ -482,9 +482,3 @@ async fn connections_held_idle_from_four_addresses_do_not_keep_a_fifth_waiting()
         "120 connections kept alive from 4 addresses; the fifth's slowest of 30 requests: {slowest:?}"
     );
 }
-
-#[test]
-fn the_default_cap_per_address_is_a_small_share_of_all_connections() {
-    use charges::config::{DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_PEER};
-    assert!(DEFAULT_MAX_CONNECTIONS_PER_PEER * 16 <= DEFAULT_MAX_CONNECTIONS);
-}

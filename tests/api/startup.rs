@@ -13,6 +13,7 @@ fn charges_bin() -> Command {
     // databases that are dropped afterwards.
     cmd.env_remove("DATABASE_URL")
         .env_remove("BIND")
+        .env("METRICS_BIND", "127.0.0.1:0")
         .env("NETWORK_URL", "off");
     cmd
 }

@@ -98,12 +98,6 @@ impl NetworkClient {
         &self.base
     }
 
-    /// The network's URL as it may be shown (banner, demo views): its
-    /// credentials, if it has any, as `***`.
-    pub fn shown_url(&self) -> String {
-        crate::store::pool::redact(&self.base)
-    }
-
     /// Has `watcher` told of every authorization answered from now on (once).
     pub fn watch(&self, watcher: Watcher) {
         let _ = self.watcher.set(watcher);

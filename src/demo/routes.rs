@@ -19,6 +19,7 @@ use crate::network_client::NetworkClient;
 use crate::problem::ApiError;
 use crate::requests::{self, JsonRequest, KeyUse};
 use crate::state::AppState;
+use crate::store::pool::redact;
 use crate::store::{KeyStatus, Store, time_text};
 
 /// Rows of each table the page is shown at most.
@@ -127,9 +128,9 @@ fn snapshot(
                 .flatten()
                 .filter(|a| ours(a["id"].as_str().and_then(|id| id.parse().ok())))
                 .collect();
-            json!({"url": n.shown_url(), "authorizations": authorizations})
+            json!({"url": redact(n.base_url()), "authorizations": authorizations})
         }
-        Err(e) => json!({"url": n.shown_url(), "error": e.to_string()}),
+        Err(e) => json!({"url": redact(n.base_url()), "error": e.to_string()}),
     });
     let refunds = queries::refund_views(store, account_id, LIMIT)?;
     let keys = queries::key_views(store, account_id, LIMIT)?;
@@ -253,7 +254,7 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
         "account": {"name": DEMO_ACCOUNT_NAME, "api_key": DEMO_API_KEY},
         "min_lease_ms": MIN_LEASE.as_millis() as u64,
         // The card network charges are authorized at (null: none).
-        "network": app.network.as_ref().map(|n| n.shown_url()),
+        "network": app.network.as_ref().map(|n| redact(n.base_url())),
         "recovery_interval_ms": s.recovery_interval.as_millis() as u64,
         "max_lease_ms": MAX_LEASE.as_millis() as u64,
         "problem_types": crate::problem::TYPES.iter().map(|t| json!({

@@ -352,7 +352,7 @@ async fn five_thousand_429s_from_one_address_grow_the_log_by_kilobytes() {
     let app = client_from("127.0.0.7", &server.address);
     let before = log_size(&server);
     let mut refused = 0;
-    // Waves of 50: under the default cap of connections per address.
+    // Waves of 50 concurrent requests, 100 of them.
     for _ in 0..100 {
         let wave = (0..50).map(|_| app.send(app.request(Method::GET, "/healthz")));
         refused += futures::future::join_all(wave)

@@ -44,6 +44,8 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     // are the subject of their own tests (hardening.rs), which set them.
     settings.rate_limit_per_account = 0;
     settings.rate_limit_per_client = 0;
+    // Storms open hundreds of connections from one address too.
+    settings.max_connections_per_peer = 0;
     // No card network unless a test starts one (tests/api/network.rs).
     settings.network_url = charges::config::NETWORK_OFF.to_owned();
     // The teaching page's server (`charges demo`): most tests drive the demo

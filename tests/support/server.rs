@@ -84,6 +84,7 @@ impl ServerProcess {
             // send; the rate limits have tests of their own.
             .env("RATE_LIMIT_PER_ACCOUNT", "0")
             .env("RATE_LIMIT_PER_CLIENT", "0")
+            .env("MAX_CONNECTIONS_PER_PEER", "0")
             // No card network unless the test points the server at one.
             .env("NETWORK_URL", "off")
             .env_remove("IDEMPOTENCY_TTL")

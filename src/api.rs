@@ -52,7 +52,7 @@ pub struct Application {
     network_server: Option<Server>,
     /// `/metrics` on a listener of its own (METRICS_BIND), if any.
     metrics_server: Option<Server>,
-    metrics_port: Option<u16>,
+    metrics_addr: Option<std::net::SocketAddr>,
     recovery_interval: Duration,
 }
 
@@ -100,40 +100,7 @@ impl Application {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
         // actix counts connections per worker.
         let max_connections = settings.max_connections.div_ceil(workers).max(1);
-        // The card network: one of this process's own on a loopback port, a
-        // separate one, or none.
-        let (network, network_server) = match settings.network_url.as_str() {
-            crate::config::NETWORK_OFF => (None, None),
-            crate::config::NETWORK_IN_PROCESS => {
-                let listener = TcpListener::bind("127.0.0.1:0")
-                    .map_err(|e| StartupError::Network(e.to_string()))?;
-                // Any process on this machine reaches the loopback port: a
-                // key of this process's own, unless the operator set one.
-                if settings.network_api_key == DEFAULT_NETWORK_API_KEY {
-                    settings.network_api_key = crate::accounts::generate_api_key();
-                    network::rekey_in_process_merchant(
-                        &settings.network_database(),
-                        &settings.network_api_key,
-                    )
-                    .map_err(StartupError::Network)?;
-                }
-                let network_settings = network::settings(
-                    &settings,
-                    settings.network_database(),
-                    &settings.network_api_key,
-                );
-                let started =
-                    network::start(network_settings, listener).map_err(StartupError::Network)?;
-                (Some(started.url), Some(started.server))
-            }
-            _ if settings.network_api_key == DEFAULT_NETWORK_API_KEY => {
-                return Err(StartupError::Network(format!(
-                    "NETWORK_URL {} is a separate network, and NETWORK_API_KEY is the default, public key: set NETWORK_API_KEY to the secret that network was started with",
-                    crate::store::pool::redact(&settings.network_url)
-                )));
-            }
-            url => (Some(url.to_owned()), None),
-        };
+        let (network, network_server) = start_network(&mut settings)?;
         let network = network.map(|url| {
             Arc::new(NetworkClient::new(
                 &url,
@@ -167,11 +134,11 @@ impl Application {
             network,
             settings: Arc::new(settings),
         });
-        let (metrics_server, metrics_port) = match metrics_listener {
+        let (metrics_server, metrics_addr) = match metrics_listener {
             Some(listener) => {
-                let port = listener.local_addr().map_err(bind_error)?.port();
+                let addr = listener.local_addr().map_err(bind_error)?;
                 let server = metrics_server(listener, pool.clone()).map_err(bind_error)?;
-                (Some(server), Some(port))
+                (Some(server), Some(addr))
             }
             None => (None, None),
         };
@@ -230,26 +197,17 @@ impl Application {
             client_limits,
             network_server,
             metrics_server,
-            metrics_port,
+            metrics_addr,
             recovery_interval,
         })
     }
 
-    /// `http://127.0.0.1:PORT` where `/metrics` is served, unless METRICS_BIND is `off`.
+    /// `http://HOST:PORT` where `/metrics` is served, unless METRICS_BIND is `off`.
     pub fn metrics_url(&self) -> Option<String> {
-        let ip = match self.state.settings.metrics_bind.rsplit_once(':') {
-            Some((ip, _)) if !ip.is_empty() => ip.trim_matches(['[', ']']).to_owned(),
-            _ => "127.0.0.1".to_owned(),
-        };
-        let host = if ip == "0.0.0.0" || ip == "::" {
-            "localhost".to_owned()
-        } else if ip.contains(':') {
-            format!("[{ip}]")
-        } else {
-            ip
-        };
-        self.metrics_port
-            .map(|port| format!("http://{host}:{port}"))
+        self.metrics_addr.map(|addr| match addr.ip() {
+            ip if ip.is_unspecified() => format!("http://localhost:{}", addr.port()),
+            _ => format!("http://{addr}"),
+        })
     }
 
     pub fn port(&self) -> u16 {
@@ -322,6 +280,45 @@ impl Application {
             purger.abort();
         }
         result
+    }
+}
+
+/// The card network: one of this process's own on a loopback port (with a
+/// random key, unless the operator set one of their own: any process on this
+/// machine reaches that port), a separate one (never with the public default
+/// key), or none. Its URL, and its server if it runs here.
+fn start_network(
+    settings: &mut Settings,
+) -> Result<(Option<String>, Option<Server>), StartupError> {
+    match settings.network_url.as_str() {
+        crate::config::NETWORK_OFF => Ok((None, None)),
+        crate::config::NETWORK_IN_PROCESS => {
+            let listener = TcpListener::bind("127.0.0.1:0")
+                .map_err(|e| StartupError::Network(e.to_string()))?;
+            if settings.network_api_key == DEFAULT_NETWORK_API_KEY {
+                settings.network_api_key = crate::accounts::generate_api_key();
+                network::rekey_in_process_merchant(
+                    &settings.network_database(),
+                    &settings.network_api_key,
+                )
+                .map_err(StartupError::Network)?;
+            }
+            let network_settings = network::settings(
+                settings,
+                settings.network_database(),
+                &settings.network_api_key,
+            );
+            let started =
+                network::start(network_settings, listener).map_err(StartupError::Network)?;
+            Ok((Some(started.url), Some(started.server)))
+        }
+        _ if settings.network_api_key == DEFAULT_NETWORK_API_KEY => {
+            Err(StartupError::Network(format!(
+                "NETWORK_URL {} is a separate network, and NETWORK_API_KEY is the default, public key: set NETWORK_API_KEY to the secret that network was started with",
+                crate::store::pool::redact(&settings.network_url)
+            )))
+        }
+        url => Ok((Some(url.to_owned()), None)),
     }
 }
 

@@ -300,7 +300,9 @@ async fn a_bare_proxy_pass_in_front_of_charges_serve_reaches_neither_the_demo_no
     ];
     for headers in extra {
         let send = |method: Method, path: &str| {
-            let mut r = proxy.request(method, path);
+            // With a length: nginx passes a bodiless POST without one on as
+            // HTTP/1.0, which actix refuses with 400 before any route.
+            let mut r = proxy.request(method, path).header("content-length", "0");
             for (name, value) in headers {
                 r = r.header(*name, *value);
             }
@@ -314,10 +316,11 @@ async fn a_bare_proxy_pass_in_front_of_charges_serve_reaches_neither_the_demo_no
             );
         }
         for path in ["/demo/reset", "/demo/purge", "/demo/keys/k/expire"] {
+            let r = send(Method::POST, path).await;
             assert_eq!(
-                send(Method::POST, path).await.status,
-                404,
-                "POST {path} through the proxy"
+                r.status, 404,
+                "POST {path} through the proxy with {headers:?}: {}",
+                r.body
             );
         }
         let demo_key = proxy.request(Method::GET, "/charges").bearer_auth(DEMO_KEY);

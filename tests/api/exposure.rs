@@ -202,15 +202,17 @@ fn charges_network_refuses_its_default_key_on_an_address_other_machines_reach() 
     );
     assert!(said.contains("NETWORK_API_KEY is the default"), "{said}");
     // With a secret of its own it starts there.
-    let mut started = network_in_a_namespace(Some("sk_network_secret_of_the_test"), &db);
+    let mut started = Killed(network_in_a_namespace(
+        Some("sk_network_secret_of_the_test"),
+        &db,
+    ));
     let mut line = String::new();
     std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(started.stdout.take().unwrap()),
+        &mut std::io::BufReader::new(started.0.stdout.take().unwrap()),
         &mut line,
     )
     .unwrap();
-    let _ = started.kill();
-    let _ = started.wait();
+    drop(started);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(line.starts_with("charges network is ready"), "{line}");
 }
@@ -278,7 +280,7 @@ async fn the_network_s_credentials_and_its_bodies_reach_no_output_and_no_client(
     let (db, network_db) = (TestDatabase::create(), TestDatabase::create());
     // A real network, with a key the API does not hold.
     let port = free_port();
-    let mut network = Command::new(env!("CARGO_BIN_EXE_charges"))
+    let network = Command::new(env!("CARGO_BIN_EXE_charges"))
         .arg("network")
         .env("NETWORK_BIND", format!("127.0.0.1:{port}"))
         .env("NETWORK_DATABASE_URL", &network_db.url)
@@ -288,6 +290,7 @@ async fn the_network_s_credentials_and_its_bodies_reach_no_output_and_no_client(
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let _network = Killed(network);
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "charges network did not listen");
@@ -329,8 +332,16 @@ async fn the_network_s_credentials_and_its_bodies_reach_no_output_and_no_client(
         assert!(!text.contains("NetPass123"), "{text}");
         assert!(!text.contains("sk_network_"), "{text}");
     }
-    let _ = network.kill();
-    let _ = network.wait();
+}
+
+/// A child process killed and reaped when the test ends, passed or not.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// The log's size now (bytes).

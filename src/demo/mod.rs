@@ -160,9 +160,7 @@ impl Sandbox {
             wait: settings.pool_timeout,
         })
     }
-}
 
-impl Sandbox {
     /// Records, from now on, each authorization `network` answers under a
     /// key the demo account's requests used (see [`Ledger`]).
     pub fn watch(&self, network: &crate::network_client::NetworkClient) {
@@ -189,7 +187,7 @@ pub(crate) struct Ledger {
     pub(crate) ids: Bounded<uuid::Uuid>,
 }
 
-pub const LEDGER_LIMIT: usize = 4096;
+pub(crate) const LEDGER_LIMIT: usize = 4096;
 
 /// A set that forgets its oldest entry past [`LEDGER_LIMIT`].
 pub(crate) struct Bounded<T> {

@@ -1,10 +1,10 @@
 //! The routes demo mode adds, all on the demo account only: the database
 //! views of the teaching page and the naive "check, then insert" algorithm.
 
+use std::sync::Mutex;
+
 use actix_web::{HttpRequest, HttpResponse, guard, web};
 use serde_json::{Value, json};
-
-use std::sync::Mutex;
 
 use super::queries::{self, Unguarded};
 use super::{

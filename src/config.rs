@@ -303,7 +303,7 @@ impl Settings {
 
 /// What a caller can do to a server in demo mode, logged when it is switched
 /// on for a non-loopback address.
-pub const DEMO_EXPOSED_WARNING: &str = "DEMO=true on an address other machines can reach: anyone holding the public demo key sk_test_demo can create charges on the demo account, hold database transactions open (Demo-Fault: delay-commit), switch the demo account's idempotency protection off (Demo-Mode: check-then-insert), and reset or expire the demo account's rows through /demo/*. Other accounts are not affected. Set DEMO=false to expose the API.";
+pub const DEMO_EXPOSED_WARNING: &str = "DEMO=true on an address other machines can reach: anyone holding the public demo key sk_test_demo can create charges on the demo account, hold database transactions open (Demo-Fault: delay-commit), switch the demo account's idempotency protection off (Demo-Mode: check-then-insert), and reset or expire the demo account's rows through /demo/*. Other accounts are not affected. Run `charges serve` without DEMO=true to expose the API alone.";
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 24h, 30s, 500ms)"))

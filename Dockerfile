@@ -19,8 +19,10 @@ RUN apt-get update \
  && mkdir /data && chown charges /data
 COPY --from=build /src/target/release/charges /usr/local/bin/charges
 COPY web /app/web
-# On 0.0.0.0 demo mode is off unless DEMO=true (docker-compose.yml sets it
-# and publishes the port on 127.0.0.1 only).
+# `charges serve`: demo mode off unless DEMO=true (docker-compose.yml sets it
+# and publishes the port on 127.0.0.1 only). `/metrics` is on METRICS_BIND,
+# 127.0.0.1:9464 inside the container unless set (e.g. 0.0.0.0:9464, not
+# published, for a scraper on the container network).
 ENV BIND=0.0.0.0:8080 \
     WEB_DIR=/app/web
 # Without DATABASE_URL the app keeps an SQLite file here (docker-compose.yml

@@ -16,7 +16,7 @@ use crate::accounts::Authenticator;
 use crate::config::Settings;
 use crate::http::{get, not_found, resource};
 use crate::limits::{self, ClientLimits, KeyedLimit, Peers};
-use crate::network_client::NetworkClient;
+use crate::network_client::{DEFAULT_NETWORK_API_KEY, NetworkClient};
 use crate::problem::ApiError;
 use crate::state::AppState;
 use crate::store::{DbPool, SetupError};
@@ -50,17 +50,20 @@ pub struct Application {
     client_limits: Arc<ClientLimits>,
     /// The in-process card network's server, if this process runs one.
     network_server: Option<Server>,
+    /// `/metrics` on a listener of its own (METRICS_BIND), if any.
+    metrics_server: Option<Server>,
+    metrics_addr: Option<std::net::SocketAddr>,
     recovery_interval: Duration,
 }
 
 impl Application {
-    pub fn build(settings: Settings) -> Result<Application, StartupError> {
+    pub fn build(mut settings: Settings) -> Result<Application, StartupError> {
         let addr = settings.bind.clone();
         let bind_error = |source| StartupError::Bind {
             addr: addr.clone(),
             source,
         };
-        // Bound first: whether demo mode is on depends on the real address.
+        // Bound first: a test asks for port 0 and reads the real one.
         let listener = TcpListener::bind(&settings.bind).map_err(bind_error)?;
         let local = listener.local_addr().map_err(bind_error)?;
         let host = if local.ip().is_unspecified() {
@@ -68,13 +71,19 @@ impl Application {
         } else {
             local.ip().to_string()
         };
-        let demo = settings.demo_enabled(local.ip());
-        // On by the loopback default, not by the operator: a request through
-        // a proxy must not see it (demo::gate).
-        let demo_by_default = demo && settings.demo.is_none();
+        let demo = settings.demo_enabled();
         if demo && !local.ip().is_loopback() {
             tracing::warn!("{}", crate::config::DEMO_EXPOSED_WARNING);
         }
+        let metrics_listener = match settings.metrics_bind.as_str() {
+            crate::config::METRICS_OFF => None,
+            addr => Some(
+                TcpListener::bind(addr).map_err(|source| StartupError::Bind {
+                    addr: format!("{addr} (METRICS_BIND; `off` for no metrics)"),
+                    source,
+                })?,
+            ),
+        };
         let pool = DbPool::open(&settings.pool())?;
         let sandbox = if demo {
             Some(web::Data::new(
@@ -91,24 +100,7 @@ impl Application {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
         // actix counts connections per worker.
         let max_connections = settings.max_connections.div_ceil(workers).max(1);
-        // The card network: one of this process's own on a loopback port, a
-        // separate one, or none.
-        let (network, network_server) = match settings.network_url.as_str() {
-            crate::config::NETWORK_OFF => (None, None),
-            crate::config::NETWORK_IN_PROCESS => {
-                let listener = TcpListener::bind("127.0.0.1:0")
-                    .map_err(|e| StartupError::Network(e.to_string()))?;
-                let network_settings = network::settings(
-                    &settings,
-                    settings.network_database(),
-                    &settings.network_api_key,
-                );
-                let started =
-                    network::start(network_settings, listener).map_err(StartupError::Network)?;
-                (Some(started.url), Some(started.server))
-            }
-            url => (Some(url.to_owned()), None),
-        };
+        let (network, network_server) = start_network(&mut settings)?;
         let network = network.map(|url| {
             Arc::new(NetworkClient::new(
                 &url,
@@ -116,6 +108,9 @@ impl Application {
                 settings.network_timeout,
             ))
         });
+        if let (Some(sandbox), Some(network)) = (&sandbox, &network) {
+            sandbox.watch(network);
+        }
         let recovery_interval = settings.recovery_interval;
         let client_limits = Arc::new(ClientLimits {
             per_client: KeyedLimit::new(settings.rate_limit_per_client),
@@ -125,6 +120,7 @@ impl Application {
         let peers = Peers::new(
             settings.max_connections_per_peer,
             settings.trusted_proxies.clone(),
+            settings.max_connections,
         );
         let state = web::Data::new(AppState {
             pool: pool.clone(),
@@ -138,16 +134,21 @@ impl Application {
             network,
             settings: Arc::new(settings),
         });
+        let (metrics_server, metrics_addr) = match metrics_listener {
+            Some(listener) => {
+                let addr = listener.local_addr().map_err(bind_error)?;
+                let server = metrics_server(listener, pool.clone()).map_err(bind_error)?;
+                (Some(server), Some(addr))
+            }
+            None => (None, None),
+        };
         let app_state = state.clone();
         let app_limits = client_limits.clone();
         let server = HttpServer::new(move || {
             let (state, limits) = (app_state.clone(), app_limits.clone());
             App::new()
                 // Inside the log: a request the gate refuses is logged too.
-                .wrap(Condition::new(
-                    demo,
-                    from_fn(move |req, next| demo::gate(demo_by_default, req, next)),
-                ))
+                .wrap(Condition::new(demo, from_fn(demo::gate)))
                 // The client's rate limit and connection lifetime, before
                 // anything else that might cost something.
                 .wrap(from_fn(move |req, next| {
@@ -195,7 +196,17 @@ impl Application {
             state,
             client_limits,
             network_server,
+            metrics_server,
+            metrics_addr,
             recovery_interval,
+        })
+    }
+
+    /// `http://HOST:PORT` where `/metrics` is served, unless METRICS_BIND is `off`.
+    pub fn metrics_url(&self) -> Option<String> {
+        self.metrics_addr.map(|addr| match addr.ip() {
+            ip if ip.is_unspecified() => format!("http://localhost:{}", addr.port()),
+            _ => format!("http://{addr}"),
         })
     }
 
@@ -235,16 +246,18 @@ impl Application {
         // The rate limits' buckets of clients and accounts gone quiet.
         let (state, limits) = (self.state.clone(), self.client_limits.clone());
         let forgetter = tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(Duration::from_secs(60));
+            let mut ticks = tokio::time::interval(telemetry::REFUSAL_LOG_INTERVAL);
             loop {
                 ticks.tick().await;
                 state.accounts.forget_idle();
+                crate::telemetry::flush_refusals();
                 if let Some(limit) = &limits.per_client {
                     limit.forget_idle();
                 }
             }
         });
         let network = self.network_server.map(tokio::spawn);
+        let metrics = self.metrics_server.map(tokio::spawn);
         // Keys left in progress by a dead worker, driven to completion.
         let recoverer = (!self.recovery_interval.is_zero()).then(|| {
             tokio::spawn(recover_periodically(
@@ -260,11 +273,70 @@ impl Application {
         if let Some(network) = network {
             network.abort();
         }
+        if let Some(metrics) = metrics {
+            metrics.abort();
+        }
         if let Some(purger) = purger {
             purger.abort();
         }
         result
     }
+}
+
+/// The card network: one of this process's own on a loopback port (with a
+/// random key, unless the operator set one of their own: any process on this
+/// machine reaches that port), a separate one (never with the public default
+/// key), or none. Its URL, and its server if it runs here.
+fn start_network(
+    settings: &mut Settings,
+) -> Result<(Option<String>, Option<Server>), StartupError> {
+    match settings.network_url.as_str() {
+        crate::config::NETWORK_OFF => Ok((None, None)),
+        crate::config::NETWORK_IN_PROCESS => {
+            let listener = TcpListener::bind("127.0.0.1:0")
+                .map_err(|e| StartupError::Network(e.to_string()))?;
+            if settings.network_api_key == DEFAULT_NETWORK_API_KEY {
+                settings.network_api_key = crate::accounts::generate_api_key();
+                network::rekey_in_process_merchant(
+                    &settings.network_database(),
+                    &settings.network_api_key,
+                )
+                .map_err(StartupError::Network)?;
+            }
+            let network_settings = network::settings(
+                settings,
+                settings.network_database(),
+                &settings.network_api_key,
+            );
+            let started =
+                network::start(network_settings, listener).map_err(StartupError::Network)?;
+            Ok((Some(started.url), Some(started.server)))
+        }
+        _ if settings.network_api_key == DEFAULT_NETWORK_API_KEY => {
+            Err(StartupError::Network(format!(
+                "NETWORK_URL {} is a separate network, and NETWORK_API_KEY is the default, public key: set NETWORK_API_KEY to the secret that network was started with",
+                crate::store::pool::redact(&settings.network_url)
+            )))
+        }
+        url => Ok((Some(url.to_owned()), None)),
+    }
+}
+
+/// `/metrics` alone, on its own listener: whatever proxy stands in front of
+/// BIND never reaches it, and only who can reach METRICS_BIND reads it.
+fn metrics_server(listener: TcpListener, pool: DbPool) -> std::io::Result<Server> {
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(pool.clone()))
+            .service(web::resource("/metrics").route(get().to(ops::metrics)))
+            .default_service(web::to(not_found))
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .listen(listener)?
+    .run();
+    Ok(server)
 }
 
 /// Deletes expired idempotency keys every `interval`, in batches.
@@ -339,7 +411,6 @@ pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
     );
     cfg.service(resource("/healthz").route(get().to(ops::healthz)));
     cfg.service(resource("/readyz").route(get().to(ops::readyz)));
-    cfg.service(resource("/metrics").route(get().to(ops::metrics)));
     cfg.service(resource("/problems/{slug}").route(get().to(ops::problem_type)));
     cfg.service(resource("/openapi.json").route(get().to(openapi::document)));
     cfg.service(resource("/docs").route(get().to(openapi::reference_page)));

@@ -36,9 +36,16 @@ pub const DEFAULT_RATE_LIMIT_PER_ACCOUNT: u32 = 100;
 /// authenticated or not: a flood of made-up keys is refused before any
 /// database look-up.
 pub const DEFAULT_RATE_LIMIT_PER_CLIENT: u32 = 300;
-/// Connections one client address may hold open: a quarter of
-/// MAX_CONNECTIONS, so that one client cannot lock the others out.
-pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 256;
+/// Connections one client address may hold open: a sixteenth of
+/// MAX_CONNECTIONS, so that a few clients cannot lock the others out (and
+/// idle keep-alive connections are closed first when the server nears
+/// MAX_CONNECTIONS: `limits`).
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 64;
+/// Where `/metrics` is served: a listener of its own (the Prometheus
+/// convention), on loopback, so that no proxy in front of BIND reaches it.
+pub const DEFAULT_METRICS_BIND: &str = "127.0.0.1:9464";
+/// `METRICS_BIND`'s value for no metrics listener.
+pub const METRICS_OFF: &str = "off";
 pub const DEFAULT_KEEP_ALIVE_LIFETIME: Duration = Duration::from_secs(60);
 /// `NETWORK_URL`'s values besides a URL.
 pub const NETWORK_IN_PROCESS: &str = "in-process";
@@ -124,7 +131,8 @@ pub struct Settings {
     pub require_idempotency_key: bool,
 
     /// Serve the teaching page and honour the Demo-* request headers for the
-    /// demo account. Unset: on when BIND is a loopback address, off otherwise.
+    /// demo account. Unset: off for `charges serve`, on for `charges demo`
+    /// (the default command, loopback only).
     #[arg(long, env = "DEMO", action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub demo: Option<bool>,
 
@@ -172,9 +180,9 @@ pub struct Settings {
     #[arg(long, env = "TRUSTED_PROXIES", value_delimiter = ',')]
     pub trusted_proxies: Vec<IpAddr>,
 
-    /// Serve /metrics to any caller, not only to this machine's loopback without a proxy.
-    #[arg(long, env = "METRICS_PUBLIC", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub metrics_public: bool,
+    /// Where /metrics is served: a listener of its own, never BIND's (`off`: no metrics).
+    #[arg(long, env = "METRICS_BIND", default_value = DEFAULT_METRICS_BIND)]
+    pub metrics_bind: String,
 
     /// The card network a charge asks to authorize it: `in-process` (one started in this process, on a loopback port), `off`, or the URL of a separate `charges network`.
     #[arg(long, env = "NETWORK_URL", default_value = "in-process")]
@@ -184,7 +192,7 @@ pub struct Settings {
     #[arg(long, env = "NETWORK_DATABASE_URL", hide_env_values = true)]
     pub network_database_url: Option<String>,
 
-    /// The merchant key this API holds at the card network.
+    /// The merchant key this API holds at a separate card network (NETWORK_URL); the in-process network gets a random one per process unless this is set to another than the default.
     #[arg(long, env = "NETWORK_API_KEY", default_value = crate::network_client::DEFAULT_NETWORK_API_KEY, hide_env_values = true)]
     pub network_api_key: String,
 
@@ -206,7 +214,8 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The settings every default gives, for tests and embedding.
+    /// The settings every default gives, for tests and embedding (but with
+    /// no metrics listener: METRICS_BIND's default is a fixed port).
     pub fn with_database_url(database_url: impl Into<String>) -> Self {
         Settings {
             database_url: database_url.into(),
@@ -235,7 +244,8 @@ impl Settings {
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             keep_alive_lifetime: DEFAULT_KEEP_ALIVE_LIFETIME,
             trusted_proxies: Vec::new(),
-            metrics_public: false,
+            // Embedded (tests, the network): no fixed port taken by default.
+            metrics_bind: METRICS_OFF.to_owned(),
             network_url: NETWORK_IN_PROCESS.to_owned(),
             network_database_url: None,
             network_api_key: crate::network_client::DEFAULT_NETWORK_API_KEY.to_owned(),
@@ -283,17 +293,17 @@ impl Settings {
         out
     }
 
-    /// Whether demo mode is on for a server listening on `ip`: as set, or,
-    /// when unset, only on a loopback address, where no other machine can
-    /// reach the demo's powers.
-    pub fn demo_enabled(&self, ip: IpAddr) -> bool {
-        !self.no_demo && self.demo.unwrap_or(ip.is_loopback())
+    /// Whether demo mode is on: only when asked for (`DEMO=true`, `--demo`,
+    /// or `charges demo`, which sets it), never guessed from the address or
+    /// from a request.
+    pub fn demo_enabled(&self) -> bool {
+        !self.no_demo && self.demo == Some(true)
     }
 }
 
 /// What a caller can do to a server in demo mode, logged when it is switched
 /// on for a non-loopback address.
-pub const DEMO_EXPOSED_WARNING: &str = "DEMO=true on an address other machines can reach: anyone holding the public demo key sk_test_demo can create charges on the demo account, hold database transactions open (Demo-Fault: delay-commit), switch the demo account's idempotency protection off (Demo-Mode: check-then-insert), and reset or expire the demo account's rows through /demo/*. Other accounts are not affected. Set DEMO=false to expose the API.";
+pub const DEMO_EXPOSED_WARNING: &str = "DEMO=true on an address other machines can reach: anyone holding the public demo key sk_test_demo can create charges on the demo account, hold database transactions open (Demo-Fault: delay-commit), switch the demo account's idempotency protection off (Demo-Mode: check-then-insert), and reset or expire the demo account's rows through /demo/*. Other accounts are not affected. Run `charges serve` without DEMO=true to expose the API alone.";
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 24h, 30s, 500ms)"))
@@ -303,27 +313,19 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 mod tests {
     use super::*;
 
-    fn demo(demo: Option<bool>, no_demo: bool, ip: &str) -> bool {
+    fn demo(demo: Option<bool>, no_demo: bool) -> bool {
         let mut s = Settings::with_database_url("sqlite://x.db");
         s.demo = demo;
         s.no_demo = no_demo;
-        s.demo_enabled(ip.parse().unwrap())
+        s.demo_enabled()
     }
 
     #[test]
-    fn demo_mode_is_on_by_default_only_on_loopback() {
-        assert!(demo(None, false, "127.0.0.1"));
-        assert!(demo(None, false, "::1"));
-        assert!(!demo(None, false, "0.0.0.0"));
-        assert!(!demo(None, false, "::"));
-        assert!(!demo(None, false, "192.0.2.7"));
-    }
-
-    #[test]
-    fn an_explicit_setting_wins_and_no_demo_always_turns_it_off() {
-        assert!(demo(Some(true), false, "0.0.0.0"));
-        assert!(!demo(Some(false), false, "127.0.0.1"));
-        assert!(!demo(Some(true), true, "127.0.0.1"));
-        assert!(!demo(None, true, "127.0.0.1"));
+    fn demo_mode_is_on_only_when_asked_for_and_no_demo_always_turns_it_off() {
+        assert!(!demo(None, false), "never by default, whatever the address");
+        assert!(demo(Some(true), false));
+        assert!(!demo(Some(false), false));
+        assert!(!demo(Some(true), true));
+        assert!(!demo(None, true));
     }
 }

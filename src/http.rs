@@ -17,7 +17,6 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("/charges/{id}/description", "PUT"),
     ("/healthz", "GET, HEAD"),
     ("/readyz", "GET, HEAD"),
-    ("/metrics", "GET, HEAD"),
     ("/problems/{slug}", "GET, HEAD"),
     ("/openapi.json", "GET, HEAD"),
     ("/docs", "GET, HEAD"),

@@ -10,6 +10,11 @@
 //!   `MAX_CONNECTIONS` waiting for its request head), and a keep-alive
 //!   connection older than `KEEP_ALIVE_LIFETIME` is closed after its next
 //!   response, so that no client keeps its slots for ever.
+//! - Connections, all together: past seven eighths of `MAX_CONNECTIONS`,
+//!   each new connection closes the one idle the longest (no request in
+//!   flight; one that never sent a request is idle from its accept), so
+//!   that connections held idle by a few addresses cannot lock out a client
+//!   that is using its own.
 //!
 //! The client's address is the connection's peer, or, when the peer is one
 //! of `TRUSTED_PROXIES`, the last address its `X-Forwarded-For` names.
@@ -18,6 +23,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -75,11 +81,66 @@ pub fn client_ip(req: &HttpRequest, trusted_proxies: &[IpAddr]) -> Option<IpAddr
     Some(forwarded.unwrap_or(peer))
 }
 
-/// Open connections per client address.
+/// Open connections: per client address, and each one's state, so that
+/// idle ones can be closed when the server nears MAX_CONNECTIONS.
 pub struct Peers {
-    open: Mutex<HashMap<IpAddr, usize>>,
+    inner: Mutex<Open>,
     cap: usize,
     exempt: Vec<IpAddr>,
+    /// Past this many open connections, each new one closes the connection
+    /// idle the longest: actix stops accepting at MAX_CONNECTIONS, so the
+    /// room is made before that.
+    soft_limit: usize,
+}
+
+#[derive(Default)]
+struct Open {
+    per_ip: HashMap<IpAddr, usize>,
+    connections: HashMap<u64, Tracked>,
+    next_id: u64,
+}
+
+/// One connection as the registry holds it: a duplicate of its descriptor
+/// (so that shutting it down can never reach a descriptor reused by
+/// another connection) and its state.
+struct Tracked {
+    fd: std::os::fd::OwnedFd,
+    state: Arc<ConnectionState>,
+}
+
+/// Whether a connection has a request in flight, and since when it has not.
+#[derive(Default)]
+pub struct ConnectionState {
+    busy: std::sync::atomic::AtomicUsize,
+    idle_since: Mutex<Option<Instant>>,
+    closing: std::sync::atomic::AtomicBool,
+}
+
+impl ConnectionState {
+    /// Marks a request in flight until the guard drops.
+    pub fn busy(self: &Arc<Self>) -> Busy {
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        Busy(self.clone())
+    }
+
+    /// How long it has been idle, if it is.
+    fn idle_for(&self, now: Instant) -> Option<Duration> {
+        if self.busy.load(Ordering::SeqCst) > 0 || self.closing.load(Ordering::SeqCst) {
+            return None;
+        }
+        let since = *self.idle_since.lock().unwrap_or_else(|e| e.into_inner());
+        since.map(|at| now.saturating_duration_since(at))
+    }
+}
+
+/// A request in flight on a connection.
+pub struct Busy(Arc<ConnectionState>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        *self.0.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        self.0.busy.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// One open connection of a peer, in the connection's data; gives its place
@@ -87,36 +148,54 @@ pub struct Peers {
 pub struct PeerConnection {
     peers: Arc<Peers>,
     ip: IpAddr,
+    id: u64,
     pub opened: Instant,
+    pub state: Arc<ConnectionState>,
 }
 
 impl Drop for PeerConnection {
     fn drop(&mut self) {
-        let mut open = self.peers.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = open.get_mut(&self.ip) {
+        let mut open = self.peers.lock();
+        // Its duplicate descriptor is closed with it.
+        open.connections.remove(&self.id);
+        if let Some(n) = open.per_ip.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {
-                open.remove(&self.ip);
+                open.per_ip.remove(&self.ip);
             }
         }
     }
 }
 
+/// Shuts a socket down (both ways): its owner, the runtime, then sees the
+/// connection end and drops it.
+fn shut(fd: std::os::fd::RawFd) {
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+}
+
 impl Peers {
     /// `cap` connections per address (0: no cap); `exempt`: the trusted
-    /// proxies, which carry many clients' connections.
-    pub fn new(cap: usize, exempt: Vec<IpAddr>) -> Arc<Peers> {
+    /// proxies, which carry many clients' connections; `max_connections`:
+    /// the server's MAX_CONNECTIONS.
+    pub fn new(cap: usize, exempt: Vec<IpAddr>, max_connections: usize) -> Arc<Peers> {
         Arc::new(Peers {
-            open: Mutex::default(),
+            inner: Mutex::default(),
             cap,
             exempt,
+            soft_limit: max_connections - (max_connections / 8).max(1).min(max_connections),
         })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// `HttpServer::on_connect`: counts the connection for its peer, or,
     /// past the cap, shuts it at once (the client sees it closed before it
     /// sends anything; no slot of MAX_CONNECTIONS is held waiting for it).
+    /// Near MAX_CONNECTIONS, closes the connection idle the longest.
     pub fn on_connect(self: &Arc<Peers>, connection: &dyn Any, data: &mut Extensions) {
+        use std::os::fd::{AsFd, AsRawFd};
         let Some(stream) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() else {
             return;
         };
@@ -124,31 +203,63 @@ impl Peers {
             return;
         };
         let ip = peer.ip();
-        {
-            let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-            let n = open.entry(ip).or_default();
-            if self.cap > 0 && *n >= self.cap && !self.exempt.contains(&ip) {
-                drop(open);
-                crate::metrics::METRICS.connections_refused.inc();
-                use std::os::fd::AsRawFd;
-                // Shut, not closed: the descriptor stays the runtime's, which
-                // then sees the connection end and drops it.
-                unsafe { libc::shutdown(stream.as_raw_fd(), libc::SHUT_RDWR) };
-                return;
-            }
-            *n += 1;
+        let Ok(fd) = stream.as_fd().try_clone_to_owned() else {
+            return;
+        };
+        let state = Arc::new(ConnectionState::default());
+        let mut open = self.lock();
+        let n = open.per_ip.get(&ip).copied().unwrap_or(0);
+        if self.cap > 0 && n >= self.cap && !self.exempt.contains(&ip) {
+            drop(open);
+            crate::metrics::METRICS.connections_refused.inc();
+            // Shut, not closed: the descriptor stays the runtime's.
+            shut(stream.as_raw_fd());
+            return;
         }
+        *open.per_ip.entry(ip).or_default() += 1;
+        let id = open.next_id;
+        open.next_id += 1;
+        // Idle from the start: a connection that sends nothing holds a slot.
+        *state.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        if open.connections.len() >= self.soft_limit {
+            close_longest_idle(&open);
+        }
+        open.connections.insert(
+            id,
+            Tracked {
+                fd,
+                state: state.clone(),
+            },
+        );
+        drop(open);
         data.insert(PeerConnection {
             peers: self.clone(),
             ip,
+            id,
             opened: Instant::now(),
+            state,
         });
     }
 
     /// Open connections of `ip` now.
     pub fn open(&self, ip: IpAddr) -> usize {
-        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.get(&ip).copied().unwrap_or(0)
+        self.lock().per_ip.get(&ip).copied().unwrap_or(0)
+    }
+}
+
+/// Shuts down the connection idle the longest (none busy is touched).
+fn close_longest_idle(open: &Open) {
+    use std::os::fd::AsRawFd;
+    let now = Instant::now();
+    let longest = open
+        .connections
+        .values()
+        .filter_map(|t| t.state.idle_for(now).map(|idle| (idle, t)))
+        .max_by_key(|(idle, _)| *idle);
+    if let Some((_, tracked)) = longest {
+        tracked.state.closing.store(true, Ordering::SeqCst);
+        crate::metrics::METRICS.idle_connections_closed.inc();
+        shut(tracked.fd.as_raw_fd());
     }
 }
 
@@ -181,9 +292,10 @@ pub async fn per_client(
         };
         return Ok(req.error_response(error).map_into_boxed_body());
     }
-    let old = req
-        .conn_data::<PeerConnection>()
-        .is_some_and(|c| c.opened.elapsed() > limits.keep_alive_lifetime);
+    let connection = req.conn_data::<PeerConnection>();
+    let old = connection.is_some_and(|c| c.opened.elapsed() > limits.keep_alive_lifetime);
+    // Busy until the response is made: not a connection to close for room.
+    let _busy = connection.map(|c| c.state.busy());
     let mut response = next.call(req).await?.map_into_boxed_body();
     if old {
         response

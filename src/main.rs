@@ -1,5 +1,5 @@
-//! The `charges` command line: serve (the default), migrate, purge-expired,
-//! account create|revoke|list, conformance.
+//! The `charges` command line: demo (the default), serve, migrate,
+//! purge-expired, network, account create|revoke|list, conformance.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -9,6 +9,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use charges::accounts;
 use charges::api::Application;
 use charges::config::{DEFAULT_DATABASE_URL, DEFAULT_PURGE_BATCH, Settings};
+use charges::network_client::DEFAULT_NETWORK_API_KEY;
 use charges::store::{Connection, pool::redact};
 
 #[derive(Parser)]
@@ -16,13 +17,16 @@ use charges::store::{Connection, pool::redact};
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Without a command: `charges demo`.
     #[command(flatten)]
-    serve: Settings,
+    demo: Settings,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the migrations, then serve the API and the teaching page (the default).
+    /// The teaching page: serve with demo mode on, on loopback only (the default command).
+    Demo(Box<Settings>),
+    /// Run the migrations, then serve the API (demo mode only with DEMO=true).
     Serve(Box<Settings>),
     /// Run the pending migrations and exit.
     Migrate(DatabaseArgs),
@@ -82,7 +86,8 @@ struct NetworkArgs {
     #[arg(long, env = "NETWORK_BIND", default_value = "127.0.0.1:8090")]
     bind: String,
     /// The merchant key the API calls it with.
-    #[arg(long, env = "NETWORK_API_KEY", default_value = charges::network_client::DEFAULT_NETWORK_API_KEY, hide_env_values = true)]
+    /// On an address other machines reach, the default is refused: set a secret.
+    #[arg(long, env = "NETWORK_API_KEY", default_value = DEFAULT_NETWORK_API_KEY, hide_env_values = true)]
     api_key: String,
 }
 
@@ -116,10 +121,11 @@ fn main() -> ExitCode {
         Some(Command::Migrate(args)) => migrate(&args.database_url),
         Some(Command::PurgeExpired(args)) => purge(&args.database.database_url, args.purge_batch),
         Some(Command::Serve(settings)) => serve(*settings),
+        Some(Command::Demo(settings)) => demo(*settings),
         Some(Command::Account(command)) => account(command),
         Some(Command::Network(args)) => network(args),
         Some(Command::Conformance(args)) => return charges::conformance::main(*args),
-        None => serve(cli.serve),
+        None => demo(cli.demo),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -130,6 +136,28 @@ fn main() -> ExitCode {
     }
 }
 
+/// `charges demo`: `serve` with demo mode on unless DEMO says otherwise,
+/// refused on an address other machines reach (DEMO=true is the operator's
+/// say-so for that, with `serve`).
+fn demo(mut settings: Settings) -> Result<(), String> {
+    if settings.demo.is_none() && !settings.no_demo {
+        use std::net::ToSocketAddrs;
+        let loopback = settings
+            .bind
+            .to_socket_addrs()
+            .map_err(|e| format!("cannot listen on {}: {e}", settings.bind))?
+            .all(|a| a.ip().is_loopback());
+        if !loopback {
+            return Err(format!(
+                "`charges demo` (the default command) serves the teaching page on loopback only, and BIND {} is reachable from other machines. Run `charges serve` to serve the API there (demo mode off), or `charges serve --demo` to expose the demo on purpose.",
+                settings.bind
+            ));
+        }
+        settings.demo = Some(true);
+    }
+    serve(settings)
+}
+
 fn serve(settings: Settings) -> Result<(), String> {
     actix_web::rt::System::new().block_on(async move {
         let database = redact(&settings.database_url);
@@ -137,13 +165,16 @@ fn serve(settings: Settings) -> Result<(), String> {
         let demo = if app.demo() {
             "on: the teaching page, /demo/* and the Demo-* headers, for the demo account only"
         } else {
-            "off"
+            "off (`charges demo` serves the teaching page)"
         };
         // A closed stdout must not stop the server: ignore write errors.
-        let network = app.network_url().unwrap_or("off");
+        let network = app.network_url().map_or_else(|| "off".to_owned(), redact);
+        let metrics = app
+            .metrics_url()
+            .map_or_else(|| "off".to_owned(), |url| format!("{url}/metrics"));
         let _ = writeln!(
             std::io::stdout(),
-            "charges is ready: open {}/\n  database: {database} ({})\n  demo mode: {demo}\n  card network: {network}",
+            "charges is ready: open {}/\n  database: {database} ({})\n  demo mode: {demo}\n  card network: {network}\n  metrics: {metrics}",
             app.url(),
             app.pool().backend().as_str()
         );
@@ -155,6 +186,15 @@ fn network(args: NetworkArgs) -> Result<(), String> {
     actix_web::rt::System::new().block_on(async move {
         let listener = std::net::TcpListener::bind(&args.bind)
             .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
+        let local = listener.local_addr().map_err(|e| e.to_string())?;
+        // The default key is public (it is in this source): anyone who can
+        // reach the network could authorize in the API's name.
+        if !local.ip().is_loopback() && args.api_key == DEFAULT_NETWORK_API_KEY {
+            return Err(format!(
+                "NETWORK_API_KEY is the default, public key, and NETWORK_BIND {} is reachable from other machines: set NETWORK_API_KEY to a secret of your own (the same for the API), e.g. `openssl rand -hex 32`",
+                args.bind
+            ));
+        }
         let api = charges::config::Settings::with_database_url(&args.database_url);
         let settings = charges::network::settings(&api, args.database_url.clone(), &args.api_key);
         let started = charges::network::start(settings, listener)?;

@@ -21,6 +21,8 @@ pub struct Metrics {
     pub deadlines_exceeded: IntCounter,
     pub rate_limited: IntCounterVec,
     pub connections_refused: IntCounter,
+    pub idle_connections_closed: IntCounter,
+    pub requests_refused: IntCounterVec,
     pub keys_recovered: IntCounterVec,
     pool_connections: IntGaugeVec,
 }
@@ -79,6 +81,19 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Connections shut at accept because their client address had MAX_CONNECTIONS_PER_PEER open.",
     )
     .unwrap();
+    let idle_connections_closed = IntCounter::new(
+        "idle_connections_closed_total",
+        "Idle connections closed to make room because the server neared MAX_CONNECTIONS.",
+    )
+    .unwrap();
+    let requests_refused = IntCounterVec::new(
+        Opts::new(
+            "requests_refused_total",
+            "Requests refused before any work, by reason: rate_limited (429), unauthorized (401: a missing or unknown key), timeout (408), header_too_large (431), malformed (a request head that does not parse, or another broken connection, answered 400/431 by the HTTP layer). Their log lines are summarized per client address.",
+        ),
+        &["reason"],
+    )
+    .unwrap();
     let keys_recovered = IntCounterVec::new(
         Opts::new(
             "idempotency_keys_recovered_total",
@@ -122,6 +137,8 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         Box::new(deadlines_exceeded.clone()),
         Box::new(rate_limited.clone()),
         Box::new(connections_refused.clone()),
+        Box::new(idle_connections_closed.clone()),
+        Box::new(requests_refused.clone()),
         Box::new(keys_recovered.clone()),
         Box::new(pool_waits.clone()),
         Box::new(pool_timeouts.clone()),
@@ -139,6 +156,8 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         deadlines_exceeded,
         rate_limited,
         connections_refused,
+        idle_connections_closed,
+        requests_refused,
         keys_recovered,
         pool_waits,
         pool_timeouts,

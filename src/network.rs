@@ -230,3 +230,53 @@ fn seed_merchant(pool: &DbPool, api_key: &str) -> Result<(), String> {
         Err(e) => Err(format!("cannot seed the network's merchant: {e}")),
     }
 }
+
+/// The in-process network's merchant: the API, under the name the default
+/// key's merchant always had, so that its authorizations (and the keys they
+/// were made under) stay its own across restarts.
+fn in_process_merchant() -> String {
+    let digest = accounts::hash_api_key(crate::network_client::DEFAULT_NETWORK_API_KEY);
+    format!("Merchant {}", &digest[..12])
+}
+
+/// Gives the in-process network's merchant `api_key` (a new random key per
+/// process), creating the merchant on first start. The same merchant, a new
+/// key: a retry after a restart is still a replay at the network, and no
+/// other process on this machine holds the key. Two processes on one
+/// network database would take it from each other: several instances point
+/// at one `charges network` instead (NETWORK_URL).
+pub fn rekey_in_process_merchant(database_url: &str, api_key: &str) -> Result<(), String> {
+    use diesel::prelude::*;
+    let mut conn = crate::store::Connection::open(database_url).map_err(|e| e.to_string())?;
+    let store = conn.store();
+    store.migrate()?;
+    let (name, digest) = (in_process_merchant(), accounts::hash_api_key(api_key));
+    let updated = match store.connection() {
+        crate::store::AnyConnection::Pg(c) => {
+            use crate::schema::accounts as a;
+            diesel::update(
+                a::table
+                    .filter(a::name.eq(&name))
+                    .filter(a::revoked_at.is_null()),
+            )
+            .set(a::api_key_sha256.eq(&digest))
+            .execute(c)
+        }
+        crate::store::AnyConnection::Sqlite(c) => {
+            use crate::store::sqlite_schema::accounts as a;
+            diesel::update(
+                a::table
+                    .filter(a::name.eq(&name))
+                    .filter(a::revoked_at.is_null()),
+            )
+            .set(a::api_key_sha256.eq(&digest))
+            .execute(c)
+        }
+    }
+    .map_err(|e| format!("cannot give the network's merchant its key: {e}"))?;
+    if updated == 0 {
+        accounts::insert_account(store, &name, api_key, false)
+            .map_err(|e| format!("cannot seed the network's merchant: {e}"))?;
+    }
+    Ok(())
+}

@@ -18,8 +18,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-/// The in-process network's merchant key, when nothing else is set: that
-/// network listens on loopback only, like the demo.
+/// The well-known merchant key, public in this source: `charges network`
+/// refuses it on an address other machines reach, `charges serve` refuses it
+/// for a separate network, and the in-process one takes a random key instead.
 pub const DEFAULT_NETWORK_API_KEY: &str = "sk_network_local";
 
 /// The network's key for a keyed request: the same account and client key
@@ -49,9 +50,10 @@ pub enum NetworkError {
     /// it authorized is unknown; a retry with the same key finds out.
     #[error("the card network did not answer: {0}")]
     Unreachable(String),
-    /// It answered, and not with an authorization.
-    #[error("the card network refused the authorization ({status}): {detail}")]
-    Refused { status: u16, detail: String },
+    /// It answered, and not with an authorization. Only its status is kept:
+    /// its body is the network's own, and never reaches our clients.
+    #[error("the card network refused the request (HTTP {status})")]
+    Refused { status: u16 },
     /// Its 422 `idempotency-key-reused`: the key derived from the client's
     /// was used there for another request. Ours forgot that request (its
     /// answer was lost, so nothing of it was stored), the network did not.
@@ -59,11 +61,17 @@ pub enum NetworkError {
     KeyReused,
 }
 
+/// Told of each authorization the network answered: its key and id.
+pub type Watcher = Box<dyn Fn(&str, Uuid) + Send + Sync>;
+
 /// One network and the merchant key the API holds there.
 pub struct NetworkClient {
     base: String,
     api_key: String,
     agent: ureq::Agent,
+    /// The demo's record of its own authorizations (its view of the
+    /// network's ledger shows only those), if demo mode is on.
+    watcher: std::sync::OnceLock<Watcher>,
 }
 
 #[derive(Deserialize)]
@@ -82,11 +90,17 @@ impl NetworkClient {
             base: base.trim_end_matches('/').to_owned(),
             api_key: api_key.to_owned(),
             agent,
+            watcher: std::sync::OnceLock::new(),
         }
     }
 
     pub fn base_url(&self) -> &str {
         &self.base
+    }
+
+    /// Has `watcher` told of every authorization answered from now on (once).
+    pub fn watch(&self, watcher: Watcher) {
+        let _ = self.watcher.set(watcher);
     }
 
     /// Asks the network to authorize `amount` of `currency` under `key`.
@@ -109,23 +123,24 @@ impl NetworkClient {
             .get("idempotent-replayed")
             .is_some_and(|v| v == "true");
         if status != 201 {
-            let detail = response
-                .body_mut()
-                .read_to_string()
-                .unwrap_or_else(|e| e.to_string());
+            // Read to tell its 422s apart, never passed on.
+            let body = response.body_mut().read_to_string().unwrap_or_default();
             return Err(match status {
                 // Its own troubles, as ours: unknown outcome, retry.
                 408 | 409 | 429 | 500..=599 => {
-                    NetworkError::Unreachable(format!("{status}: {detail}"))
+                    NetworkError::Unreachable(format!("it was unavailable (HTTP {status})"))
                 }
-                422 if is_key_reused(&detail) => NetworkError::KeyReused,
-                _ => NetworkError::Refused { status, detail },
+                422 if is_key_reused(&body) => NetworkError::KeyReused,
+                _ => NetworkError::Refused { status },
             });
         }
         let body: AuthorizationBody = response
             .body_mut()
             .read_json()
             .map_err(|e| NetworkError::Unreachable(format!("an unreadable answer: {e}")))?;
+        if let Some(watcher) = self.watcher.get() {
+            watcher(key, body.id);
+        }
         Ok(Authorized {
             id: body.id,
             replayed,
@@ -144,7 +159,6 @@ impl NetworkClient {
         if response.status().as_u16() != 200 {
             return Err(NetworkError::Refused {
                 status: response.status().as_u16(),
-                detail: response.body_mut().read_to_string().unwrap_or_default(),
             });
         }
         response

@@ -1,7 +1,7 @@
 //! The OpenAPI 3.1 contract, generated from the handlers' annotations, at
 //! `/openapi.json`, and a reference page for it at `/docs` (no CDN).
 
-use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use actix_web::{HttpResponse, web};
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -37,7 +37,6 @@ has run out, and your retry then replays it. Errors are `application/problem+jso
         crate::ops::healthz,
         crate::ops::readyz,
         crate::ops::problem_type,
-        crate::ops::metrics,
         document,
         reference_page,
         crate::demo::config,
@@ -50,7 +49,7 @@ has run out, and your retry then replays it. Errors are `application/problem+jso
     modifiers(&Security),
     tags(
         (name = "charges", description = "Payments, with Idempotency-Key"),
-        (name = "operations", description = "Health, metrics, problem types, this document"),
+        (name = "operations", description = "Health, problem types, this document"),
         (name = "demo", description = "Demo mode only (DEMO=true): the teaching page's views of the database"),
     )
 )]
@@ -305,11 +304,8 @@ fn exact(doc: &mut Value, demo: bool) {
 
 /// This OpenAPI 3.1 document.
 #[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "OpenAPI 3.1", content_type = "application/json")))]
-pub async fn document(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
-    // A request the demo is hidden from (demo::gate) gets the document of a
-    // server without demo mode.
-    let demo = state.demo && !req.extensions().contains::<crate::demo::DemoHidden>();
-    HttpResponse::Ok().json(build(&state, demo))
+pub async fn document(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(build(&state, state.demo))
 }
 
 /// A browsable reference rendered from `/openapi.json`, with no external assets.

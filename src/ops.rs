@@ -1,4 +1,5 @@
-//! The operational endpoints: liveness, readiness, metrics, and the
+//! The operational endpoints: liveness, readiness, metrics (on a listener
+//! of their own), and the
 //! documentation behind each problem `type`.
 
 use std::time::Duration;
@@ -47,25 +48,11 @@ pub async fn problem_type(slug: web::Path<String>) -> Result<HttpResponse, ApiEr
         .json(json!({"type": kind.uri(), "status": kind.status, "title": kind.title})))
 }
 
-/// Prometheus metrics in the text format: to this machine only (a loopback
-/// peer, not through a proxy), unless METRICS_PUBLIC. They tell an outsider
-/// the traffic, the accounts' outcomes and the pool's state.
-#[utoipa::path(get, path = "/metrics", tag = "operations", responses(
-    (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain"),
-    (status = 404, description = "`not-found`: asked from another machine or through a proxy (unless METRICS_PUBLIC)", body = problem::Problem, content_type = "application/problem+json"),
-))]
-pub async fn metrics(
-    req: actix_web::HttpRequest,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let local = req.peer_addr().is_some_and(|p| p.ip().is_loopback())
-        && !["forwarded", "x-forwarded-for", "x-real-ip"]
-            .iter()
-            .any(|h| req.headers().contains_key(*h));
-    if !(local || state.settings.metrics_public) {
-        return Err(ApiError::NotFound);
-    }
-    Ok(HttpResponse::Ok()
+/// Prometheus metrics in the text format, served on METRICS_BIND only (a
+/// listener of its own, loopback by default), never on BIND: they tell an
+/// outsider the traffic, the accounts' outcomes and the pool's state.
+pub async fn metrics(pool: web::Data<crate::store::DbPool>) -> HttpResponse {
+    HttpResponse::Ok()
         .content_type(prometheus::TEXT_FORMAT)
-        .body(crate::metrics::encode(state.pool.state())))
+        .body(crate::metrics::encode(pool.state()))
 }

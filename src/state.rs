@@ -14,7 +14,7 @@ use crate::store::{DbPool, Store};
 pub struct AppState {
     pub pool: DbPool,
     pub accounts: Authenticator,
-    /// Whether demo mode is on (decided from the settings and the address).
+    /// Whether demo mode is on (the operator's setting, never the address).
     pub demo: bool,
     /// The card network a charge asks to authorize it, if any.
     pub network: Option<Arc<NetworkClient>>,

@@ -4,6 +4,11 @@
 //! outcome. Human-readable by default, JSON with `LOG_FORMAT=json`. API keys
 //! and bodies are never logged.
 //!
+//! Refusals (401, 408, 429, 431, and request heads the HTTP layer could not
+//! read) are counted in `/metrics` and logged at most once per client
+//! address per 10 s, with the count since its last line: a flood costs the
+//! log a few hundred bytes per address and interval, not a line per request.
+//!
 //! What a client chooses reaches a log line only bounded and escaped (see
 //! [`log_safe`]): one request cannot add more than a short line to the log,
 //! nor make a line show a field or start a line the server did not write.
@@ -24,25 +29,151 @@ use crate::metrics::METRICS;
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{Layer, filter};
+    let env = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "info,actix_server=warn".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // Colour only for a person at a terminal: escape codes in a log file
+    // or a collector are noise. NO_COLOR (no-color.org) turns it off too.
+    let ansi = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        // Colour only for a person at a terminal: escape codes in a log file
-        // or a collector are noise. NO_COLOR (no-color.org) turns it off too.
-        .with_ansi(
-            std::io::stderr().is_terminal()
-                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
-        );
-    if std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
-        builder
+        .with_ansi(ansi);
+    let layer = if std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
+        layer
             .json()
             .with_current_span(true)
             .with_span_list(false)
-            .init();
+            .boxed()
     } else {
-        builder.init();
+        layer.boxed()
+    };
+    // The HTTP layer's line per broken connection (a malformed request head
+    // is one): counted, and summarized by `flush_refusals`, not written.
+    let layer = layer.with_filter(filter::dynamic_filter_fn(|meta, _| {
+        let broken = meta.target() == "actix_http::h1::dispatcher"
+            && *meta.level() == tracing::Level::ERROR
+            && meta.is_event();
+        if broken {
+            note_broken_connection();
+        }
+        !broken
+    }));
+    tracing_subscriber::registry().with(env).with(layer).init();
+}
+
+/// How often each client address's refusals are logged at most.
+pub const REFUSAL_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+/// Addresses whose refusals are tracked one by one; past it, they share
+/// one line (the memory stays bounded under a flood from many addresses).
+const MAX_TRACKED_ADDRESSES: usize = 10_000;
+
+/// A refusal's status, as the metric's `reason`; `None`: not a refusal.
+fn refusal_reason(status: u16) -> Option<&'static str> {
+    Some(match status {
+        401 => "unauthorized",
+        408 => "timeout",
+        429 => "rate_limited",
+        431 => "header_too_large",
+        _ => return None,
+    })
+}
+
+/// One address's refusals since its last line.
+struct Refused {
+    logged_at: Instant,
+    counts: std::collections::BTreeMap<u16, u64>,
+}
+
+static REFUSED: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<Option<std::net::IpAddr>, Refused>>,
+> = std::sync::LazyLock::new(Default::default);
+static BROKEN_CONNECTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn note_broken_connection() {
+    METRICS
+        .requests_refused
+        .with_label_values(&["malformed"])
+        .inc();
+    BROKEN_CONNECTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn counts_text(counts: &std::collections::BTreeMap<u16, u64>) -> String {
+    let parts: Vec<String> = counts.iter().map(|(s, n)| format!("{n}x{s}")).collect();
+    parts.join(",")
+}
+
+/// Counts a refused request from `client` and logs it, at most one line per
+/// address per [`REFUSAL_LOG_INTERVAL`]: a flood costs the log a line per
+/// address and interval, whatever its rate.
+fn note_refusal(client: Option<std::net::IpAddr>, status: u16, reason: &'static str) {
+    METRICS.requests_refused.with_label_values(&[reason]).inc();
+    let now = Instant::now();
+    let earlier = {
+        let mut refused = REFUSED.lock().unwrap_or_else(|e| e.into_inner());
+        let key = if refused.len() >= MAX_TRACKED_ADDRESSES && !refused.contains_key(&client) {
+            None
+        } else {
+            client
+        };
+        match refused.get_mut(&key) {
+            Some(r) if now.duration_since(r.logged_at) < REFUSAL_LOG_INTERVAL => {
+                *r.counts.entry(status).or_default() += 1;
+                return;
+            }
+            Some(r) => {
+                r.logged_at = now;
+                std::mem::take(&mut r.counts)
+            }
+            None => {
+                let r = Refused {
+                    logged_at: now,
+                    counts: Default::default(),
+                };
+                refused.insert(key, r);
+                Default::default()
+            }
+        }
+    };
+    let client = client.map_or_else(|| "-".to_owned(), |ip| ip.to_string());
+    tracing::warn!(
+        client = %client,
+        status,
+        earlier = %counts_text(&earlier),
+        "request refused; further refusals from this address are counted and logged at most every 10 s"
+    );
+}
+
+/// Logs what [`note_refusal`] counted without logging and the broken
+/// connections since the last call, and forgets quiet addresses. Called
+/// every [`REFUSAL_LOG_INTERVAL`].
+pub fn flush_refusals() {
+    let now = Instant::now();
+    let mut lines = Vec::new();
+    {
+        let mut refused = REFUSED.lock().unwrap_or_else(|e| e.into_inner());
+        refused.retain(|client, r| {
+            if now.duration_since(r.logged_at) < REFUSAL_LOG_INTERVAL {
+                return true;
+            }
+            if !r.counts.is_empty() {
+                lines.push((*client, counts_text(&r.counts)));
+            }
+            false
+        });
+    }
+    for (client, counts) in lines {
+        let client = client.map_or_else(|| "-".to_owned(), |ip| ip.to_string());
+        tracing::warn!(client = %client, refused = %counts, "requests refused from this address since its last line");
+    }
+    let broken = BROKEN_CONNECTIONS.swap(0, std::sync::atomic::Ordering::Relaxed);
+    if broken > 0 {
+        tracing::warn!(
+            connections = broken,
+            "connections ended by the HTTP layer (malformed request heads and the like) since the last line"
+        );
     }
 }
 
@@ -143,6 +274,7 @@ pub async fn observe(
         .unwrap_or_else(|| "unmatched".to_owned());
     let method = req.method().clone();
     let method_label = method_label(&method);
+    let client = req.peer_addr().map(|a| a.ip());
     let span = tracing::info_span!(
         "request",
         request_id = %request_id,
@@ -155,12 +287,16 @@ pub async fn observe(
     let status = response.status().as_u16();
     let elapsed = started.elapsed();
     span.record("status", status);
-    span.in_scope(|| {
-        tracing::info!(
-            elapsed_ms = elapsed.as_secs_f64() * 1000.0,
-            "request finished"
-        )
-    });
+    match refusal_reason(status) {
+        // A refusal is cheap to send by the thousand: summarized instead.
+        Some(reason) => span.in_scope(|| note_refusal(client, status, reason)),
+        None => span.in_scope(|| {
+            tracing::info!(
+                elapsed_ms = elapsed.as_secs_f64() * 1000.0,
+                "request finished"
+            )
+        }),
+    }
     let status_label = status.to_string();
     METRICS
         .http_requests

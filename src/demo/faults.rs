@@ -122,10 +122,12 @@ impl DemoHooks {
     }
 }
 
-/// The transaction faults of one request, with the process's delay slots.
+/// The transaction faults of one request, with the process's delay slots
+/// and the demo's record of its network keys.
 struct DemoHooks {
     faults: Faults,
     delayed: Arc<DelaySlots>,
+    ledger: Arc<std::sync::Mutex<super::Ledger>>,
 }
 
 impl TxHooks for DemoHooks {
@@ -196,11 +198,14 @@ impl TxHooks for DemoHooks {
     }
 
     fn remote_key(&self, derived: String) -> String {
-        if self.faults.network_fresh_key {
+        let key = if self.faults.network_fresh_key {
             format!("fresh-{}", uuid::Uuid::new_v4())
         } else {
             derived
-        }
+        };
+        let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        ledger.keys.insert(key.clone());
+        key
     }
 
     fn acts_before_commit(&self) -> bool {
@@ -337,6 +342,7 @@ pub async fn faults(
         .insert(RequestHooks(Arc::new(DemoHooks {
             faults,
             delayed: sandbox.delayed.clone(),
+            ledger: sandbox.ledger.clone(),
         })));
     let response = next.call(req).await?;
     let replayed = response

@@ -54,7 +54,7 @@ use crate::config::Settings;
 use crate::store::{Backend, DbPool, Store};
 
 pub use faults::{Faults, faults};
-pub use gate::{DemoHidden, gate};
+pub use gate::gate;
 pub use routes::{check_then_insert_route, routes};
 // For the OpenAPI document.
 pub use routes::{__path_config, __path_expire, __path_purge, __path_reset, __path_state};
@@ -92,6 +92,9 @@ pub struct Sandbox {
     in_flight: Semaphore,
     in_flight_limit: usize,
     wait: Duration,
+    /// What the demo account asked of the card network: its view of the
+    /// network's ledger shows these and nothing of other accounts'.
+    pub(crate) ledger: Arc<Mutex<Ledger>>,
     /// The demo's own connections (half of POOL_SIZE): every `/demo/*`
     /// route and every request of the demo account runs on them, so that
     /// nothing the demo holds or waits for can take a connection from
@@ -146,6 +149,7 @@ impl Sandbox {
             .sibling(&own)
             .map_err(|e| format!("cannot open the demo's connections: {e}"))?;
         Ok(Sandbox {
+            ledger: Arc::default(),
             pool: own,
             account_id,
             max_delay,
@@ -155,6 +159,69 @@ impl Sandbox {
             in_flight_limit: half_pool as usize,
             wait: settings.pool_timeout,
         })
+    }
+
+    /// Records, from now on, each authorization `network` answers under a
+    /// key the demo account's requests used (see [`Ledger`]).
+    pub fn watch(&self, network: &crate::network_client::NetworkClient) {
+        let ledger = self.ledger.clone();
+        network.watch(Box::new(move |key, id| {
+            let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
+            if ledger.keys.contains(key) {
+                ledger.ids.insert(id);
+            }
+        }));
+    }
+}
+
+/// The card network's keys the demo account's requests used, and the
+/// authorizations answered under them: the network has one merchant (this
+/// API) for every account, so this is how the demo tells its own
+/// authorizations apart, lost answers and the recovery task's included
+/// (recovery asks under the key the request used). Kept in memory, the
+/// newest [`LEDGER_LIMIT`] of each; after a restart the demo's charges
+/// still name theirs.
+#[derive(Default)]
+pub(crate) struct Ledger {
+    pub(crate) keys: Bounded<String>,
+    pub(crate) ids: Bounded<uuid::Uuid>,
+}
+
+pub(crate) const LEDGER_LIMIT: usize = 4096;
+
+/// A set that forgets its oldest entry past [`LEDGER_LIMIT`].
+pub(crate) struct Bounded<T> {
+    set: std::collections::HashSet<T>,
+    order: std::collections::VecDeque<T>,
+}
+
+impl<T> Default for Bounded<T> {
+    fn default() -> Self {
+        Bounded {
+            set: Default::default(),
+            order: Default::default(),
+        }
+    }
+}
+
+impl<T: std::hash::Hash + Eq + Clone> Bounded<T> {
+    pub(crate) fn insert(&mut self, value: T) {
+        if self.set.insert(value.clone()) {
+            self.order.push_back(value);
+            if self.order.len() > LEDGER_LIMIT
+                && let Some(old) = self.order.pop_front()
+            {
+                self.set.remove(&old);
+            }
+        }
+    }
+
+    pub(crate) fn contains<Q>(&self, value: &Q) -> bool
+    where
+        T: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        self.set.contains(value)
     }
 }
 

@@ -1,12 +1,14 @@
 //! The routes demo mode adds, all on the demo account only: the database
 //! views of the teaching page and the naive "check, then insert" algorithm.
 
+use std::sync::Mutex;
+
 use actix_web::{HttpRequest, HttpResponse, guard, web};
 use serde_json::{Value, json};
 
 use super::queries::{self, Unguarded};
 use super::{
-    CHECK_THEN_INSERT, CHECK_THEN_INSERT_PAUSE, DEMO_ACCOUNT_NAME, DEMO_API_KEY, MAX_LEASE,
+    CHECK_THEN_INSERT, CHECK_THEN_INSERT_PAUSE, DEMO_ACCOUNT_NAME, DEMO_API_KEY, Ledger, MAX_LEASE,
     MIN_LEASE, MODE_HEADER, Sandbox,
 };
 use crate::charges;
@@ -17,6 +19,7 @@ use crate::network_client::NetworkClient;
 use crate::problem::ApiError;
 use crate::requests::{self, JsonRequest, KeyUse};
 use crate::state::AppState;
+use crate::store::pool::redact;
 use crate::store::{KeyStatus, Store, time_text};
 
 /// Rows of each table the page is shown at most.
@@ -105,14 +108,30 @@ fn snapshot(
     store: &mut dyn Store,
     account_id: i64,
     settings: &Settings,
-    network: Option<&NetworkClient>,
+    network: Option<(&NetworkClient, &Mutex<Ledger>)>,
 ) -> Result<Value, ApiError> {
-    // The card network's own ledger, as the network shows it.
-    let network = network.map(|n| match n.list(LIMIT as u32) {
-        Ok(list) => json!({"url": n.base_url(), "authorizations": list["data"]}),
-        Err(e) => json!({"url": n.base_url(), "error": e.to_string()}),
-    });
     let charges = store.list_charges(account_id, LIMIT)?;
+    // The card network's own ledger, as the network shows it, but only the
+    // demo's authorizations: the network has one merchant for every account.
+    let network = network.map(|(n, ledger)| match n.list(LIMIT as u32) {
+        Ok(list) => {
+            let ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
+            let ours = |id: Option<uuid::Uuid>| {
+                id.is_some_and(|id| {
+                    ledger.ids.contains(&id)
+                        || charges.iter().any(|c| c.authorization_id == Some(id))
+                })
+            };
+            let authorizations: Vec<&Value> = list["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|a| ours(a["id"].as_str().and_then(|id| id.parse().ok())))
+                .collect();
+            json!({"url": redact(n.base_url()), "authorizations": authorizations})
+        }
+        Err(e) => json!({"url": redact(n.base_url()), "error": e.to_string()}),
+    });
     let refunds = queries::refund_views(store, account_id, LIMIT)?;
     let keys = queries::key_views(store, account_id, LIMIT)?;
     let unguarded = queries::unguarded_views(store, account_id, LIMIT)?;
@@ -185,6 +204,7 @@ async fn on_demo_account<T: Send + 'static>(
 ) -> Result<(T, Value), ApiError> {
     let settings = app.settings.clone();
     let network = app.network.clone();
+    let ledger = sandbox.ledger.clone();
     let account_id = sandbox.account_id;
     // On the demo's own connections: a /demo/* route that waits (on a key
     // a held transaction locks) holds none of the server's.
@@ -195,7 +215,12 @@ async fn on_demo_account<T: Send + 'static>(
             let done = work(store, account_id, &settings)?;
             Ok((
                 done,
-                snapshot(store, account_id, &settings, network.as_deref())?,
+                snapshot(
+                    store,
+                    account_id,
+                    &settings,
+                    network.as_deref().map(|n| (n, ledger.as_ref())),
+                )?,
             ))
         })
         .await
@@ -229,7 +254,7 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
         "account": {"name": DEMO_ACCOUNT_NAME, "api_key": DEMO_API_KEY},
         "min_lease_ms": MIN_LEASE.as_millis() as u64,
         // The card network charges are authorized at (null: none).
-        "network": app.network.as_ref().map(|n| n.base_url()),
+        "network": app.network.as_ref().map(|n| redact(n.base_url())),
         "recovery_interval_ms": s.recovery_interval.as_millis() as u64,
         "max_lease_ms": MAX_LEASE.as_millis() as u64,
         "problem_types": crate::problem::TYPES.iter().map(|t| json!({

@@ -100,7 +100,9 @@ impl Target {
                     .get(..scheme.len())
                     .is_some_and(|p| p.eq_ignore_ascii_case(scheme))
         });
-        if postgres {
+        if postgres && malformed_userinfo(url) {
+            Err(SetupError::MalformedUserinfo(redact(url)))
+        } else if postgres {
             Ok(Target::Postgres(url.to_owned()))
         } else {
             Err(SetupError::BadUrl(redact(url)))
@@ -114,6 +116,10 @@ pub enum SetupError {
         "DATABASE_URL {0:?} is neither a PostgreSQL URL (postgres://user@host:port/database) nor an SQLite one (sqlite://path/to/file.db)"
     )]
     BadUrl(String),
+    #[error(
+        "DATABASE_URL {0} is malformed: its user name or password holds a '/' or an '@', which a URL must write as %2F and %40 (the whole user information is hidden here)"
+    )]
+    MalformedUserinfo(String),
     #[error("cannot connect to the database at {url}: {reason}")]
     Connect { url: String, reason: String },
     #[error("cannot create database {name:?} at {url}: {reason}")]
@@ -641,15 +647,7 @@ fn redact_url(url: &str, start: usize, secrets: &mut Vec<String>) -> String {
     let rest = &url[start..];
     let mut out = String::with_capacity(url.len());
     out.push_str(&url[..start]);
-    // The '@' that ends the userinfo: the last one before the host's end
-    // (the first '/' or '?' after the first '@'), so that a password holding
-    // '@', '/', '?' or '#' is hidden whole.
-    let host_start = rest.find('@').map(|first| {
-        let host_end = rest[first..]
-            .find(['/', '?'])
-            .map_or(rest.len(), |i| first + i);
-        rest[..host_end].rfind('@').map_or(first, |at| at) + 1
-    });
+    let host_start = userinfo_end(rest).map(|at| at + 1);
     let after_userinfo = match host_start {
         Some(host_start) => {
             let userinfo = &rest[..host_start - 1];
@@ -687,6 +685,29 @@ fn redact_url(url: &str, start: usize, secrets: &mut Vec<String>) -> String {
         None => out.push_str(after_userinfo),
     }
     out
+}
+
+/// Where the userinfo of `authority_on` (a URL after its `scheme://`) ends:
+/// the last '@' before the query (the first '?' after the first '@'), so
+/// that a password holding '@', '/', '?' or '#' is hidden whole, and so is
+/// everything up to the host of a URL that is malformed that way.
+fn userinfo_end(authority_on: &str) -> Option<usize> {
+    let first = authority_on.find('@')?;
+    let query = authority_on[first..]
+        .find('?')
+        .map_or(authority_on.len(), |i| first + i);
+    authority_on[..query].rfind('@')
+}
+
+/// Whether `url`'s user name or password holds a '/' or an '@' not written
+/// as `%2F` / `%40`: libpq then reads part of the password as the host or
+/// the database, and would name it in its error.
+pub fn malformed_userinfo(url: &str) -> bool {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return false;
+    };
+    let rest = &url[start..];
+    userinfo_end(rest).is_some_and(|end| rest[..end].contains(['/', '@']))
 }
 
 /// `%XX` decoded (as libpq decodes a URL's parameter names); anything else,
@@ -787,6 +808,48 @@ fn one_line(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::redact;
+
+    #[test]
+    fn everything_up_to_the_last_at_before_the_host_is_secret_and_such_a_url_malformed() {
+        use super::{Target, malformed_userinfo};
+        for (url, shown) in [
+            (
+                "postgres://app:p@ss/word@db.example:5432/charges",
+                "postgres://app:***@db.example:5432/charges",
+            ),
+            (
+                "postgres://app:pa/ss@h/db?sslmode=require",
+                "postgres://app:***@h/db?sslmode=require",
+            ),
+            (
+                "postgres://app:a@b@h/db?application_name=x@y",
+                "postgres://app:***@h/db?application_name=x@y",
+            ),
+        ] {
+            assert_eq!(redact(url), shown);
+            assert!(malformed_userinfo(url), "{url}");
+            let refused = Target::parse(url).unwrap_err().to_string();
+            assert!(
+                refused.contains("malformed") && refused.contains(shown),
+                "{refused}"
+            );
+            for piece in ["ss/word", "pa/ss", "p@ss", "a@b"] {
+                assert!(!refused.contains(piece), "{refused}");
+            }
+        }
+        for fine in [
+            "postgres://app:p%40ss%2Fword@h/db",
+            "postgres://app@h/db?application_name=x@y",
+            "postgres://u@h1:5432,h2:5433/db",
+            "postgres://u:pa?ss@h/db",
+        ] {
+            assert!(!malformed_userinfo(fine), "{fine}");
+        }
+        assert_eq!(
+            redact("http://netuser:NetPass123@net.example:8090"),
+            "http://netuser:***@net.example:8090"
+        );
+    }
 
     #[test]
     fn passwords_are_redacted_in_the_userinfo_and_the_query() {

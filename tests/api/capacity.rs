@@ -1,9 +1,10 @@
-//! Safe to expose, round two: one client or the demo cannot take the others'
-//! capacity. The demo runs on connections of its own; demo mode by the
-//! loopback default is off for a request that came through a proxy; the
+//! Safe to expose, rounds two and three: one client or the demo cannot take
+//! the others' capacity. The demo runs on connections of its own; demo mode
+//! is on only when the operator asks, never by a request's headers; the
 //! demo's routes refuse cross-site POSTs; rate limits per account and per
-//! client address; unknown keys cached; connections per address capped;
-//! `/metrics` for this machine only.
+//! client address; unknown keys cached; connections per address capped, and
+//! idle ones closed first near MAX_CONNECTIONS; `/metrics` on a listener of
+//! its own only.
 //!
 //! Two clients on one machine are told apart by their source address: the
 //! whole of 127.0.0.0/8 is loopback, so a flood comes from 127.0.0.2 while
@@ -127,53 +128,50 @@ crate::on_both_backends! {
         );
     }
 
-    async fn a_request_through_a_proxy_sees_demo_mode_off_unless_the_operator_turned_it_on() {
-        let app = spawn_app().await;
-        app.create_account("Shop", SHOP_KEY);
-        let forwarded = [("x-forwarded-for", "203.0.113.7")];
-        let send = |method: Method, path: &str, headers: &[(&str, &str)]| {
+    async fn demo_mode_is_the_operators_choice_and_no_request_header_changes_it() {
+        // Without DEMO (as `charges serve`): no demo, asked directly from this
+        // machine's loopback with no forwarding header at all, as a bare
+        // proxy_pass asks.
+        let off = spawn_app_with(|s| s.demo = None).await;
+        off.create_account("Shop", SHOP_KEY);
+        let send = |app: &crate::support::TestApp, method: Method, path: &str, headers: &[(&str, &str)]| {
             let mut r = app.request(method, path);
             for (name, value) in headers {
                 r = r.header(*name, *value);
             }
             r
         };
-        // Directly, from this machine: the demo.
-        assert_eq!(app.get("/demo/state").await.status, 200);
-        assert_eq!(app.get("/").await.status, 200);
-        // Through a proxy: as if demo mode were off.
-        for headers in [
-            &forwarded[..],
-            &[("forwarded", "for=203.0.113.7")][..],
-            &[("host", "api.example.com")][..],
-        ] {
-            app.send(send(Method::POST, "/demo/reset", headers))
+        let variants: [&[(&str, &str)]; 5] = [
+            &[],
+            &[("host", "127.0.0.1")],
+            &[("via", "1.1 proxy")],
+            &[("true-client-ip", "127.0.0.1")],
+            &[("x-forwarded-server", "localhost")],
+        ];
+        for headers in variants {
+            off.send(send(&off, Method::POST, "/demo/reset", headers))
                 .await
                 .assert_problem(404, "not-found");
-            app.send(send(Method::GET, "/demo/state", headers))
+            off.send(send(&off, Method::GET, "/demo/state", headers))
                 .await
                 .assert_problem(404, "not-found");
-            assert_eq!(app.send(send(Method::GET, "/", headers)).await.status, 404);
-            app.send(send(Method::GET, "/charges", headers).bearer_auth(DEMO_KEY))
+            assert_eq!(off.send(send(&off, Method::GET, "/", headers)).await.status, 404);
+            off.send(send(&off, Method::GET, "/charges", headers).bearer_auth(DEMO_KEY))
                 .await
                 .assert_problem(401, "unauthorized");
-            let doc = app.send(send(Method::GET, "/openapi.json", headers)).await;
+            let doc = off.send(send(&off, Method::GET, "/openapi.json", headers)).await;
             assert!(!doc.body.contains("/demo/") && !doc.body.contains(DEMO_KEY), "the document shows the demo");
         }
         // Another account's Demo-* headers are ignored, as without demo mode.
-        let r = app
-            .send(
-                app.charge_request(SHOP_KEY, "k-fwd", &charge_body(), &[("demo-fault", "lose-response")])
-                    .header("x-forwarded-for", "203.0.113.7"),
-            )
+        let r = off
+            .send(off.charge_request(SHOP_KEY, "k-fwd", &charge_body(), &[("demo-fault", "lose-response")]))
             .await;
         assert_eq!(r.status, 201, "{}", r.body);
-        // DEMO=true is the operator's say-so: through the proxy too.
+        // DEMO=true is the operator's say-so: whatever the request carries.
         let told = spawn_app_with(|s| s.demo = Some(true)).await;
-        let r = told
-            .send(told.request(Method::GET, "/demo/state").header("x-forwarded-for", "203.0.113.7"))
-            .await;
-        assert_eq!(r.status, 200);
+        for headers in [&[][..], &[("x-forwarded-for", "203.0.113.7")][..], &[("host", "api.example.com")][..]] {
+            assert_eq!(told.send(send(&told, Method::GET, "/demo/state", headers)).await.status, 200);
+        }
     }
 
     async fn a_cross_site_post_to_the_demo_is_refused_and_a_same_origin_one_is_not() {
@@ -265,18 +263,22 @@ crate::on_both_backends! {
         app.get_as(SHOP_KEY, "/charges").await.assert_problem(401, "unauthorized");
     }
 
-    async fn metrics_are_for_this_machine_only() {
+    async fn metrics_are_served_on_their_own_listener_and_never_on_the_api_s() {
         let app = spawn_app().await;
-        assert_eq!(app.get("/metrics").await.status, 200);
-        let r = app
-            .send(app.request(Method::GET, "/metrics").header("x-forwarded-for", "203.0.113.7"))
-            .await;
-        r.assert_problem(404, "not-found");
-        let public = spawn_app_with(|s| s.metrics_public = true).await;
-        let r = public
-            .send(public.request(Method::GET, "/metrics").header("x-forwarded-for", "203.0.113.7"))
-            .await;
-        assert_eq!(r.status, 200);
+        for headers in [&[][..], &[("x-forwarded-for", "203.0.113.7")][..]] {
+            let mut r = app.request(Method::GET, "/metrics");
+            for (name, value) in headers {
+                r = r.header(*name, *value);
+            }
+            app.send(r).await.assert_problem(404, "not-found");
+        }
+        assert!(app.metrics().await.contains("http_requests_total"));
+        // Only /metrics there.
+        let metrics = AppClient::new(app.metrics_url.as_deref().unwrap());
+        assert_eq!(metrics.get("/charges").await.status, 404);
+        let none = spawn_app_with(|s| s.metrics_bind = "off".into()).await;
+        assert_eq!(none.metrics_url, None);
+        none.get("/metrics").await.assert_problem(404, "not-found");
     }
 }
 

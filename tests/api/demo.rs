@@ -382,28 +382,36 @@ crate::on_both_backends! {
 }
 
 crate::on_both_backends! {
-    /// A server bound to a non-loopback address with default settings has no
-    /// demo behaviour and no demo account; with `DEMO=true` it has both, and
-    /// logs a warning saying what that exposes.
-    async fn a_server_on_a_network_address_has_no_demo_unless_told_and_then_warns() {
+    /// `charges serve` has no demo behaviour and no demo account, on
+    /// loopback as on any address; `charges` (the default command, `demo`)
+    /// refuses an address other machines reach; `serve` with `DEMO=true`
+    /// has both, and logs a warning saying what that exposes.
+    async fn serve_has_no_demo_unless_told_and_the_default_command_refuses_a_network_address() {
         let db = crate::support::TestDatabase::create_for(crate::support::backend());
-        let server = crate::support::ServerProcess::start(&db.url, &[("BIND", "0.0.0.0:0")]);
-        let app = crate::support::AppClient::new(&format!("http://{}", server.addr()));
-        for path in ["/demo/state", "/demo/config", "/"] {
-            app.get(path).await.assert_problem(404, "not-found");
+        for bind in ["0.0.0.0:0", "127.0.0.1:0"] {
+            let server = crate::support::ServerProcess::start_with(&["serve"], &db.url, &[("BIND", bind)]);
+            let app = crate::support::AppClient::new(&format!("http://{}", server.addr()));
+            for path in ["/demo/state", "/demo/config", "/"] {
+                app.get(path).await.assert_problem(404, "not-found");
+            }
+            assert_eq!(app.post("/demo/reset").await.status, 404);
+            app.charge("k-net", &charge_body()).await.assert_problem(401, "unauthorized");
+            let naive = [("demo-mode", "check-then-insert"), ("demo-fault", "crash-after-key")];
+            app.charge_with("k-net", &charge_body(), &naive).await.assert_problem(401, "unauthorized");
+            let doc = app.get("/openapi.json").await.body;
+            assert!(!doc.contains("/demo/") && !doc.contains("sk_test_demo"), "the document offers demo powers");
+            assert_eq!(db.count("accounts"), 0, "no demo account is seeded");
+            assert!(!server.logs().contains("DEMO=true on an address"));
+            assert!(server.stdout().contains("demo mode: off"), "{}", server.stdout());
+            assert!(app.get("/healthz").await.status == 200);
         }
-        assert_eq!(app.post("/demo/reset").await.status, 404);
-        app.charge("k-net", &charge_body()).await.assert_problem(401, "unauthorized");
-        let naive = [("demo-mode", "check-then-insert"), ("demo-fault", "crash-after-key")];
-        app.charge_with("k-net", &charge_body(), &naive).await.assert_problem(401, "unauthorized");
-        let doc = app.get("/openapi.json").await.body;
-        assert!(!doc.contains("/demo/") && !doc.contains("sk_test_demo"), "the document offers demo powers");
+        let refused = crate::support::ServerProcess::try_start_with("demo", &[], &db.url, &[("BIND", "0.0.0.0:0")])
+            .err()
+            .expect("the default command refuses 0.0.0.0");
+        assert!(refused.contains("loopback only") && refused.contains("charges serve"), "{refused}");
         assert_eq!(db.count("accounts"), 0, "no demo account is seeded");
-        assert!(!server.logs().contains("DEMO=true on an address"));
-        assert!(app.get("/healthz").await.status == 200);
-        drop(server);
 
-        let server = crate::support::ServerProcess::start(&db.url, &[("BIND", "0.0.0.0:0"), ("DEMO", "true")]);
+        let server = crate::support::ServerProcess::start_with(&["serve"], &db.url, &[("BIND", "0.0.0.0:0"), ("DEMO", "true")]);
         let deadline = Instant::now() + Duration::from_secs(5);
         while !server.logs().contains("DEMO=true on an address") && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -15,7 +15,9 @@ crate::on_both_backends! {
         app.charge("k-m", &serde_json::json!({"amount": 1, "currency": "usd"})).await;
         app.charge(None, &charge_body()).await;
 
-        let metrics = app.get("/metrics").await;
+        let metrics = crate::support::AppClient::new(app.metrics_url.as_deref().unwrap())
+            .get("/metrics")
+            .await;
         assert_eq!(metrics.status, 200);
         assert!(
             metrics
@@ -229,7 +231,7 @@ fn example(name: &str) -> std::path::PathBuf {
 }
 
 /// `docker compose up` must not put the demo's powers on a network: the
-/// image leaves demo mode to its default (off on 0.0.0.0), and compose turns
+/// image runs `charges serve` and leaves demo mode to its default (off), and compose turns
 /// it on explicitly, publishes on loopback only, and restarts the app (a
 /// crash-after-key is refused, but any other death must not leave it down).
 #[test]
@@ -274,6 +276,10 @@ fn compose_turns_demo_mode_on_only_behind_a_loopback_port_and_restarts_the_app()
         .filter(|l| !l.trim_start().starts_with('#'))
         .any(|l| l.contains("DEMO"));
     assert!(!sets_demo, "the image must leave demo mode to its default");
+    assert!(
+        dockerfile.contains("CMD [\"serve\"]"),
+        "the image runs `charges serve`, not the default command (the demo)"
+    );
 }
 
 /// No password is written in the compose file (it comes from the
@@ -284,6 +290,9 @@ fn compose_writes_no_password_and_the_image_keeps_its_data_in_a_volume() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let compose = std::fs::read_to_string(root.join("docker-compose.yml")).unwrap();
     for line in compose.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        if let Some(value) = line.trim().strip_prefix("NETWORK_API_KEY:") {
+            assert!(value.trim().starts_with("${NETWORK_API_KEY:?"), "{line}");
+        }
         if let Some(value) = line.trim().strip_prefix("POSTGRES_PASSWORD:") {
             assert!(value.trim().starts_with("${POSTGRES_PASSWORD:?"), "{line}");
         }

@@ -89,12 +89,12 @@ crate::on_both_backends! {
     async fn made_up_methods_and_paths_do_not_make_up_metric_series() {
         let app = spawn_app().await;
         let series = |text: &str| text.lines().filter(|l| l.starts_with("http_requests_total{")).count();
-        let before = series(&app.get("/metrics").await.body);
+        let before = series(&app.metrics().await);
         for i in 0..1000u32 {
             let method = reqwest::Method::from_bytes(format!("M{i:x}X").as_bytes()).unwrap();
             let _ = app.send(app.request(method, &format!("/random/{i}"))).await;
         }
-        let text = app.get("/metrics").await.body;
+        let text = app.metrics().await;
         let after = series(&text);
         assert!(after <= before + 4, "series grew from {before} to {after}");
         assert!(text.contains("method=\"OTHER\""), "made-up methods are OTHER");
@@ -121,7 +121,7 @@ crate::on_both_backends! {
         assert_eq!(documented["status"], 408);
     }
 
-    async fn connections_beyond_the_cap_wait_until_one_closes() {
+    async fn connections_beyond_the_cap_wait_until_a_busy_one_closes_and_an_idle_one_makes_room() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         // One worker, so that the per-worker count actix keeps is the cap.
         let app = spawn_app_with(|s| {
@@ -131,30 +131,56 @@ crate::on_both_backends! {
         .await;
         let address = app.url("").trim_start_matches("http://").trim_end_matches('/').to_owned();
         let healthz = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
+        // A request in flight: its head, and half its body (read within BODY_TIMEOUT).
+        let busy = b"POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk_test_demo\r\n\
+                     Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{";
         // Reads until one whole (small) answer is in, or `limit` passes.
         async fn answer(stream: &mut tokio::net::TcpStream, limit: Duration) -> Option<String> {
             let mut buf = vec![0u8; 4096];
             let n = tokio::time::timeout(limit, stream.read(&mut buf)).await.ok()?.ok()?;
             (n > 0).then(|| String::from_utf8_lossy(&buf[..n]).into_owned())
         }
+        // Two busy connections: none of them may be closed to make room.
         let mut open = Vec::new();
         for _ in 0..2 {
             let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
-            stream.write_all(healthz).await.unwrap();
-            let first = answer(&mut stream, Duration::from_secs(5)).await;
-            assert!(first.is_some_and(|a| a.starts_with("HTTP/1.1 200")), "within the cap");
-            open.push(stream); // kept alive
+            stream.write_all(busy).await.unwrap();
+            open.push(stream);
+            // In flight before the next connects (until then it is idle, and
+            // the next would close it to make room).
+            tokio::time::sleep(Duration::from_millis(300)).await;
         }
         let mut third = tokio::net::TcpStream::connect(&address).await.unwrap();
         third.write_all(healthz).await.unwrap();
         assert_eq!(
             answer(&mut third, Duration::from_millis(800)).await,
             None,
-            "a third connection is not served while two are open"
+            "a third connection is not served while two busy ones are open"
         );
         drop(open.pop());
         let late = answer(&mut third, Duration::from_secs(5)).await;
         assert!(late.is_some_and(|a| a.starts_with("HTTP/1.1 200")), "served once one closed");
+        drop(open);
+        drop(third);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+
+        // Two idle keep-alive connections: the one idle the longest is
+        // closed for a new one, which is served at once.
+        let mut idle = Vec::new();
+        for _ in 0..2 {
+            let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+            stream.write_all(healthz).await.unwrap();
+            let first = answer(&mut stream, Duration::from_secs(5)).await;
+            assert!(first.is_some_and(|a| a.starts_with("HTTP/1.1 200")), "within the cap");
+            idle.push(stream);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut new = tokio::net::TcpStream::connect(&address).await.unwrap();
+        new.write_all(healthz).await.unwrap();
+        let served = answer(&mut new, Duration::from_secs(1)).await;
+        assert!(served.is_some_and(|a| a.starts_with("HTTP/1.1 200")), "an idle one made room");
+        let mut oldest = idle.remove(0);
+        assert_eq!(answer(&mut oldest, Duration::from_secs(2)).await, None, "the longest idle is closed");
     }
 }
 

@@ -10,6 +10,7 @@ mod demo;
 mod deploy;
 mod ecosystem;
 mod exact;
+mod exposure;
 mod fuzz;
 mod hardening;
 mod idempotency;

@@ -8,10 +8,26 @@ use serde_json::{Value, json};
 
 use crate::support::{DEMO_KEY, TestApp, TestDatabase, charge_body, spawn_app_with};
 
+/// The merchant key a test that calls the network itself gives the API (the
+/// in-process network otherwise takes a random one per process).
+const NETWORK_KEY: &str = "sk_network_of_the_network_tests";
+
 /// An app whose charges go through an in-process network on `network`.
 async fn with_network(network: &TestDatabase, lease: Option<Duration>) -> TestApp {
+    with_network_keyed(network, lease, None).await
+}
+
+async fn with_network_keyed(
+    network: &TestDatabase,
+    lease: Option<Duration>,
+    key: Option<&str>,
+) -> TestApp {
     let url = network.url.clone();
+    let key = key.map(str::to_owned);
     spawn_app_with(move |s| {
+        if let Some(key) = key {
+            s.network_api_key = key;
+        }
         s.network_url = charges::config::NETWORK_IN_PROCESS.to_owned();
         s.network_database_url = Some(url);
         s.recovery_interval = Duration::from_millis(300);
@@ -194,7 +210,7 @@ crate::on_both_backends! {
         assert_eq!((app.charges(), authorizations(&network)), (1, 1), "no orphaned authorization");
         assert_ledgers_agree(&app, &network, &app.get_json("/demo/state").await);
         // (The registry is the process's: other tests' recoveries count too.)
-        let metrics = app.get("/metrics").await.body;
+        let metrics = app.metrics().await;
         let recovered: u64 = metrics
             .lines()
             .find_map(|l| l.strip_prefix(r#"idempotency_keys_recovered_total{result="completed"} "#))
@@ -205,13 +221,13 @@ crate::on_both_backends! {
 
     async fn the_network_puts_its_own_endpoint_under_the_same_protocol() {
         let network = TestDatabase::create();
-        let app = with_network(&network, None).await;
+        let app = with_network_keyed(&network, None, Some(NETWORK_KEY)).await;
         let url = app.get_json("/demo/config").await["network"].as_str().unwrap().to_owned();
         let http = reqwest::Client::new();
         let authorize = |key: Option<&str>, amount: i64| {
             let mut r = http
                 .post(format!("{url}/authorizations"))
-                .bearer_auth(charges::network_client::DEFAULT_NETWORK_API_KEY)
+                .bearer_auth(NETWORK_KEY)
                 .json(&json!({"amount": amount, "currency": "jpy"}));
             if let Some(key) = key {
                 r = r.header("idempotency-key", format!("\"{key}\""));
@@ -235,9 +251,16 @@ crate::on_both_backends! {
             .await
             .unwrap();
         assert_eq!(unknown.status(), 401, "the demo key is no merchant's");
+        let public = http
+            .get(format!("{url}/authorizations"))
+            .bearer_auth(charges::network_client::DEFAULT_NETWORK_API_KEY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(public.status(), 401, "nor the well-known default");
         let got = http
             .get(format!("{url}/authorizations/{}", id.as_str().unwrap()))
-            .bearer_auth(charges::network_client::DEFAULT_NETWORK_API_KEY)
+            .bearer_auth(NETWORK_KEY)
             .send()
             .await
             .unwrap();

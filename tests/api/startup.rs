@@ -13,6 +13,7 @@ fn charges_bin() -> Command {
     // databases that are dropped afterwards.
     cmd.env_remove("DATABASE_URL")
         .env_remove("BIND")
+        .env("METRICS_BIND", "127.0.0.1:0")
         .env("NETWORK_URL", "off");
     cmd
 }
@@ -167,6 +168,7 @@ async fn a_multi_host_url_reaches_the_host_that_answers() {
         &db.url[at..]
     );
     let mut settings = Settings::with_database_url(&url);
+    settings.demo = Some(true);
     settings.bind = "127.0.0.1:0".into();
     settings.network_url = charges::config::NETWORK_OFF.into();
     let app = Application::build(settings).expect("starts on the second host");

@@ -24,6 +24,9 @@ use crate::support::{AppClient, Captured, ServerProcess, TestBackend, TestDataba
 use crate::within;
 
 const ACCOUNT_KEY: &str = "sk_live_reliability_network";
+/// The merchant key at the separate network (the API refuses the default,
+/// public one for a separate network).
+const NETWORK_KEY: &str = "sk_network_reliability";
 
 /// `charges network` on its own database, killed on drop.
 struct NetworkProcess {
@@ -48,6 +51,7 @@ fn start_network(db: &TestDatabase) -> NetworkProcess {
         .arg("network")
         .env("NETWORK_DATABASE_URL", &db.url)
         .env("NETWORK_BIND", format!("127.0.0.1:{port}"))
+        .env("NETWORK_API_KEY", NETWORK_KEY)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -65,6 +69,7 @@ fn start_network(db: &TestDatabase) -> NetworkProcess {
 fn start_api(db: &TestDatabase, network_url: &str, extra: &[(&str, &str)]) -> ServerProcess {
     let mut env = vec![
         ("NETWORK_URL", network_url),
+        ("NETWORK_API_KEY", NETWORK_KEY),
         ("POOL_SIZE", "60"),
         ("POOL_TIMEOUT", "5s"),
         ("REQUEST_TIMEOUT", "20s"),

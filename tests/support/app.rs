@@ -16,6 +16,8 @@ use super::db::TestDatabase;
 pub struct TestApp {
     client: AppClient,
     pub db: TestDatabase,
+    /// Where its `/metrics` is served (METRICS_BIND), if anywhere.
+    pub metrics_url: Option<String>,
 }
 
 impl Deref for TestApp {
@@ -42,16 +44,35 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     // are the subject of their own tests (hardening.rs), which set them.
     settings.rate_limit_per_account = 0;
     settings.rate_limit_per_client = 0;
+    // Storms open hundreds of connections from one address too.
+    settings.max_connections_per_peer = 0;
     // No card network unless a test starts one (tests/api/network.rs).
     settings.network_url = charges::config::NETWORK_OFF.to_owned();
+    // The teaching page's server (`charges demo`): most tests drive the demo
+    // account; the ones about a server without it say so.
+    settings.demo = Some(true);
+    settings.metrics_bind = "127.0.0.1:0".to_owned();
     configure(&mut settings);
     let app = Application::build(settings).expect("the app starts");
     let client = AppClient::new(&app.url());
+    let metrics_url = app.metrics_url();
     tokio::spawn(app.run_until_stopped());
-    TestApp { client, db }
+    TestApp {
+        client,
+        db,
+        metrics_url,
+    }
 }
 
 impl TestApp {
+    /// Its `/metrics` text, read on its metrics listener.
+    pub async fn metrics(&self) -> String {
+        let url = self.metrics_url.as_deref().expect("a metrics listener");
+        let metrics = AppClient::new(url).get("/metrics").await;
+        assert_eq!(metrics.status, 200, "{}", metrics.body);
+        metrics.body
+    }
+
     pub fn backend(&self) -> TestBackend {
         self.db.backend()
     }

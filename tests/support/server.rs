@@ -50,12 +50,32 @@ impl ServerProcess {
         database_url: &str,
         env: &[(&str, &str)],
     ) -> Result<ServerProcess, String> {
+        ServerProcess::try_start_with(name, &[], database_url, env)
+    }
+
+    /// [`ServerProcess::start`] with command-line arguments (`["serve"]`):
+    /// without any, the binary runs its default command, `demo`.
+    pub fn start_with(args: &[&str], database_url: &str, env: &[(&str, &str)]) -> ServerProcess {
+        ServerProcess::try_start_with("server", args, database_url, env)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`ServerProcess::try_start`] with command-line arguments.
+    pub fn try_start_with(
+        name: &str,
+        args: &[&str],
+        database_url: &str,
+        env: &[(&str, &str)],
+    ) -> Result<ServerProcess, String> {
         let log = std::env::temp_dir().join(format!(
             "charges-test-{}.log",
             uuid::Uuid::new_v4().simple()
         ));
         let mut child = Command::new(env!("CARGO_BIN_EXE_charges"))
+            .args(args)
             .env("DATABASE_URL", database_url)
+            // Its metrics on a port of its own, picked by the system.
+            .env("METRICS_BIND", "127.0.0.1:0")
             .env("BIND", "127.0.0.1:0")
             .env("WORKERS", "2")
             .env("RUST_LOG", "warn")
@@ -64,6 +84,7 @@ impl ServerProcess {
             // send; the rate limits have tests of their own.
             .env("RATE_LIMIT_PER_ACCOUNT", "0")
             .env("RATE_LIMIT_PER_CLIENT", "0")
+            .env("MAX_CONNECTIONS_PER_PEER", "0")
             // No card network unless the test points the server at one.
             .env("NETWORK_URL", "off")
             .env_remove("IDEMPOTENCY_TTL")
@@ -134,6 +155,21 @@ impl ServerProcess {
                 Err(format!("{name} {how}; its output:\n{}", server.output()))
             }
         }
+    }
+
+    /// What it printed on stdout after its ready line (the rest of its banner).
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    /// Its `/metrics` URL, as its banner printed it.
+    pub fn metrics_url(&self) -> String {
+        self.stdout()
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("metrics: "))
+            .filter(|url| url.starts_with("http://"))
+            .unwrap_or_else(|| panic!("{}: no metrics URL in {:?}", self.name, self.stdout()))
+            .to_owned()
     }
 
     /// A client of this server.

@@ -298,8 +298,8 @@ async fn recover_periodically(state: web::Data<AppState>, interval: Duration) {
         let deadline = interval.max(settings.request_timeout);
         let done = state
             .pool
-            .run(deadline, move |store| -> Result<usize, ApiError> {
-                Ok(recovery::pass(store, &settings, network)?)
+            .run_checkouts(deadline, move |checkouts| -> Result<usize, ApiError> {
+                Ok(recovery::pass(checkouts, &settings, network)?)
             })
             .await;
         if let Err(e) = done {

@@ -32,7 +32,7 @@ pub const MAX_LIST_LIMIT: i64 = 100;
 /// known then too, so it announces its response: the atomic design writes
 /// the key row completed in the statement that registers the key. With a
 /// network, the 201 carries the network's authorization, known only once it
-/// answered.
+/// answered: asking it is the operation's foreign step.
 pub struct CreateCharge {
     pub charge: Charge,
     pub response: SavedResponse,
@@ -131,15 +131,37 @@ fn created(charge: &Charge) -> SavedResponse {
     )
 }
 
+/// With a network, the authorization is the operation's foreign step: the
+/// protocol asks for it between its phases, holding no connection, and
+/// then runs [`run`](Operation::run), the INSERT, in the transaction that
+/// stores the response.
 impl Operation for CreateCharge {
     fn run(&mut self, tx: &mut dyn Store) -> Result<SavedResponse, idempotency::Error> {
-        self.authorize()?;
         tx.insert_charge(&self.charge)?;
         Ok(self.response.clone())
     }
 
     fn known_response(&self) -> Option<&SavedResponse> {
         self.network.is_none().then_some(&self.response)
+    }
+
+    fn has_foreign_step(&self) -> bool {
+        self.network.is_some()
+    }
+
+    fn foreign_step(&mut self) -> Result<(), idempotency::Error> {
+        self.authorize()
+    }
+
+    /// Voids the authorization the network made for a charge that will
+    /// never be made (its account was revoked meanwhile).
+    fn compensate(&mut self) -> Result<(), idempotency::Error> {
+        let (Some(call), Some(id)) = (&self.network, self.charge.authorization_id) else {
+            return Ok(());
+        };
+        call.client
+            .void(id)
+            .map_err(|e| idempotency::Error::Dependency(e.to_string()))
     }
 }
 

@@ -44,6 +44,8 @@ pub const DEFAULT_KEEP_ALIVE_LIFETIME: Duration = Duration::from_secs(60);
 pub const NETWORK_IN_PROCESS: &str = "in-process";
 pub const NETWORK_OFF: &str = "off";
 pub const DEFAULT_NETWORK_TIMEOUT: Duration = Duration::from_secs(5);
+/// The in-process network answers at once unless told otherwise.
+pub const DEFAULT_NETWORK_LATENCY: Duration = Duration::ZERO;
 pub const DEFAULT_RECOVERY_INTERVAL: Duration = Duration::from_secs(5);
 /// Demo mode: transactions held open by `Demo-Fault: delay-commit` at once.
 pub const DEFAULT_DEMO_MAX_DELAYED: u32 = 2;
@@ -192,6 +194,10 @@ pub struct Settings {
     #[arg(long, env = "NETWORK_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub network_timeout: Duration,
 
+    /// How long the in-process card network takes to answer an authorization (real ones take 100 ms to 2 s), e.g. 300ms.
+    #[arg(long, env = "NETWORK_LATENCY", default_value = "0s", value_parser = parse_duration)]
+    pub network_latency: Duration,
+
     /// How often keys left in progress (their lease run out) are driven to completion (0s: never).
     #[arg(long, env = "RECOVERY_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub recovery_interval: Duration,
@@ -240,6 +246,7 @@ impl Settings {
             network_database_url: None,
             network_api_key: crate::network_client::DEFAULT_NETWORK_API_KEY.to_owned(),
             network_timeout: DEFAULT_NETWORK_TIMEOUT,
+            network_latency: DEFAULT_NETWORK_LATENCY,
             recovery_interval: DEFAULT_RECOVERY_INTERVAL,
             web_dir: DEFAULT_WEB_DIR.to_owned(),
             workers: None,

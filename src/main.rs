@@ -82,6 +82,9 @@ struct NetworkArgs {
     /// The merchant key the API calls it with.
     #[arg(long, env = "NETWORK_API_KEY", default_value = charges::network_client::DEFAULT_NETWORK_API_KEY, hide_env_values = true)]
     api_key: String,
+    /// How long it takes to answer an authorization (real networks take 100 ms to 2 s), e.g. 300ms.
+    #[arg(long, env = "NETWORK_LATENCY", default_value = "0s", value_parser = humantime::parse_duration)]
+    latency: std::time::Duration,
 }
 
 #[derive(Args)]
@@ -152,7 +155,8 @@ fn network(args: NetworkArgs) -> Result<(), String> {
     actix_web::rt::System::new().block_on(async move {
         let listener = std::net::TcpListener::bind(&args.bind)
             .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
-        let api = charges::config::Settings::with_database_url(&args.database_url);
+        let mut api = charges::config::Settings::with_database_url(&args.database_url);
+        api.network_latency = args.latency;
         let settings = charges::network::settings(&api, args.database_url.clone(), &args.api_key);
         let started = charges::network::start(settings, listener)?;
         let _ = writeln!(

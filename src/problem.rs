@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::domain::FieldError;
 use crate::hooks::HookFailure;
-use crate::idempotency::{self, KeyError};
+use crate::idempotency::{self, KeyError, SavedResponse};
 use crate::store::{Failure, classify};
 
 pub const CONTENT_TYPE: &str = "application/problem+json";
@@ -55,6 +55,7 @@ problem_types! {
     INVALID_IDEMPOTENCY_KEY = ("invalid-idempotency-key", 400, "The Idempotency-Key header is invalid");
     REFUND_EXCEEDS_CHARGE = ("refund-exceeds-charge", 400, "The refund is more than is left of the charge");
     UNAUTHORIZED = ("unauthorized", 401, "Authentication is required");
+    ACCOUNT_REVOKED = ("account-revoked", 403, "The account was revoked before the request was completed");
     NOT_FOUND = ("not-found", 404, "Not found");
     METHOD_NOT_ALLOWED = ("method-not-allowed", 405, "Method not allowed");
     REQUEST_TIMEOUT = ("request-timeout", 408, "The request body arrived too slowly");
@@ -65,6 +66,7 @@ problem_types! {
     IDEMPOTENCY_KEY_REUSED = ("idempotency-key-reused", 422, "The Idempotency-Key was used with a different request");
     RATE_LIMITED = ("rate-limited", 429, "Too many requests");
     INTERNAL = ("internal", 500, "Internal server error");
+    REQUEST_NOT_RECOVERABLE = ("request-not-recoverable", 500, "The request was left unfinished and cannot be completed");
     SERVICE_UNAVAILABLE = ("service-unavailable", 503, "The service is temporarily unavailable");
     DEADLINE_EXCEEDED = ("deadline-exceeded", 503, "The request did not finish in time; its outcome is unknown");
     NETWORK_UNAVAILABLE = ("network-unavailable", 503, "The card network did not answer");
@@ -236,6 +238,16 @@ impl Problem {
     }
 }
 
+/// A problem as a response to store under a key and replay (a terminal
+/// answer the protocol or the recovery task decides on).
+pub fn saved(kind: &ProblemType, detail: impl Into<String>) -> SavedResponse {
+    SavedResponse {
+        status: kind.status,
+        headers: [("content-type".to_owned(), CONTENT_TYPE.to_owned())].into(),
+        body: serde_json::to_value(Problem::new(kind, detail)).expect("a problem serializes"),
+    }
+}
+
 /// The problem+json response for one of [`TYPES`]. Also used by the demo's
 /// simulated faults, which are not `ApiError`s.
 pub fn response(
@@ -394,6 +406,7 @@ impl From<idempotency::Error> for ApiError {
         match e {
             idempotency::Error::Database(e) => e.into(),
             idempotency::Error::Hook(e) => e.into(),
+            idempotency::Error::Connection(e) => e.into(),
             idempotency::Error::Dependency(cause) => ApiError::Network(cause),
             idempotency::Error::DependencyKeyReused => ApiError::IdempotencyKeyReusedAtNetwork,
             idempotency::Error::KeyLocked => ApiError::IdempotencyKeyInFlight {

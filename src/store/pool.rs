@@ -289,17 +289,31 @@ impl DbPool {
         T: Send + 'static,
         E: From<RunError> + Send + 'static,
     {
-        let pool = self.clone();
+        self.run_checkouts(deadline, move |checkouts| checkouts.with(work))
+            .await
+    }
+
+    /// Runs `work` on the blocking thread pool, as [`run`](Self::run) does,
+    /// but without a connection: `work` checks one out for each of its
+    /// steps ([`Checkouts::with`]) and gives it back in between, so that it
+    /// can wait on something else (a call to another service, a concurrent
+    /// request) holding none.
+    pub async fn run_checkouts<T, E>(
+        &self,
+        deadline: Duration,
+        work: impl FnOnce(&mut Checkouts) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<RunError> + Send + 'static,
+    {
         let abandoned = Arc::new(AtomicBool::new(false));
-        let late = abandoned.clone();
-        let task = tokio::task::spawn_blocking(move || {
-            let mut conn = pool.checkout().map_err(RunError::from)?;
-            let done = work(conn.store());
-            if late.load(Ordering::SeqCst) {
-                discard_connection();
-            }
-            done
-        });
+        let mut checkouts = Checkouts {
+            pool: self.clone(),
+            late: abandoned.clone(),
+            until: Instant::now() + deadline,
+        };
+        let task = tokio::task::spawn_blocking(move || work(&mut checkouts));
         match tokio::time::timeout(deadline, task).await {
             Ok(Ok(done)) => done,
             Ok(Err(_)) => Err(RunError::Panicked.into()),
@@ -321,6 +335,37 @@ impl DbPool {
         };
         crate::metrics::observe_pool_wait(started.elapsed(), conn.is_err());
         Ok(conn?)
+    }
+}
+
+/// A blocking task's way to the pool ([`DbPool::run_checkouts`]): one
+/// connection at a time, each given back when its step returns.
+pub struct Checkouts {
+    pool: DbPool,
+    /// Set when the task's caller stopped waiting for it: a connection it
+    /// still uses then is dropped, not reused (its state is unknown).
+    late: Arc<AtomicBool>,
+    until: Instant,
+}
+
+impl Checkouts {
+    /// Runs `work` on a connection checked out for it (waiting at most the
+    /// pool's timeout), and gives the connection back.
+    pub fn with<T, E: From<RunError>>(
+        &mut self,
+        work: impl FnOnce(&mut dyn Store) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut conn = self.pool.checkout().map_err(RunError::from)?;
+        let done = work(conn.store());
+        if self.late.load(Ordering::SeqCst) {
+            discard_connection();
+        }
+        done
+    }
+
+    /// When the task's caller stops waiting for it (the request's deadline).
+    pub fn until(&self) -> Instant {
+        self.until
     }
 }
 

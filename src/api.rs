@@ -116,6 +116,9 @@ impl Application {
                 settings.network_timeout,
             ))
         });
+        if let Some(warning) = settings.lease_warning() {
+            tracing::warn!("{warning}");
+        }
         let recovery_interval = settings.recovery_interval;
         let client_limits = Arc::new(ClientLimits {
             per_client: KeyedLimit::new(settings.rate_limit_per_client),

@@ -16,6 +16,7 @@ mod key_first;
 mod layers;
 mod logs;
 mod network;
+mod phases;
 mod refunds;
 mod secrets;
 mod startup;

@@ -43,6 +43,15 @@
 //! too little left to refund). It changes nothing else: the key row, the
 //! writes and the response still commit together.
 //!
+//! An operation with a **foreign step** (a call to another service that no
+//! rollback undoes: the card network) runs in neither shape above but in
+//! three phases, in both modes (`phases`), after brandur's rule: a foreign
+//! call never runs inside a database transaction. Phase 1 commits the key
+//! in progress, phase 2 makes the call holding no connection, phase 3
+//! writes and stores the response if the lease is still ours. So the
+//! protocol takes a way to get connections ([`Connections`]: one per
+//! transaction), not one connection for the whole request.
+//!
 //! Nothing here knows what an operation does; the key table's steps are the
 //! store's (`store::keys`), one implementation per backend.
 

@@ -47,11 +47,9 @@ fn operation_for(
     let path = stuck.path.as_str();
     if path == charges::PATH {
         let new = charges::parse_new_charge(&stuck.body).ok()?;
-        let create = CreateCharge::new(stuck.account_id, &new).through(
-            network,
-            Some(&stuck.key),
-            RequestHooks::default(),
-        );
+        let create = CreateCharge::new(stuck.account_id, &new)
+            .through(network, Some(&stuck.key), RequestHooks::default())
+            .checking_account();
         return Some(Box::new(create));
     }
     let charge = path
@@ -62,6 +60,9 @@ fn operation_for(
     let account_id = stuck.account_id;
     Some(Box::new(
         move |tx: &mut dyn Store| -> Result<SavedResponse, idempotency::Error> {
+            if !tx.account_is_live(account_id)? {
+                return Ok(charges::revoked());
+            }
             crate::refunds::refund(tx, account_id, charge, amount)
         },
     ))

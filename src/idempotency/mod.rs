@@ -129,9 +129,11 @@ pub trait Operation {
         Ok(())
     }
 
-    /// Undoes at the other service what the foreign step did there, for a
-    /// key that will never be completed with it (its account was revoked
-    /// meanwhile): a compensating call, itself idempotent.
+    /// Called once the answer of [`run`](Operation::run) is stored, after a
+    /// foreign step: if that answer means the foreign step's effect will
+    /// never be used (a charge refused because its account was revoked
+    /// meanwhile), undoes it at the other service, with a compensating call
+    /// that is itself idempotent; otherwise does nothing.
     fn compensate(&mut self) -> Result<(), Error> {
         Ok(())
     }
@@ -376,10 +378,10 @@ fn run_claimed(
 /// operation with a foreign step) once its lease has run out: takes the row
 /// over under a fresh lease, as a retry of the same request would, and runs
 /// the operation (rebuilt from the request the row kept) as that worker
-/// would have, foreign step included. A revoked account's key is not
-/// completed: it gets a stored 403 (and a foreign step's effect is
-/// compensated). `Ok(None)`: another instance, or the client's own retry,
-/// took it first; the row lock lets only one do it.
+/// would have, foreign step included. (Whether it may still act for the
+/// key's account is the operation's to check, in its writes.) `Ok(None)`:
+/// another instance, or the client's own retry, took it first; the row lock
+/// lets only one do it.
 pub fn recover(
     connections: &mut dyn Connections,
     request: &KeyedRequest<'_>,
@@ -397,12 +399,7 @@ pub fn recover(
     let outcome = if operation.has_foreign_step() {
         phases::complete(connections, &claim, request, hooks, operation)?
     } else {
-        connections.run(|store| {
-            if let Some(refused) = phases::refuse_if_revoked(store, &claim, request)? {
-                return Ok(Outcome::Executed(refused));
-            }
-            run_claimed(store, &claim, request, hooks, operation)
-        })?
+        connections.run(|store| run_claimed(store, &claim, request, hooks, operation))?
     };
     match outcome {
         Outcome::Executed(response) => Ok(Some(response)),

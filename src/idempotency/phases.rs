@@ -17,8 +17,9 @@
 //!          -> the connection goes back to the pool
 //! phase 2  the foreign call, under a key derived from the client's
 //!          (no transaction, no connection held)
-//! phase 3  BEGIN; the account may still act? the operation's writes;
-//!          its response stored, if the lease is still ours; COMMIT
+//! phase 3  BEGIN; the operation's writes; its response stored, if the
+//!          lease is still ours; COMMIT; then, if that answer means the
+//!          foreign step's effect will never be used, undo it there
 //! ```
 //!
 //! A failure in phase 2 releases the key if the lease is still ours (then
@@ -33,21 +34,21 @@
 //! the request's deadline) and replays its response, as one transaction's
 //! wait on the key's index entry would; key-first answers 409 at once.
 //!
-//! A revoked account's key is not completed in phase 3: it gets a stored
-//! 403 (`account-revoked`), and the foreign step's effect is compensated
-//! (the authorization voided at the network), so that no hold stays behind
-//! that no charge owns.
+//! What an operation answers in phase 3 is its own: a charge whose account
+//! was revoked meanwhile answers (and stores) a 403 instead of charging,
+//! and its [`compensate`](super::Operation::compensate) then voids the
+//! authorization at the network, so that no hold stays behind that no
+//! charge owns.
 
 use std::time::{Duration, Instant};
 
 use super::{
-    Connections, Error, Mode, Operation, Outcome, Registration, answer_after_lost_claim, register,
-    store_response, with_transient_retries,
+    Connections, Decision, Error, Mode, Operation, Outcome, Read, Registration,
+    answer_after_lost_claim, decide, register, store_response, with_transient_retries,
 };
 use crate::hooks::{HookFailure, TxHooks};
-use crate::problem::{self, ACCOUNT_REVOKED};
 use crate::store::keys::NewKeyStatus;
-use crate::store::{Claim, KeyedRequest, SavedResponse, Store};
+use crate::store::{Claim, KeyedRequest, Store};
 
 /// A waiting duplicate's first pause, and its longest.
 const FIRST_POLL: Duration = Duration::from_millis(25);
@@ -84,6 +85,13 @@ fn register_or_wait(
     let mut pause = FIRST_POLL;
     loop {
         let registered = connections.run(|store| {
+            // A look without a lock first, as key-first's fast path: a key
+            // another request holds is answered (or waited for) without
+            // queueing for a write (on SQLite, the database's write lock).
+            let row = store.find_live_key(request.account_id, request.key)?;
+            if let Decision::Answer(outcome) = decide(row, request.fingerprint, Read::FastPath) {
+                return Ok(Registration::Answered(outcome));
+            }
             with_transient_retries(|| {
                 store.transaction(|tx| register(tx, request, NewKeyStatus::InProgress))
             })
@@ -120,32 +128,25 @@ pub(super) fn complete(
     let written = connections.run(|store| {
         with_transient_retries(|| {
             store.transaction(|tx| {
-                if let Some(refused) = refuse_if_revoked(tx, claim, request)? {
-                    return Ok(Written::Refused(refused));
-                }
                 let response = operation.run(tx)?;
                 hooks.before_commit()?;
                 store_response(tx, claim, &response, operation)?;
-                Ok(Written::Done(response))
+                Ok(response)
             })
         })
     });
     match written {
-        Ok(Written::Done(response)) => Ok(Outcome::Executed(response)),
-        Ok(Written::Refused(refused)) => {
+        Ok(response) => {
+            // The answer is stored: if it means the foreign step's effect
+            // will never be used (a revoked account), undo it there.
             if let Err(e) = operation.compensate() {
-                tracing::error!(error = %e, account = request.account_id, "could not undo a foreign step for a revoked account's key; undo it by hand");
+                tracing::error!(error = %e, account = request.account_id, "could not undo a foreign step whose key will never use it; undo it by hand");
             }
-            Ok(Outcome::Executed(refused))
+            Ok(Outcome::Executed(response))
         }
         Err(Error::LeaseLost) => connections.run(|store| answer_after_lost_claim(store, request)),
         Err(error) => connections.run(|store| give_up(store, claim, request, error)),
     }
-}
-
-enum Written {
-    Done(SavedResponse),
-    Refused(SavedResponse),
 }
 
 /// After a failure in phase 2 or 3: the key released if the lease is still
@@ -171,25 +172,5 @@ fn give_up(
             tracing::warn!(error = %release_error, cause = %error, "could not release the idempotency key");
             Err(Error::Database(release_error))
         }
-    }
-}
-
-/// If the key's account was revoked, completes the key with a 403 instead
-/// of running anything: the stored, final answer. `None`: it may go on.
-pub(super) fn refuse_if_revoked(
-    tx: &mut dyn Store,
-    claim: &Claim,
-    request: &KeyedRequest<'_>,
-) -> Result<Option<SavedResponse>, Error> {
-    if tx.account_is_live(request.account_id)? {
-        return Ok(None);
-    }
-    let refused = problem::saved(
-        &ACCOUNT_REVOKED,
-        "This account was revoked before the request was completed, so it was not: nothing was done, and what another service had done for it was undone (a card network's authorization is voided). This answer is stored for this Idempotency-Key.",
-    );
-    match tx.complete_key(claim, &refused)? {
-        true => Ok(Some(refused)),
-        false => Err(Error::LeaseLost),
     }
 }

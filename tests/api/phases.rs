@@ -195,6 +195,42 @@ crate::on_both_backends! {
         replay.assert_problem(422, "idempotency-key-reused");
     }
 
+    /// Lesson 4 with the network in the path: A's phase 3 is held open
+    /// (`delay-commit`); B, a duplicate, waits and replays in atomic mode,
+    /// holding no connection meanwhile, and is a 409 at once in key-first.
+    async fn a_duplicate_waits_then_replays_in_atomic_mode_and_is_409_at_once_in_key_first() {
+        let network = TestDatabase::create();
+        let app = with_network(&network, Duration::ZERO, |_| {}).await;
+        for mode in ["atomic", "key-first"] {
+            // On SQLite the demo spaces its delays (DEMO's gap after one).
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let key = format!("k-lesson-4-{mode}");
+            let a = app.charge_with(
+                key.as_str(),
+                &charge_body(),
+                &[("demo-mode", mode), ("demo-fault", "delay-commit=1500")],
+            );
+            let b = app.charge_with(key.as_str(), &charge_body(), &[("demo-mode", mode)]);
+            let b = async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                timed(b).await
+            };
+            let (a, (b, took)) = tokio::join!(a, b);
+            assert_eq!(a.status, 201, "{mode}: {}", a.body);
+            if mode == "atomic" {
+                assert_eq!(b.status, 201, "{}", b.body);
+                assert!(b.replayed());
+                assert_eq!(b.body, a.body);
+                assert!(took >= Duration::from_millis(900), "B waited for A: {took:?}");
+            } else {
+                b.assert_problem(409, "idempotency-key-in-flight");
+                assert!(b.header("retry-after").is_some());
+                assert!(took < Duration::from_millis(900), "at once: {took:?}");
+            }
+        }
+        assert_eq!((app.charges(), network.count("authorizations")), (2, 2));
+    }
+
     async fn the_key_row_keeps_the_routes_canonical_path() {
         let app = spawn_app_with(|_| {}).await;
         let raw = app

@@ -310,6 +310,85 @@ async fn key_first_keys_left_by_a_crash_after_the_network_are_recovered_without_
     );
 }
 
+/// `kill -9` between phases 2 and 3, in both modes: the network answered
+/// every charge, and each waits at its INSERT (a lock on `charges` held by
+/// the test) in phase 3's transaction. After the restart the key rows are
+/// in progress, nothing of ours is committed; the clients' retries and the
+/// recovery task finish them, the network replaying.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_between_the_networks_answer_and_phase_3_leaves_one_authorization_per_key_in_both_modes()
+ {
+    let _one = ONE_AT_A_TIME.lock().await;
+    for mode in ["atomic", "key-first"] {
+        let (api_db, network_db) = (
+            TestDatabase::create_for(TestBackend::Postgres),
+            TestDatabase::create_for(TestBackend::Postgres),
+        );
+        let network = start_network(&network_db);
+        let url = format!("http://{}", network.addr);
+        let first = [
+            ("IDEMPOTENCY_MODE", mode),
+            ("IDEMPOTENCY_LEASE", "2s"),
+            ("RECOVERY_INTERVAL", "0s"),
+        ];
+        let mut api = start_api(&api_db, &url, &first);
+        api_db.create_account("Shop", ACCOUNT_KEY);
+        let hold = api_db.hold_charge_writes();
+        let client = api.client();
+        let keys: Vec<String> = (0..20).map(|i| format!("k-phase-3-{i}")).collect();
+        let sent = keys.clone();
+        let requests = tokio::spawn(async move {
+            futures::future::join_all(sent.iter().map(|k| charge(&client, k))).await
+        });
+        within(Duration::from_secs(30), "20 charges waiting in phase 3", async {
+            while network_db.count("authorizations") < 20
+                || api_db.count(
+                    "pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                ) < 20
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        api.kill();
+        drop(hold);
+        for r in requests.await.unwrap() {
+            assert!(
+                r.is_err() || r.as_ref().unwrap().status >= 500,
+                "{mode}: {:?}",
+                r.map(|r| r.summary())
+            );
+        }
+        assert_eq!(
+            api_db.count("charges"),
+            0,
+            "{mode}: phase 3 never committed"
+        );
+        assert_eq!(
+            api_db.count("idempotency_keys WHERE status = 'in_progress'"),
+            20,
+            "{mode}: phase 1 did"
+        );
+        let second = [
+            ("IDEMPOTENCY_MODE", mode),
+            ("IDEMPOTENCY_LEASE", "2s"),
+            ("RECOVERY_INTERVAL", "500ms"),
+        ];
+        let api = start_api(&api_db, &url, &second);
+        let client = api.client();
+        let mut held = BTreeMap::new();
+        for key in &keys {
+            held.insert(key.clone(), until_charged(&client, key).await);
+        }
+        assert_ledgers(&api_db, &network_db, &held);
+        eprintln!(
+            "network, kill -9 between phases 2 and 3 ({mode}): 20 charges authorized and waiting to commit; after the restart {} authorizations, {} charges, 0 orphaned",
+            network_db.count("authorizations"),
+            api_db.count("charges")
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_revoked_accounts_keys_left_in_phase_2_are_not_charged_by_recovery_and_their_authorizations_are_voided()
  {

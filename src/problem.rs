@@ -201,7 +201,7 @@ impl ApiError {
             }
             ApiError::Unavailable(_) => "The database cannot be reached right now. Retry the same request (with the same Idempotency-Key) shortly.".into(),
             ApiError::Overloaded { detail } => detail.clone(),
-            ApiError::Network(cause) => format!("The charge could not be authorized: {cause}. Nothing was stored. Retry the same request with the same Idempotency-Key: the card network is asked with a key derived from yours, so it authorizes once however often we ask."),
+            ApiError::Network(cause) => format!("The charge could not be authorized: {cause}. Nothing was stored here, and nothing will be completed under this key unless you retry. Whether the card network authorized is not always known: retry the same request with the same Idempotency-Key. The network is asked under a key derived from yours, so it authorizes at most once however often we ask, and your retry completes the charge with that authorization."),
             ApiError::RateLimited { retry_after_secs, scope } => format!("This {scope} has sent more requests than it may; nothing was done. Retry after {retry_after_secs} s (with the same Idempotency-Key: this answer was not stored under it)."),
             ApiError::DeadlineExceeded { secs } => format!("The database did not answer within {secs} s, so this request was given up. Whether it took effect is unknown: retry it with the same Idempotency-Key, which replays its result if it took effect and runs it once if it did not."),
             ApiError::BodyTimeout { secs } => format!("The request body did not arrive within {secs} s. Nothing was done; send the request again."),

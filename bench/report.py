@@ -251,6 +251,7 @@ def table(workdir, out):
         ("4", "replay of a completed key"),
         ("7", "refund, fresh key per request"),
         ("8", "idempotent, the card network in the path"),
+        ("9", "idempotent, network at 50 ms, POOL_SIZE=10"),
         ("5a", "idempotent, %s expired keys in table" % f"{meta['seed_rows']:,}"),
         ("5b", "idempotent while purging those keys"),
         ("6", "idempotent, RSS run"),
@@ -397,6 +398,7 @@ def table(workdir, out):
     cpu2 = None if not srv2 or not get("2", "requests") else srv2 * 1e6 / get("2", "requests")
     r73 = ratio(get("7", "rps"), get("3", "rps"))
     r82 = ratio(get("8", "rps"), (last2 or {}).get("rps"))
+    slow_network_rps = get("9", "rps")
     # 5a runs right after the last round's 2: the closest empty-table figure.
     rp99 = ratio(get("5a", "latency_us", "p99"), (last2 or {}).get("latency_us", {}).get("p99"))
     rss6 = get("6", "rss_hwm_kib")
@@ -413,6 +415,10 @@ def table(workdir, out):
         ("  first keyed over TLS / pgbench over TLS (2t/1t)", r2t1t, "info", None, ".2f", ""),
         ("  first refund / plain charge (7/3)", r73, "info", None, ".2f", ""),
         ("  with the card network / without (8/2, last round)", r82, "info", None, ".2f", ""),
+        ("  old ceiling, a connection held across the network: POOL_SIZE 10 / 50 ms", 200.0, "info", None,
+         ",.0f", ""),
+        ("charges/s, network at 50 ms, 64 clients, POOL_SIZE=10 (9)", slow_network_rps, ">=", 600.0, ",.0f",
+         "/s"),
         ("replay / idempotent (4/2)", r42, ">=", 2.0, ".2f", ""),
         ("p99 with %s keys / empty p99 (5a/2, last round)" % f"{meta['seed_rows']:,}", rp99, "<=", 1.2,
          ".2f", ""),
@@ -456,6 +462,7 @@ def table(workdir, out):
                    "replay_over_idempotent": r42, "refund_over_naive": r73,
                    "network_over_idempotent": r82, "naive_over_plain_sql": r30,
                    "tls_over_idempotent": r2t, "tls_idempotent_over_tls_limit": r2t1t,
+                   "slow_network_charges_per_s": slow_network_rps,
                    "p99_1m_over_empty": rp99},
         "targets": results,
         "table": text,

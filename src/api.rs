@@ -111,6 +111,9 @@ impl Application {
         if let (Some(sandbox), Some(network)) = (&sandbox, &network) {
             sandbox.watch(network);
         }
+        if let Some(warning) = settings.lease_warning() {
+            tracing::warn!("{warning}");
+        }
         let recovery_interval = settings.recovery_interval;
         let client_limits = Arc::new(ClientLimits {
             per_client: KeyedLimit::new(settings.rate_limit_per_client),
@@ -370,8 +373,8 @@ async fn recover_periodically(state: web::Data<AppState>, interval: Duration) {
         let deadline = interval.max(settings.request_timeout);
         let done = state
             .pool
-            .run(deadline, move |store| -> Result<usize, ApiError> {
-                Ok(recovery::pass(store, &settings, network)?)
+            .run_checkouts(deadline, move |checkouts| -> Result<usize, ApiError> {
+                Ok(recovery::pass(checkouts, &settings, network)?)
             })
             .await;
         if let Err(e) = done {

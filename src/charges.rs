@@ -32,12 +32,19 @@ pub const MAX_LIST_LIMIT: i64 = 100;
 /// known then too, so it announces its response: the atomic design writes
 /// the key row completed in the statement that registers the key. With a
 /// network, the 201 carries the network's authorization, known only once it
-/// answered.
+/// answered: asking it is the operation's foreign step.
 pub struct CreateCharge {
     pub charge: Charge,
     pub response: SavedResponse,
     /// The network to ask first, with the key to ask under.
     network: Option<NetworkCall>,
+    /// Whether [`run`](Operation::run) checks first that the account may
+    /// still act: when the charge is made long after its request was
+    /// authenticated (after the network's answer; by the recovery task).
+    check_account: bool,
+    /// The account was found revoked: the charge was refused, and the
+    /// network's authorization is to be voided.
+    refused: bool,
 }
 
 /// One call to the card network, and the faults injected around it.
@@ -64,7 +71,16 @@ impl CreateCharge {
             charge,
             response,
             network: None,
+            check_account: false,
+            refused: false,
         }
+    }
+
+    /// Checks that the account may still act before the charge is written
+    /// (the recovery task's charges; any charge with a network).
+    pub fn checking_account(mut self) -> CreateCharge {
+        self.check_account = true;
+        self
     }
 
     /// Asks `network` to authorize the charge first, under the key derived
@@ -87,6 +103,7 @@ impl CreateCharge {
                 hooks,
             }
         });
+        self.check_account |= self.network.is_some();
         self
     }
 
@@ -122,6 +139,15 @@ impl CreateCharge {
     }
 }
 
+/// The stored, final answer to a keyed request whose account was revoked
+/// before it was completed (it is not completed).
+pub fn revoked() -> SavedResponse {
+    crate::problem::saved(
+        &crate::problem::ACCOUNT_REVOKED,
+        "This account was revoked before the request was completed, so it was not: nothing was charged or refunded, and an authorization the card network had made for it was voided. This answer is stored for this Idempotency-Key.",
+    )
+}
+
 /// A charge's 201, as stored and replayed.
 fn created(charge: &Charge) -> SavedResponse {
     json_response(
@@ -131,15 +157,43 @@ fn created(charge: &Charge) -> SavedResponse {
     )
 }
 
+/// With a network, the authorization is the operation's foreign step: the
+/// protocol asks for it between its phases, holding no connection, and
+/// then runs [`run`](Operation::run), the INSERT, in the transaction that
+/// stores the response.
 impl Operation for CreateCharge {
     fn run(&mut self, tx: &mut dyn Store) -> Result<SavedResponse, idempotency::Error> {
-        self.authorize()?;
+        if self.check_account && !tx.account_is_live(self.charge.account_id)? {
+            self.refused = true;
+            return Ok(revoked());
+        }
         tx.insert_charge(&self.charge)?;
         Ok(self.response.clone())
     }
 
     fn known_response(&self) -> Option<&SavedResponse> {
-        self.network.is_none().then_some(&self.response)
+        (!self.check_account).then_some(&self.response)
+    }
+
+    fn has_foreign_step(&self) -> bool {
+        self.network.is_some()
+    }
+
+    fn foreign_step(&mut self) -> Result<(), idempotency::Error> {
+        self.authorize()
+    }
+
+    /// Voids the authorization the network made for a charge that was
+    /// refused (its account was revoked meanwhile).
+    fn compensate(&mut self) -> Result<(), idempotency::Error> {
+        let (true, Some(call), Some(id)) =
+            (self.refused, &self.network, self.charge.authorization_id)
+        else {
+            return Ok(());
+        };
+        call.client
+            .void(id)
+            .map_err(|e| idempotency::Error::Dependency(e.to_string()))
     }
 }
 
@@ -165,8 +219,9 @@ pub fn parse_new_charge(body: &Value) -> Result<NewCharge, ApiError> {
                 ("Idempotent-Replayed" = String, description = "`true` when this response was stored earlier for the same key and request"),
             )),
         (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`account-revoked`: the account was revoked while the charge waited on the card network (or was left unfinished by a crash): nothing charged, the network's authorization voided; stored under the key", body = Problem, content_type = "application/problem+json"),
         (status = 408, description = "`request-timeout`: the body did not arrive within BODY_TIMEOUT (10 s by default)", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency-key-in-flight`: the key's first request is still running (key-first mode); retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
+        (status = 409, description = "`idempotency-key-in-flight`: the key's first request is still running (key-first mode; atomic mode only when it still runs at this request's deadline, or took the key over while the card network was asked); retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u32, description = "seconds"))),
         (status = 413, description = "`payload-too-large`: over 16 KiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),

@@ -51,6 +51,11 @@ pub const DEFAULT_KEEP_ALIVE_LIFETIME: Duration = Duration::from_secs(60);
 pub const NETWORK_IN_PROCESS: &str = "in-process";
 pub const NETWORK_OFF: &str = "off";
 pub const DEFAULT_NETWORK_TIMEOUT: Duration = Duration::from_secs(5);
+/// What a key's lease must exceed a call to the card network by: the two
+/// short transactions around the call, and a pool checkout for each.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
+/// The in-process network answers at once unless told otherwise.
+pub const DEFAULT_NETWORK_LATENCY: Duration = Duration::ZERO;
 pub const DEFAULT_RECOVERY_INTERVAL: Duration = Duration::from_secs(5);
 /// Demo mode: transactions held open by `Demo-Fault: delay-commit` at once.
 pub const DEFAULT_DEMO_MAX_DELAYED: u32 = 2;
@@ -200,6 +205,10 @@ pub struct Settings {
     #[arg(long, env = "NETWORK_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub network_timeout: Duration,
 
+    /// How long the in-process card network takes to answer an authorization (real ones take 100 ms to 2 s), e.g. 300ms.
+    #[arg(long, env = "NETWORK_LATENCY", default_value = "0s", value_parser = parse_duration)]
+    pub network_latency: Duration,
+
     /// How often keys left in progress (their lease run out) are driven to completion (0s: never).
     #[arg(long, env = "RECOVERY_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub recovery_interval: Duration,
@@ -250,6 +259,7 @@ impl Settings {
             network_database_url: None,
             network_api_key: crate::network_client::DEFAULT_NETWORK_API_KEY.to_owned(),
             network_timeout: DEFAULT_NETWORK_TIMEOUT,
+            network_latency: DEFAULT_NETWORK_LATENCY,
             recovery_interval: DEFAULT_RECOVERY_INTERVAL,
             web_dir: DEFAULT_WEB_DIR.to_owned(),
             workers: None,
@@ -291,6 +301,23 @@ impl Settings {
             out.push_str(query);
         }
         out
+    }
+
+    /// A warning, when a key's lease (`IDEMPOTENCY_LEASE`) is shorter than
+    /// a call to the card network may take plus [`LEASE_MARGIN`]: a charge
+    /// still waiting on the network may then see its key taken over (by the
+    /// recovery task, or the client's retry). Nothing is charged twice (the
+    /// network replays under the derived key; only the lease's holder
+    /// stores a response), but the first request then answers 409 instead
+    /// of its charge, and the network is asked twice.
+    pub fn lease_warning(&self) -> Option<String> {
+        let needed = self.network_timeout + LEASE_MARGIN;
+        (self.network_url != NETWORK_OFF && self.idempotency_lease < needed).then(|| {
+            format!(
+                "IDEMPOTENCY_LEASE ({:?}) is shorter than NETWORK_TIMEOUT ({:?}) plus {:?}: a charge still waiting on the card network may have its key taken over by the recovery task or a retry. Nothing is charged twice, but that charge's own request then answers 409 (retry) instead of its result. Set IDEMPOTENCY_LEASE to at least {:?}.",
+                self.idempotency_lease, self.network_timeout, LEASE_MARGIN, needed
+            )
+        })
     }
 
     /// Whether demo mode is on: only when asked for (`DEMO=true`, `--demo`,

@@ -89,6 +89,9 @@ struct NetworkArgs {
     /// On an address other machines reach, the default is refused: set a secret.
     #[arg(long, env = "NETWORK_API_KEY", default_value = DEFAULT_NETWORK_API_KEY, hide_env_values = true)]
     api_key: String,
+    /// How long it takes to answer an authorization (real networks take 100 ms to 2 s), e.g. 300ms.
+    #[arg(long, env = "NETWORK_LATENCY", default_value = "0s", value_parser = humantime::parse_duration)]
+    latency: std::time::Duration,
 }
 
 #[derive(Args)]
@@ -195,7 +198,8 @@ fn network(args: NetworkArgs) -> Result<(), String> {
                 args.bind
             ));
         }
-        let api = charges::config::Settings::with_database_url(&args.database_url);
+        let mut api = charges::config::Settings::with_database_url(&args.database_url);
+        api.network_latency = args.latency;
         let settings = charges::network::settings(&api, args.database_url.clone(), &args.api_key);
         let started = charges::network::start(settings, listener)?;
         let _ = writeln!(

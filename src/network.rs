@@ -8,7 +8,14 @@
 //!
 //! - `POST /authorizations {"amount": n, "currency": "jpy"}` with
 //!   `Idempotency-Key` (required): `201` with the authorization.
+//! - `POST /authorizations/{id}/void` with `Idempotency-Key` (required):
+//!   `200` with the authorization, `voided_at` set (once): the merchant
+//!   gives the hold up, because no charge will ever hold it.
 //! - `GET /authorizations/{id}`, `GET /authorizations?limit=N`.
+//!
+//! `NETWORK_LATENCY` makes it take that long to answer an authorization (a
+//! sleep before anything is done, holding no connection), as real networks
+//! take 100 ms to 2 s.
 //!
 //! Its merchants are its accounts; the API is one, with `NETWORK_API_KEY`.
 
@@ -42,6 +49,8 @@ struct AuthorizationView {
     amount: i64,
     currency: String,
     created_at: String,
+    /// Set once the merchant voided it.
+    voided_at: Option<String>,
 }
 
 fn view(a: &Authorization) -> serde_json::Value {
@@ -51,6 +60,7 @@ fn view(a: &Authorization) -> serde_json::Value {
         amount: a.amount,
         currency: a.currency.clone(),
         created_at: time_text(a.created_at),
+        voided_at: a.voided_at.map(time_text),
     })
     .expect("an authorization serializes")
 }
@@ -78,6 +88,10 @@ async fn authorize(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    let latency = state.settings.network_latency;
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
     let request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
     // Amount and currency as a charge has them (no description here).
     let new = crate::charges::parse_new_charge(&request.body)?;
@@ -87,6 +101,7 @@ async fn authorize(
         amount: new.amount.get(),
         currency: new.currency.code().to_owned(),
         created_at: now_micros(),
+        voided_at: None,
     };
     let response = json_response(
         StatusCode::CREATED,
@@ -100,6 +115,34 @@ async fn authorize(
     let operation = Authorize {
         authorization,
         response,
+    };
+    requests::run_keyed(&req, &state, request, key, operation).await
+}
+
+/// `POST /authorizations/{id}/void`: under a key like every write of the
+/// network's, and idempotent by nature too (a voided authorization keeps its
+/// first `voided_at`). Its answer (the authorization, or 404) is stored.
+async fn void(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
+    let id = Uuid::parse_str(&path).map_err(|_| ApiError::NotFound)?;
+    let key = request
+        .key
+        .clone()
+        .ok_or(ApiError::IdempotencyKeyRequired)?;
+    let account_id = request.account_id;
+    let operation = move |tx: &mut dyn Store| -> Result<SavedResponse, idempotency::Error> {
+        Ok(match tx.void_authorization(account_id, id)? {
+            Some(voided) => json_response(StatusCode::OK, None, view(&voided)),
+            None => crate::problem::saved(
+                &crate::problem::NOT_FOUND,
+                "This merchant has no authorization with this id.",
+            ),
+        })
     };
     requests::run_keyed(&req, &state, request, key, operation).await
 }
@@ -156,6 +199,7 @@ pub fn settings(api: &Settings, database_url: String, api_key: &str) -> Settings
     s.network_api_key = api_key.to_owned();
     s.request_timeout = api.request_timeout;
     s.idempotency_ttl = api.idempotency_ttl;
+    s.network_latency = api.network_latency;
     // Short transactions of its own: a few connections serve the API.
     s.pool_size = api.pool_size.min(8);
     s.workers = Some(1);
@@ -197,6 +241,7 @@ pub fn start(settings: Settings, listener: TcpListener) -> Result<Network, Strin
                     .route(web::get().to(list)),
             )
             .service(web::resource("/authorizations/{id}").route(web::get().to(get)))
+            .service(web::resource("/authorizations/{id}/void").route(web::post().to(void)))
             .default_service(web::to(crate::http::not_found))
     })
     .workers(workers)

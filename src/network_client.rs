@@ -9,8 +9,9 @@
 //! was lost, our process died) is a replay at the network, not a second
 //! authorization. Idempotency must hold end to end.
 //!
-//! Blocking (it is called from inside a charge's transaction, on the
-//! blocking thread pool), bounded by `NETWORK_TIMEOUT`.
+//! Blocking (it is called on the blocking thread pool, between the
+//! protocol's phases, with no database connection held), bounded by
+//! `NETWORK_TIMEOUT`.
 
 use std::time::Duration;
 
@@ -34,6 +35,12 @@ pub fn derived_key(account_id: i64, client_key: &str) -> String {
 /// new charge with a new id, so it is authorized again (lesson 1).
 pub fn key_for_charge(charge_id: Uuid) -> String {
     format!("charge-{charge_id}")
+}
+
+/// The network's key for voiding an authorization: one per authorization,
+/// so voiding it again is a replay there.
+pub fn void_key(authorization_id: Uuid) -> String {
+    format!("void-{authorization_id}")
 }
 
 /// What the network answered.
@@ -145,6 +152,26 @@ impl NetworkClient {
             id: body.id,
             replayed,
         })
+    }
+
+    /// Voids the authorization `id` (its hold released: no charge will ever
+    /// hold it), under [`void_key`]: asking again is a replay.
+    pub fn void(&self, id: Uuid) -> Result<(), NetworkError> {
+        let response = self
+            .agent
+            .post(format!("{}/authorizations/{id}/void", self.base))
+            .header("Authorization", format!("Bearer {}", self.api_key))
+            .header("Idempotency-Key", format!("\"{}\"", void_key(id)))
+            .send_json(serde_json::json!({}))
+            .map_err(|e| NetworkError::Unreachable(e.to_string()))?;
+        match response.status().as_u16() {
+            200 => Ok(()),
+            // Its body is never passed on, as for an authorization.
+            status @ (408 | 409 | 429 | 500..=599) => Err(NetworkError::Unreachable(format!(
+                "it was unavailable (HTTP {status})"
+            ))),
+            status => Err(NetworkError::Refused { status }),
+        }
     }
 
     /// The network's newest authorizations for this merchant, as it shows

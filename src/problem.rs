@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::domain::FieldError;
 use crate::hooks::HookFailure;
-use crate::idempotency::{self, KeyError};
+use crate::idempotency::{self, KeyError, SavedResponse};
 use crate::store::{Failure, classify};
 
 pub const CONTENT_TYPE: &str = "application/problem+json";
@@ -55,6 +55,7 @@ problem_types! {
     INVALID_IDEMPOTENCY_KEY = ("invalid-idempotency-key", 400, "The Idempotency-Key header is invalid");
     REFUND_EXCEEDS_CHARGE = ("refund-exceeds-charge", 400, "The refund is more than is left of the charge");
     UNAUTHORIZED = ("unauthorized", 401, "Authentication is required");
+    ACCOUNT_REVOKED = ("account-revoked", 403, "The account was revoked before the request was completed");
     NOT_FOUND = ("not-found", 404, "Not found");
     METHOD_NOT_ALLOWED = ("method-not-allowed", 405, "Method not allowed");
     REQUEST_TIMEOUT = ("request-timeout", 408, "The request body arrived too slowly");
@@ -65,6 +66,7 @@ problem_types! {
     IDEMPOTENCY_KEY_REUSED = ("idempotency-key-reused", 422, "The Idempotency-Key was used with a different request");
     RATE_LIMITED = ("rate-limited", 429, "Too many requests");
     INTERNAL = ("internal", 500, "Internal server error");
+    REQUEST_NOT_RECOVERABLE = ("request-not-recoverable", 500, "The request was left unfinished and cannot be completed");
     SERVICE_UNAVAILABLE = ("service-unavailable", 503, "The service is temporarily unavailable");
     DEADLINE_EXCEEDED = ("deadline-exceeded", 503, "The request did not finish in time; its outcome is unknown");
     NETWORK_UNAVAILABLE = ("network-unavailable", 503, "The card network did not answer");
@@ -199,7 +201,7 @@ impl ApiError {
             }
             ApiError::Unavailable(_) => "The database cannot be reached right now. Retry the same request (with the same Idempotency-Key) shortly.".into(),
             ApiError::Overloaded { detail } => detail.clone(),
-            ApiError::Network(cause) => format!("The charge could not be authorized: {cause}. Nothing was stored. Retry the same request with the same Idempotency-Key: the card network is asked with a key derived from yours, so it authorizes once however often we ask."),
+            ApiError::Network(cause) => format!("The charge could not be authorized: {cause}. Nothing was stored here, and nothing will be completed under this key unless you retry. Whether the card network authorized is not always known: retry the same request with the same Idempotency-Key. The network is asked under a key derived from yours, so it authorizes at most once however often we ask, and your retry completes the charge with that authorization."),
             ApiError::RateLimited { retry_after_secs, scope } => format!("This {scope} has sent more requests than it may; nothing was done. Retry after {retry_after_secs} s (with the same Idempotency-Key: this answer was not stored under it)."),
             ApiError::DeadlineExceeded { secs } => format!("The database did not answer within {secs} s, so this request was given up. Whether it took effect is unknown: retry it with the same Idempotency-Key, which replays its result if it took effect and runs it once if it did not."),
             ApiError::BodyTimeout { secs } => format!("The request body did not arrive within {secs} s. Nothing was done; send the request again."),
@@ -233,6 +235,16 @@ impl Problem {
             detail: detail.into(),
             errors: Vec::new(),
         }
+    }
+}
+
+/// A problem as a response to store under a key and replay (a terminal
+/// answer the protocol or the recovery task decides on).
+pub fn saved(kind: &ProblemType, detail: impl Into<String>) -> SavedResponse {
+    SavedResponse {
+        status: kind.status,
+        headers: [("content-type".to_owned(), CONTENT_TYPE.to_owned())].into(),
+        body: serde_json::to_value(Problem::new(kind, detail)).expect("a problem serializes"),
     }
 }
 
@@ -394,6 +406,7 @@ impl From<idempotency::Error> for ApiError {
         match e {
             idempotency::Error::Database(e) => e.into(),
             idempotency::Error::Hook(e) => e.into(),
+            idempotency::Error::Connection(e) => e.into(),
             idempotency::Error::Dependency(cause) => ApiError::Network(cause),
             idempotency::Error::DependencyKeyReused => ApiError::IdempotencyKeyReusedAtNetwork,
             idempotency::Error::KeyLocked => ApiError::IdempotencyKeyInFlight {

@@ -89,8 +89,9 @@ pub async fn read_json(
     })
 }
 
-/// Runs `operation` under the request's key with the protocol, on a pooled
-/// connection, and answers as it says: the response executed now, the one
+/// Runs `operation` under the request's key with the protocol, on pooled
+/// connections (one per transaction, none held while an operation's foreign
+/// step runs), and answers as it says: the response executed now, the one
 /// replayed (with `Idempotent-Replayed: true`), 422 or 409.
 pub async fn run_keyed(
     req: &HttpRequest,
@@ -113,9 +114,11 @@ pub async fn run_keyed(
         .get::<Lease>()
         .map_or(state.settings.idempotency_lease, |l| l.0);
     let (account_id, hooks, body) = (request.account_id, request.hooks, request.body);
-    let path = req.path().to_owned();
+    // The route's path as routing decoded it (`/%63harges` is `/charges`):
+    // what the recovery task rebuilds the request from.
+    let path = req.match_info().as_str().to_owned();
     let outcome = state
-        .db(req, move |store| {
+        .db_checkouts(req, move |checkouts| {
             let keyed = KeyedRequest {
                 account_id,
                 key: key.as_str(),
@@ -126,7 +129,7 @@ pub async fn run_keyed(
                 body: &body,
             };
             Ok(idempotency::execute(
-                store,
+                checkouts,
                 mode,
                 &keyed,
                 hooks.0.as_ref(),

@@ -18,6 +18,7 @@ diesel::table! {
         amount -> Int8,
         currency -> Text,
         created_at -> Timestamptz,
+        voided_at -> Nullable<Timestamptz>,
     }
 }
 

@@ -9,7 +9,7 @@ use crate::accounts::Authenticator;
 use crate::config::Settings;
 use crate::network_client::NetworkClient;
 use crate::problem::ApiError;
-use crate::store::{DbPool, Store};
+use crate::store::{Checkouts, DbPool, Store};
 
 pub struct AppState {
     pub pool: DbPool,
@@ -40,5 +40,20 @@ impl AppState {
         let left = crate::deadline::remaining(req, self.settings.request_timeout);
         let pool = req.extensions().get::<RequestPool>().map(|p| p.0.clone());
         pool.as_ref().unwrap_or(&self.pool).run(left, work).await
+    }
+
+    /// As [`db`](Self::db), but `work` checks a connection out for each of
+    /// its steps and holds none in between (the protocol's phases).
+    pub async fn db_checkouts<T: Send + 'static>(
+        &self,
+        req: &HttpRequest,
+        work: impl FnOnce(&mut Checkouts) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let left = crate::deadline::remaining(req, self.settings.request_timeout);
+        let pool = req.extensions().get::<RequestPool>().map(|p| p.0.clone());
+        pool.as_ref()
+            .unwrap_or(&self.pool)
+            .run_checkouts(left, work)
+            .await
     }
 }

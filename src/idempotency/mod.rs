@@ -43,11 +43,21 @@
 //! too little left to refund). It changes nothing else: the key row, the
 //! writes and the response still commit together.
 //!
+//! An operation with a **foreign step** (a call to another service that no
+//! rollback undoes: the card network) runs in neither shape above but in
+//! three phases, in both modes (`phases`), after brandur's rule: a foreign
+//! call never runs inside a database transaction. Phase 1 commits the key
+//! in progress, phase 2 makes the call holding no connection, phase 3
+//! writes and stores the response if the lease is still ours. So the
+//! protocol takes a way to get connections ([`Connections`]: one per
+//! transaction), not one connection for the whole request.
+//!
 //! Nothing here knows what an operation does; the key table's steps are the
 //! store's (`store::keys`), one implementation per backend.
 
 pub mod fingerprint;
 pub mod key;
+mod phases;
 
 use std::time::Instant;
 
@@ -60,7 +70,7 @@ pub use key::{IdempotencyKey, KeyError};
 use crate::hooks::{HookFailure, TxHooks};
 use crate::metrics::METRICS;
 use crate::store::keys::NewKeyStatus;
-use crate::store::{Claim, Failure, KeyRecord, KeyState, Store, classify};
+use crate::store::{Checkouts, Claim, Failure, KeyRecord, KeyState, RunError, Store, classify};
 
 /// How often a transaction that failed with a serialization failure or a
 /// deadlock is tried in all before the error is returned.
@@ -102,6 +112,30 @@ pub trait Operation {
     /// module's doc); [`run`](Operation::run) must then answer exactly it.
     fn known_response(&self) -> Option<&SavedResponse> {
         None
+    }
+
+    /// Whether the operation calls another service that no rollback undoes
+    /// ([`foreign_step`](Operation::foreign_step)): then the protocol runs it
+    /// in phases (see `phases`), never inside a transaction.
+    fn has_foreign_step(&self) -> bool {
+        false
+    }
+
+    /// The call to another service, made under a key derived from the
+    /// client's (so that asking again is a replay there), before
+    /// [`run`](Operation::run) and with no database connection held. An
+    /// `Err` stores nothing.
+    fn foreign_step(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    /// Called once the answer of [`run`](Operation::run) is stored, after a
+    /// foreign step: if that answer means the foreign step's effect will
+    /// never be used (a charge refused because its account was revoked
+    /// meanwhile), undoes it at the other service, with a compensating call
+    /// that is itself idempotent; otherwise does nothing.
+    fn compensate(&mut self) -> Result<(), Error> {
+        Ok(())
     }
 }
 
@@ -168,24 +202,80 @@ pub enum Error {
     /// so the first request's retry still completes.
     #[error("the key was used with another request, as a dependency tells")]
     DependencyKeyReused,
+    /// No connection for one of the protocol's transactions (the pool's
+    /// timeout), or the request's deadline passed.
+    #[error(transparent)]
+    Connection(#[from] RunError),
     /// Registering the key waited longer than the database's lock timeout
     /// for a concurrent request that holds it: answered as in flight (409).
     #[error("a concurrent request held the idempotency key past the lock timeout")]
     KeyLocked,
 }
 
+/// Where the protocol gets a connection for each of its transactions, and
+/// gives it back after: one held for the whole request would sit idle while
+/// a foreign call runs (see `phases`).
+pub trait Connections {
+    /// Runs `work` on a connection, given back when it returns.
+    fn with_store(
+        &mut self,
+        work: &mut dyn FnMut(&mut dyn Store) -> Result<(), Error>,
+    ) -> Result<(), Error>;
+
+    /// When the caller stops waiting (the request's deadline): a duplicate
+    /// waiting for its first request gives up before it.
+    fn until(&self) -> Instant;
+}
+
+impl Connections for Checkouts {
+    fn with_store(
+        &mut self,
+        work: &mut dyn FnMut(&mut dyn Store) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        self.with(|store| work(store))
+    }
+
+    fn until(&self) -> Instant {
+        Checkouts::until(self)
+    }
+}
+
+impl dyn Connections + '_ {
+    /// [`Connections::with_store`] with a result of the caller's own.
+    pub fn run<T>(
+        &mut self,
+        work: impl FnOnce(&mut dyn Store) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let mut work = Some(work);
+        let mut result = None;
+        self.with_store(&mut |store| {
+            let work = work.take().expect("a connection runs its work once");
+            result = Some(work(store));
+            Ok(())
+        })?;
+        result.expect("the work ran")
+    }
+}
+
 /// Runs `operation` at most once for `request`'s key, in `mode`; `hooks`
-/// are called at the named points (production: none).
+/// are called at the named points (production: none). An operation without
+/// a foreign step runs on one connection, in one transaction (atomic) or
+/// two (key-first); one with a foreign step in three phases (`phases`),
+/// each on a connection of its own.
 pub fn execute(
-    store: &mut dyn Store,
+    connections: &mut dyn Connections,
     mode: Mode,
     request: &KeyedRequest<'_>,
     hooks: &dyn TxHooks,
     operation: &mut dyn Operation,
 ) -> Result<Outcome, Error> {
-    let done = match mode {
-        Mode::Atomic => atomic(store, request, hooks, operation),
-        Mode::KeyFirst => key_first(store, request, hooks, operation),
+    let done = if operation.has_foreign_step() {
+        phases::execute(connections, mode, request, hooks, operation)
+    } else {
+        connections.run(|store| match mode {
+            Mode::Atomic => atomic(store, request, hooks, operation),
+            Mode::KeyFirst => key_first(store, request, hooks, operation),
+        })
     };
     match done {
         // Its first request is still running: the draft's answer, not a hang.
@@ -283,32 +373,62 @@ fn run_claimed(
     }
 }
 
-/// Finishes a key left in progress by a worker that died between the
-/// key-first design's transactions (its lease has run out): takes the row
-/// over under a fresh lease, as a retry of the same request would, runs the
-/// operation (rebuilt from the request the row kept) and stores its
-/// response. `Ok(None)`: another instance, or the client's own retry, took
-/// it first; the row lock lets only one do it.
+/// Finishes a key left in progress by a worker that died (key-first:
+/// between its two transactions; either mode: between the phases of an
+/// operation with a foreign step) once its lease has run out: takes the row
+/// over under a fresh lease, as a retry of the same request would, and runs
+/// the operation (rebuilt from the request the row kept) as that worker
+/// would have, foreign step included. (Whether it may still act for the
+/// key's account is the operation's to check, in its writes.) `Ok(None)`:
+/// another instance, or the client's own retry, took it first; the row lock
+/// lets only one do it.
 pub fn recover(
-    store: &mut dyn Store,
+    connections: &mut dyn Connections,
     request: &KeyedRequest<'_>,
     hooks: &dyn TxHooks,
     operation: &mut dyn Operation,
 ) -> Result<Option<SavedResponse>, Error> {
-    let claimed = with_transient_retries(|| {
-        store.transaction(|tx| Ok(tx.take_over_key(request, NewKeyStatus::InProgress)?))
+    let claimed = connections.run(|store| {
+        with_transient_retries(|| {
+            store.transaction(|tx| Ok(tx.take_over_key(request, NewKeyStatus::InProgress)?))
+        })
     })?;
     let Some(claim) = claimed else {
         return Ok(None);
     };
-    match run_claimed(store, &claim, request, hooks, operation)? {
+    let outcome = if operation.has_foreign_step() {
+        phases::complete(connections, &claim, request, hooks, operation)?
+    } else {
+        connections.run(|store| run_claimed(store, &claim, request, hooks, operation))?
+    };
+    match outcome {
         Outcome::Executed(response) => Ok(Some(response)),
         _ => Ok(None),
     }
 }
 
+/// Gives a key left in progress whose request cannot be run again (this
+/// server cannot rebuild it) a stored terminal answer, `response`, once its
+/// lease has run out, so that it stops being found as stuck. `false`:
+/// someone else took it first.
+pub fn close_unrecoverable(
+    connections: &mut dyn Connections,
+    request: &KeyedRequest<'_>,
+    response: &SavedResponse,
+) -> Result<bool, Error> {
+    connections.run(|store| {
+        with_transient_retries(|| {
+            store.transaction(|tx| {
+                Ok(tx
+                    .take_over_key(request, NewKeyStatus::Completed(response))?
+                    .is_some())
+            })
+        })
+    })
+}
+
 /// What came of registering a key.
-enum Registration {
+pub(crate) enum Registration {
     /// The key row is this request's: run the operation.
     Claimed(Claim),
     /// The key is another request's: this is the answer.
@@ -317,7 +437,7 @@ enum Registration {
 
 /// Registers the key: inserts its row, or takes over the row it has if that
 /// may be taken over (expired; stuck in progress under a dead lease).
-fn register(
+pub(crate) fn register(
     tx: &mut dyn Store,
     request: &KeyedRequest<'_>,
     status: NewKeyStatus<'_>,
@@ -351,7 +471,7 @@ fn register(
 
 /// Stores the response in the claimed row (or, when the row was written
 /// completed with the announced response, checks that this is it).
-fn store_response(
+pub(crate) fn store_response(
     tx: &mut dyn Store,
     claim: &Claim,
     response: &SavedResponse,
@@ -370,7 +490,7 @@ fn store_response(
     }
 }
 
-fn answer_after_lost_claim(
+pub(crate) fn answer_after_lost_claim(
     store: &mut dyn Store,
     request: &KeyedRequest<'_>,
 ) -> Result<Outcome, Error> {

@@ -30,7 +30,8 @@ pub use keys::{
     Claim, KeyRecord, KeyState, KeyStatus, KeyStore, KeyedRequest, SavedResponse, StuckKey,
 };
 pub use pool::{
-    Backend, Connection, DbPool, PoolSettings, PoolTimeout, PooledStore, RunError, SetupError,
+    Backend, Checkouts, Connection, DbPool, PoolSettings, PoolTimeout, PooledStore, RunError,
+    SetupError,
 };
 /// The SQLite schema, for the demo's sandbox queries.
 pub use sqlite::schema as sqlite_schema;
@@ -214,6 +215,14 @@ pub trait AuthorizationStore {
         account_id: i64,
         limit: i64,
     ) -> QueryResult<Vec<Authorization>>;
+    /// Marks the authorization voided (once: a voided one keeps its first
+    /// time); the authorization after it, `None` if the merchant has none
+    /// with this id.
+    fn void_authorization(
+        &mut self,
+        account_id: i64,
+        id: Uuid,
+    ) -> QueryResult<Option<Authorization>>;
 }
 
 /// An amount the card network authorized for a merchant (one of its
@@ -225,6 +234,8 @@ pub struct Authorization {
     pub amount: i64,
     pub currency: String,
     pub created_at: DateTime<Utc>,
+    /// When the merchant voided it: no charge holds it, its hold is released.
+    pub voided_at: Option<DateTime<Utc>>,
 }
 
 /// The `accounts` table. Keys are stored only as SHA-256 digests.
@@ -237,6 +248,8 @@ pub trait AccountStore {
     /// The live account whose key has this digest; a demo account only
     /// when `include_demo`.
     fn find_account(&mut self, key_digest: &str, include_demo: bool) -> QueryResult<Option<i64>>;
+    /// Whether the account exists and is not revoked (a demo account is).
+    fn account_is_live(&mut self, id: i64) -> QueryResult<bool>;
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -295,17 +295,31 @@ impl DbPool {
         T: Send + 'static,
         E: From<RunError> + Send + 'static,
     {
-        let pool = self.clone();
+        self.run_checkouts(deadline, move |checkouts| checkouts.with(work))
+            .await
+    }
+
+    /// Runs `work` on the blocking thread pool, as [`run`](Self::run) does,
+    /// but without a connection: `work` checks one out for each of its
+    /// steps ([`Checkouts::with`]) and gives it back in between, so that it
+    /// can wait on something else (a call to another service, a concurrent
+    /// request) holding none.
+    pub async fn run_checkouts<T, E>(
+        &self,
+        deadline: Duration,
+        work: impl FnOnce(&mut Checkouts) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<RunError> + Send + 'static,
+    {
         let abandoned = Arc::new(AtomicBool::new(false));
-        let late = abandoned.clone();
-        let task = tokio::task::spawn_blocking(move || {
-            let mut conn = pool.checkout().map_err(RunError::from)?;
-            let done = work(conn.store());
-            if late.load(Ordering::SeqCst) {
-                discard_connection();
-            }
-            done
-        });
+        let mut checkouts = Checkouts {
+            pool: self.clone(),
+            late: abandoned.clone(),
+            until: Instant::now() + deadline,
+        };
+        let task = tokio::task::spawn_blocking(move || work(&mut checkouts));
         match tokio::time::timeout(deadline, task).await {
             Ok(Ok(done)) => done,
             Ok(Err(_)) => Err(RunError::Panicked.into()),
@@ -327,6 +341,37 @@ impl DbPool {
         };
         crate::metrics::observe_pool_wait(started.elapsed(), conn.is_err());
         Ok(conn?)
+    }
+}
+
+/// A blocking task's way to the pool ([`DbPool::run_checkouts`]): one
+/// connection at a time, each given back when its step returns.
+pub struct Checkouts {
+    pool: DbPool,
+    /// Set when the task's caller stopped waiting for it: a connection it
+    /// still uses then is dropped, not reused (its state is unknown).
+    late: Arc<AtomicBool>,
+    until: Instant,
+}
+
+impl Checkouts {
+    /// Runs `work` on a connection checked out for it (waiting at most the
+    /// pool's timeout), and gives the connection back.
+    pub fn with<T, E: From<RunError>>(
+        &mut self,
+        work: impl FnOnce(&mut dyn Store) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut conn = self.pool.checkout().map_err(RunError::from)?;
+        let done = work(conn.store());
+        if self.late.load(Ordering::SeqCst) {
+            discard_connection();
+        }
+        done
+    }
+
+    /// When the task's caller stops waiting for it (the request's deadline).
+    pub fn until(&self) -> Instant {
+        self.until
     }
 }
 
@@ -517,28 +562,24 @@ pub fn init_openssl() {
 }
 
 /// Connects to `url`; if its database does not exist, creates it through the
-/// server's `postgres` database first.
+/// server's `postgres` database first. For a multi-host URL (an HA
+/// manager's), on the host that accepts writes: the administrative URL asks
+/// libpq for `target_session_attrs=read-write` unless the URL chose already.
 pub fn connect_or_create(url: &str) -> Result<PgConnection, SetupError> {
     init_openssl();
     let shown = redact(url);
     let reason = |e: &dyn std::fmt::Display| redact_message(&one_line(&e.to_string()), url);
-    // A multi-host URL is libpq's to read; such a database is not created
-    // here (which server would it be created on?).
-    let parsed = url::Url::parse(url)
-        .ok()
-        .filter(|u| matches!(u.scheme(), "postgres" | "postgresql"));
-    let name = parsed
-        .as_ref()
-        .map(|u| u.path().trim_start_matches('/').to_owned())
-        .unwrap_or_default();
     match PgConnection::establish(url) {
         Ok(conn) => Ok(conn),
-        Err(e) if !name.is_empty() && e.to_string().contains("does not exist") => {
-            let parsed = parsed.expect("a database name comes from a parsed URL");
-            let mut admin_url = parsed.clone();
-            admin_url.set_path("/postgres");
+        Err(e) if e.to_string().contains("does not exist") => {
+            let Some((admin_url, name)) = admin_url(url) else {
+                return Err(SetupError::Connect {
+                    url: shown,
+                    reason: reason(&e),
+                });
+            };
             let mut admin =
-                PgConnection::establish(admin_url.as_str()).map_err(|e| SetupError::Connect {
+                PgConnection::establish(&admin_url).map_err(|e| SetupError::Connect {
                     url: shown.clone(),
                     reason: reason(&e),
                 })?;
@@ -569,6 +610,46 @@ pub fn connect_or_create(url: &str) -> Result<PgConnection, SetupError> {
             reason: reason(&e),
         }),
     }
+}
+
+/// The URL of the `postgres` database on the server(s) `url` names, and
+/// the database `url` names: `scheme://[userinfo@]hosts/name[?query]`, read
+/// by hand, since a multi-host URL is no URL to a URL parser. The query is
+/// kept, with `target_session_attrs=read-write` added unless it has one, so
+/// that of several hosts the primary is the one asked. `None`: no name.
+fn admin_url(url: &str) -> Option<(String, String)> {
+    let scheme_end = url.find("://")? + "://".len();
+    let rest = &url[scheme_end..];
+    // The userinfo ends at the last '@' before the path (a password may hold
+    // '/' or '?' only percent-encoded in a URL libpq reads).
+    let hosts_start = rest[..rest.find('/').unwrap_or(rest.len())]
+        .rfind('@')
+        .map_or(0, |at| at + 1);
+    let path_start = hosts_start + rest[hosts_start..].find('/')?;
+    let (path, query) = match rest[path_start..].split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (&rest[path_start..], None),
+    };
+    let name = path.trim_start_matches('/');
+    if name.is_empty() {
+        return None;
+    }
+    let mut admin = format!("{}{}/postgres", &url[..scheme_end], &rest[..path_start]);
+    let mut separator = '?';
+    if let Some(query) = query.filter(|q| !q.is_empty()) {
+        admin.push('?');
+        admin.push_str(query);
+        separator = '&';
+    }
+    let chose = query.is_some_and(|q| {
+        q.split('&')
+            .any(|pair| pair.split('=').next() == Some("target_session_attrs"))
+    });
+    if !chose {
+        admin.push(separator);
+        admin.push_str("target_session_attrs=read-write");
+    }
+    Some((admin, name.to_owned()))
 }
 
 /// `DATABASE_URL` with every password replaced by `***`, for messages and

@@ -281,6 +281,69 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
         )
         .await;
 
+    // The account revoked while its charge waits on the card network: a
+    // stored 403, nothing charged, the authorization voided (issue #27).
+    let slow_network_db = TestDatabase::create();
+    let slow_network_url = slow_network_db.url.clone();
+    let slow = spawn_app_with(move |s| {
+        s.network_url = charges::config::NETWORK_IN_PROCESS.to_owned();
+        s.network_database_url = Some(slow_network_url);
+        s.network_latency = Duration::from_millis(800);
+        s.recovery_interval = Duration::from_millis(200);
+    })
+    .await;
+    slow.create_account("Shop", SHOP_KEY);
+    let charge = slow.charge_as(SHOP_KEY, "k-revoked", &body, &[]);
+    let revoke = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        slow.execute("UPDATE accounts SET revoked_at = CURRENT_TIMESTAMP WHERE name = 'Shop'");
+    };
+    let (r, ()) = tokio::join!(charge, revoke);
+    provoked
+        .check(
+            &slow,
+            "an account revoked while its charge waits on the network",
+            r,
+            403,
+            "account-revoked",
+        )
+        .await;
+
+    // A key left in progress under a path this server cannot rebuild (an
+    // older server kept the raw one): the recovery task stores a final
+    // 500, and the key's retry replays it.
+    let fingerprint = charges::idempotency::Fingerprint::of("POST", "/%63harges", &body);
+    slow.execute(&format!(
+        "INSERT INTO idempotency_keys (account_id, key, fingerprint, status, created_at, expires_at, locked_until, lease_token, request_path, request_body) \
+         SELECT id, 'k-unrecoverable', '{}', 'in_progress', {}, {}, {}, '{}', '/%63harges', '{body}' FROM accounts WHERE name = 'Demo account'",
+        fingerprint.as_str(),
+        slow.at(-10),
+        slow.at(86_400),
+        slow.at(-1),
+        uuid::Uuid::new_v4(),
+    ));
+    while slow.count("idempotency_keys WHERE key = 'k-unrecoverable' AND status = 'completed'") == 0
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let retry = slow
+        .request(Method::POST, "/%63harges")
+        .bearer_auth(DEMO_KEY)
+        .header("content-type", "application/json")
+        .header("idempotency-key", "\"k-unrecoverable\"")
+        .body(body.to_string());
+    let r = slow.send(retry).await;
+    assert!(r.replayed(), "{}", r.body);
+    provoked
+        .check(
+            &slow,
+            "a stuck key the recovery task cannot rebuild, replayed",
+            r,
+            500,
+            "request-not-recoverable",
+        )
+        .await;
+
     // One account over its rate limit: 429, before anything runs.
     let limited = spawn_app_with(|s| s.rate_limit_per_account = 1).await;
     let mut r = limited.get_as(DEMO_KEY, "/charges").await;

@@ -18,6 +18,7 @@ mod key_first;
 mod layers;
 mod logs;
 mod network;
+mod phases;
 mod refunds;
 mod secrets;
 mod startup;

@@ -181,3 +181,43 @@ async fn a_multi_host_url_reaches_the_host_that_answers() {
     assert_eq!(r.status, 201, "{}", r.body);
     assert_eq!(db.charges(), 1);
 }
+
+/// `charges serve` with every default (the in-process card network
+/// included) on a two-host URL, as an HA manager gives it: both databases,
+/// the API's and the network's beside it, are created on the host that
+/// answers (on main, 343f942: "database … does not exist").
+#[cfg(postgres_tests)]
+#[tokio::test]
+async fn serve_with_every_default_on_a_two_host_url_creates_both_databases_and_charges() {
+    use diesel::{Connection, RunQueryDsl};
+    /// Drops the network's database, which no `TestDatabase` owns.
+    struct DropNetworkDatabase(String);
+    impl Drop for DropNetworkDatabase {
+        fn drop(&mut self) {
+            let admin = crate::support::db::server_url();
+            if let Ok(mut c) = diesel::PgConnection::establish(&admin) {
+                let drop = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0);
+                let _ = diesel::sql_query(drop).execute(&mut c);
+            }
+        }
+    }
+    // Named, not created: the server creates it.
+    let db = TestDatabase::reserve_for(crate::support::TestBackend::Postgres);
+    let name = db.url.rsplit('/').next().unwrap().to_owned();
+    let _network_db = DropNetworkDatabase(format!("{name}_network"));
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let at = db.url.find('@').expect("a user in TEST_DATABASE_URL") + 1;
+    let url = format!("{}127.0.0.1:{closed},{}", &db.url[..at], &db.url[at..]);
+    let server = crate::support::ServerProcess::start(&url, &[("NETWORK_URL", "in-process")]);
+    let r = server
+        .client()
+        .charge("k-two-hosts", &crate::support::charge_body())
+        .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert!(r.json()["authorization_id"].is_string(), "{}", r.body);
+    assert_eq!(db.charges(), 1);
+}

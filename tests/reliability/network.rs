@@ -6,10 +6,18 @@
 //!
 //! - `kill -9` of the API with 50 charges between the network's answer and
 //!   our commit (the proxy holds the network's answers: the network has
-//!   authorized all 50, the API waits for the answers). Atomic: the clients'
-//!   retries after the restart make the network replay. Key-first: the keys
-//!   were committed in progress; the recovery task finishes all 50 before
-//!   any client retries, and the retries then replay.
+//!   authorized all 50, the API waits for the answers in phase 2, holding no
+//!   connection). In both modes the keys were committed in progress in
+//!   phase 1 (issue #27). Atomic: the clients' retries after the restart
+//!   take the keys over once their lease ran out and make the network
+//!   replay. Key-first: the recovery task finishes all 50 before any client
+//!   retries, and the retries then replay.
+//! - The same kill, then the account revoked before the restart: the
+//!   recovery task charges nothing, stores a 403 for each key, and voids
+//!   each authorization at the network.
+//! - A lease shorter than the network's pause: the first request's answer
+//!   is true (409: another worker holds the key), never "nothing was
+//!   stored" followed by a charge.
 //! - A lossy path: the proxy drops 30 % of the network's answers.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -211,12 +219,23 @@ async fn a_crash_between_the_networks_answer_and_our_commit_leaves_one_authoriza
     let mut api = start_api(&api_db, &url, &[]);
     api_db.create_account("Shop", ACCOUNT_KEY);
     let keys = kill_between_the_network_and_the_commit(&mut api, &proxy, &network_db, 50).await;
-    // Atomic: nothing of ours committed; the network has all 50.
+    // Atomic: no charge of ours committed; the network has all 50; the keys
+    // were registered in progress (phase 1) before the network was asked.
     assert_eq!(
         (api_db.count("charges"), network_db.count("authorizations")),
         (0, 50)
     );
-    let api = start_api(&api_db, &url, &[]);
+    assert_eq!(
+        api_db.count("idempotency_keys WHERE status = 'in_progress'"),
+        50
+    );
+    // A short lease, so that the retries may take the keys over soon (the
+    // recovery task is off: the clients' retries do it here).
+    let api = start_api(
+        &api_db,
+        &url,
+        &[("IDEMPOTENCY_LEASE", "2s"), ("RECOVERY_INTERVAL", "0s")],
+    );
     let client = api.client();
     let held: BTreeMap<String, Captured> = futures::stream::iter(keys.iter())
         .map(|k| {
@@ -294,6 +313,186 @@ async fn key_first_keys_left_by_a_crash_after_the_network_are_recovered_without_
         network_db.count("authorizations"),
         api_db.count("charges")
     );
+}
+
+/// `kill -9` between phases 2 and 3, in both modes: the network answered
+/// every charge, and each waits at its INSERT (a lock on `charges` held by
+/// the test) in phase 3's transaction. After the restart the key rows are
+/// in progress, nothing of ours is committed; the clients' retries and the
+/// recovery task finish them, the network replaying.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_between_the_networks_answer_and_phase_3_leaves_one_authorization_per_key_in_both_modes()
+ {
+    let _one = ONE_AT_A_TIME.lock().await;
+    for mode in ["atomic", "key-first"] {
+        let (api_db, network_db) = (
+            TestDatabase::create_for(TestBackend::Postgres),
+            TestDatabase::create_for(TestBackend::Postgres),
+        );
+        let network = start_network(&network_db);
+        let url = format!("http://{}", network.addr);
+        let first = [
+            ("IDEMPOTENCY_MODE", mode),
+            ("IDEMPOTENCY_LEASE", "2s"),
+            ("RECOVERY_INTERVAL", "0s"),
+        ];
+        let mut api = start_api(&api_db, &url, &first);
+        api_db.create_account("Shop", ACCOUNT_KEY);
+        let hold = api_db.hold_charge_writes();
+        let client = api.client();
+        let keys: Vec<String> = (0..20).map(|i| format!("k-phase-3-{i}")).collect();
+        let sent = keys.clone();
+        let requests = tokio::spawn(async move {
+            futures::future::join_all(sent.iter().map(|k| charge(&client, k))).await
+        });
+        within(Duration::from_secs(30), "20 charges waiting in phase 3", async {
+            while network_db.count("authorizations") < 20
+                || api_db.count(
+                    "pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                ) < 20
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        api.kill();
+        drop(hold);
+        for r in requests.await.unwrap() {
+            assert!(
+                r.is_err() || r.as_ref().unwrap().status >= 500,
+                "{mode}: {:?}",
+                r.map(|r| r.summary())
+            );
+        }
+        assert_eq!(
+            api_db.count("charges"),
+            0,
+            "{mode}: phase 3 never committed"
+        );
+        assert_eq!(
+            api_db.count("idempotency_keys WHERE status = 'in_progress'"),
+            20,
+            "{mode}: phase 1 did"
+        );
+        let second = [
+            ("IDEMPOTENCY_MODE", mode),
+            ("IDEMPOTENCY_LEASE", "2s"),
+            ("RECOVERY_INTERVAL", "500ms"),
+        ];
+        let api = start_api(&api_db, &url, &second);
+        let client = api.client();
+        let mut held = BTreeMap::new();
+        for key in &keys {
+            held.insert(key.clone(), until_charged(&client, key).await);
+        }
+        assert_ledgers(&api_db, &network_db, &held);
+        eprintln!(
+            "network, kill -9 between phases 2 and 3 ({mode}): 20 charges authorized and waiting to commit; after the restart {} authorizations, {} charges, 0 orphaned",
+            network_db.count("authorizations"),
+            api_db.count("charges")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revoked_accounts_keys_left_in_phase_2_are_not_charged_by_recovery_and_their_authorizations_are_voided()
+ {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (api_db, network_db) = (
+        TestDatabase::create_for(TestBackend::Postgres),
+        TestDatabase::create_for(TestBackend::Postgres),
+    );
+    let network = start_network(&network_db);
+    let proxy = PausableProxy::start(network.addr).await;
+    let url = format!("http://{}", proxy.addr);
+    // A short lease (no recovery task before the kill), so that the keys
+    // are the recovery task's soon after the restart.
+    let short = [("IDEMPOTENCY_LEASE", "2s"), ("RECOVERY_INTERVAL", "0s")];
+    let mut api = start_api(&api_db, &url, &short);
+    api_db.create_account("Shop", ACCOUNT_KEY);
+    kill_between_the_network_and_the_commit(&mut api, &proxy, &network_db, 10).await;
+    api_db.execute("UPDATE accounts SET revoked_at = now() WHERE name = 'Shop'");
+    let recovery = [("IDEMPOTENCY_LEASE", "2s"), ("RECOVERY_INTERVAL", "500ms")];
+    let api = start_api(&api_db, &url, &recovery);
+    within(Duration::from_secs(30), "the recovery of 10 keys", async {
+        while api_db.count("idempotency_keys WHERE status = 'in_progress'") > 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert_eq!(api_db.count("charges"), 0, "nothing charged");
+    assert_eq!(
+        api_db.count("idempotency_keys WHERE response_status = 403 AND response_body->>'type' = '/problems/account-revoked'"),
+        10,
+        "each key's final answer"
+    );
+    // Both ledgers: no hold that no charge owns.
+    assert_eq!(network_db.count("authorizations"), 10);
+    within(Duration::from_secs(10), "the voids", async {
+        while network_db.count("authorizations WHERE voided_at IS NOT NULL") < 10 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert_eq!(api.log_lines("recovered a key left in progress").len(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_shorter_than_the_networks_pause_never_answers_nothing_was_stored_for_a_charge_made()
+ {
+    let _one = ONE_AT_A_TIME.lock().await;
+    for mode in ["key-first", "atomic"] {
+        let (api_db, network_db) = (
+            TestDatabase::create_for(TestBackend::Postgres),
+            TestDatabase::create_for(TestBackend::Postgres),
+        );
+        let network = start_network(&network_db);
+        let proxy = PausableProxy::start(network.addr).await;
+        let url = format!("http://{}", proxy.addr);
+        // The security review's settings.
+        let env = [
+            ("IDEMPOTENCY_MODE", mode),
+            ("IDEMPOTENCY_LEASE", "3s"),
+            ("NETWORK_TIMEOUT", "5s"),
+            ("RECOVERY_INTERVAL", "500ms"),
+        ];
+        let api = start_api(&api_db, &url, &env);
+        assert_eq!(
+            api.log_lines("IDEMPOTENCY_LEASE (3s) is shorter than NETWORK_TIMEOUT (5s)")
+                .len(),
+            1,
+            "{mode}: the operator is warned at start"
+        );
+        api_db.create_account("Shop", ACCOUNT_KEY);
+        proxy.pause_answers();
+        let client = api.client();
+        let first = charge(&client, "k-paused");
+        let pause = async {
+            tokio::time::sleep(Duration::from_millis(6500)).await;
+            proxy.resume();
+        };
+        let (first, ()) = tokio::join!(first, pause);
+        let first = first.expect("an answer");
+        // The recovery task took the key over when the lease ran out, and
+        // is completing it: "nothing was stored" would be false.
+        first.assert_problem(409, "idempotency-key-in-flight");
+        // The retry gets the one charge: the recovery's, replayed, or (the
+        // recovery's own 3 s lease ran out too while the network was paused)
+        // completed by the retry itself, the network replaying.
+        let retried = until_charged(&client, "k-paused").await;
+        assert_eq!(
+            (api_db.count("charges"), network_db.count("authorizations")),
+            (1, 1),
+            "{mode}"
+        );
+        let mut held = BTreeMap::new();
+        held.insert("k-paused".to_owned(), retried.clone());
+        assert_ledgers(&api_db, &network_db, &held);
+        eprintln!(
+            "{mode}: lease 3 s, network paused 6.5 s: the first request answered 409 (true); its retry got the one charge (replayed: {})",
+            retried.replayed()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

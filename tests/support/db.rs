@@ -264,6 +264,20 @@ impl TestDatabase {
         WriteHold(conn)
     }
 
+    /// PostgreSQL: holds every access to `charges` until the guard drops (an
+    /// `ACCESS EXCLUSIVE` lock in an open transaction): a charge's last
+    /// transaction then waits at its INSERT, after the network answered.
+    pub fn hold_charge_writes(&self) -> WriteHold {
+        let mut conn = self.connect();
+        match &mut conn {
+            AnyConn::Pg(c) => c
+                .batch_execute("BEGIN; LOCK TABLE charges IN ACCESS EXCLUSIVE MODE")
+                .expect("lock the charges table"),
+            AnyConn::Sqlite(_) => panic!("hold_charge_writes is PostgreSQL's"),
+        }
+        WriteHold(conn)
+    }
+
     /// SQL for the charge a key row `k` created: the id in its stored
     /// response when that response is a charge, as text; NULL otherwise (an
     /// in-progress row, a refund's key, a stored problem). The key table

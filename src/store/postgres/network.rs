@@ -1,23 +1,26 @@
 //! The card network's `authorizations` table on PostgreSQL.
 
 use chrono::{DateTime, Utc};
+use diesel::dsl::now;
 use diesel::pg::PgConnection;
 use diesel::prelude::*;
+use diesel::sql_types::Timestamptz;
 use uuid::Uuid;
 
 use super::note;
 use crate::schema::authorizations as auth;
 use crate::store::{Authorization, AuthorizationStore, QueryResult};
 
-type Row = (Uuid, i64, i64, String, DateTime<Utc>);
+type Row = (Uuid, i64, i64, String, DateTime<Utc>, Option<DateTime<Utc>>);
 
-fn decode((id, account_id, amount, currency, created_at): Row) -> Authorization {
+fn decode((id, account_id, amount, currency, created_at, voided_at): Row) -> Authorization {
     Authorization {
         id,
         account_id,
         amount,
         currency,
         created_at,
+        voided_at,
     }
 }
 
@@ -27,12 +30,14 @@ const COLUMNS: (
     auth::amount,
     auth::currency,
     auth::created_at,
+    auth::voided_at,
 ) = (
     auth::id,
     auth::account_id,
     auth::amount,
     auth::currency,
     auth::created_at,
+    auth::voided_at,
 );
 
 impl AuthorizationStore for PgConnection {
@@ -78,5 +83,23 @@ impl AuthorizationStore for PgConnection {
             .load(self)
             .inspect_err(note)?;
         Ok(rows.into_iter().map(decode).collect())
+    }
+
+    fn void_authorization(
+        &mut self,
+        account_id: i64,
+        id: Uuid,
+    ) -> QueryResult<Option<Authorization>> {
+        // A voided one keeps its first time.
+        diesel::update(
+            auth::table
+                .filter(auth::id.eq(id))
+                .filter(auth::account_id.eq(account_id))
+                .filter(auth::voided_at.is_null()),
+        )
+        .set(auth::voided_at.eq(now.into_sql::<Timestamptz>().nullable()))
+        .execute(self)
+        .inspect_err(note)?;
+        self.find_authorization(account_id, id)
     }
 }

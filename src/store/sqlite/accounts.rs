@@ -66,4 +66,13 @@ impl AccountStore for SqliteConnection {
             .first(self)
             .optional()
     }
+
+    fn account_is_live(&mut self, id: i64) -> QueryResult<bool> {
+        diesel::select(diesel::dsl::exists(
+            accounts::table
+                .filter(accounts::id.eq(id))
+                .filter(accounts::revoked_at.is_null()),
+        ))
+        .get_result(self)
+    }
 }

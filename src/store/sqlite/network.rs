@@ -8,15 +8,18 @@ use super::schema::authorizations as auth;
 use super::{parse_time, parse_uuid};
 use crate::store::{Authorization, AuthorizationStore, QueryResult, time_text};
 
-type Row = (String, i64, i64, String, String);
+type Row = (String, i64, i64, String, String, Option<String>);
 
-fn decode((id, account_id, amount, currency, created_at): Row) -> QueryResult<Authorization> {
+fn decode(
+    (id, account_id, amount, currency, created_at, voided_at): Row,
+) -> QueryResult<Authorization> {
     Ok(Authorization {
         id: parse_uuid(&id)?,
         account_id,
         amount,
         currency,
         created_at: parse_time(&created_at)?,
+        voided_at: voided_at.as_deref().map(parse_time).transpose()?,
     })
 }
 
@@ -26,12 +29,14 @@ const COLUMNS: (
     auth::amount,
     auth::currency,
     auth::created_at,
+    auth::voided_at,
 ) = (
     auth::id,
     auth::account_id,
     auth::amount,
     auth::currency,
     auth::created_at,
+    auth::voided_at,
 );
 
 impl AuthorizationStore for SqliteConnection {
@@ -77,5 +82,22 @@ impl AuthorizationStore for SqliteConnection {
             .into_iter()
             .map(decode)
             .collect()
+    }
+
+    fn void_authorization(
+        &mut self,
+        account_id: i64,
+        id: Uuid,
+    ) -> QueryResult<Option<Authorization>> {
+        // The app's clock, as every SQLite time; a voided one keeps its first.
+        diesel::update(
+            auth::table
+                .filter(auth::id.eq(id.to_string()))
+                .filter(auth::account_id.eq(account_id))
+                .filter(auth::voided_at.is_null()),
+        )
+        .set(auth::voided_at.eq(time_text(crate::store::now_micros())))
+        .execute(self)?;
+        self.find_authorization(account_id, id)
     }
 }

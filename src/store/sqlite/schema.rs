@@ -21,6 +21,7 @@ diesel::table! {
         amount -> BigInt,
         currency -> Text,
         created_at -> Text,
+        voided_at -> Nullable<Text>,
     }
 }
 

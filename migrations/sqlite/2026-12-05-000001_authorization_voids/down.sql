@@ -1,0 +1,1 @@
+ALTER TABLE authorizations DROP COLUMN voided_at;

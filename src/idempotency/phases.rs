@@ -1,0 +1,176 @@
+//! An operation with a foreign step (a call to another service that no
+//! rollback undoes: the card network's authorization), in three phases, in
+//! both modes.
+//!
+//! The rule, from brandur's "Implementing Stripe-like Idempotency Keys in
+//! Postgres" (atomic phases; rocket-rides-atomic): **a foreign call never
+//! runs inside a database transaction**. The work between two foreign calls
+//! is one transaction, and each phase ends at a recovery point that a retry
+//! or the recovery task resumes from. A call inside a transaction holds a
+//! pooled connection idle, and the key row's lock, for as long as the other
+//! service takes: with a network at 300 ms and 10 connections, at most ~33
+//! charges a second, and every read queued behind them.
+//!
+//! ```text
+//! phase 1  BEGIN; register the key in progress under a lease, with the
+//!          request (its canonical path and body) and its account; COMMIT
+//!          -> the connection goes back to the pool
+//! phase 2  the foreign call, under a key derived from the client's
+//!          (no transaction, no connection held)
+//! phase 3  BEGIN; the operation's writes; its response stored, if the
+//!          lease is still ours; COMMIT; then, if that answer means the
+//!          foreign step's effect will never be used, undo it there
+//! ```
+//!
+//! A failure in phase 2 releases the key if the lease is still ours (then
+//! nothing was stored, and the retry runs as the first: the other service
+//! replays under the derived key). If the lease was taken over meanwhile
+//! (the recovery task, or the client's retry, after it ran out), the answer
+//! is whatever the key's new holder makes of it: 409 while it runs, its
+//! response once stored; never "nothing was stored".
+//!
+//! A duplicate that finds the key in progress holds no connection either:
+//! atomic mode waits for the first request (polling with backoff, within
+//! the request's deadline) and replays its response, as one transaction's
+//! wait on the key's index entry would; key-first answers 409 at once.
+//!
+//! What an operation answers in phase 3 is its own: a charge whose account
+//! was revoked meanwhile answers (and stores) a 403 instead of charging,
+//! and its [`compensate`](super::Operation::compensate) then voids the
+//! authorization at the network, so that no hold stays behind that no
+//! charge owns.
+
+use std::time::{Duration, Instant};
+
+use super::{
+    Connections, Decision, Error, Mode, Operation, Outcome, Read, Registration,
+    answer_after_lost_claim, decide, register, store_response, with_transient_retries,
+};
+use crate::hooks::{HookFailure, TxHooks};
+use crate::store::keys::NewKeyStatus;
+use crate::store::{Claim, KeyedRequest, Store};
+
+/// A waiting duplicate's first pause, and its longest.
+const FIRST_POLL: Duration = Duration::from_millis(25);
+const LONGEST_POLL: Duration = Duration::from_millis(400);
+/// A waiting duplicate stops this long before its request's deadline, so
+/// that it answers 409 (retry) rather than being cut off by the deadline.
+const POLL_MARGIN: Duration = Duration::from_millis(250);
+
+pub(super) fn execute(
+    connections: &mut dyn Connections,
+    mode: Mode,
+    request: &KeyedRequest<'_>,
+    hooks: &dyn TxHooks,
+    operation: &mut dyn Operation,
+) -> Result<Outcome, Error> {
+    // Phase 1.
+    let claim = match register_or_wait(connections, mode, request)? {
+        Registration::Claimed(claim) => claim,
+        Registration::Answered(outcome) => return Ok(outcome),
+    };
+    hooks.after_key_committed()?;
+    complete(connections, &claim, request, hooks, operation)
+}
+
+/// Phase 1: one short transaction registers the key in progress. Atomic: a
+/// key another request holds in progress is waited for, with no connection
+/// held between the looks, until it is completed (replayed), released (ours
+/// to run) or its lease runs out (ours to take over), or the deadline nears.
+fn register_or_wait(
+    connections: &mut dyn Connections,
+    mode: Mode,
+    request: &KeyedRequest<'_>,
+) -> Result<Registration, Error> {
+    let mut pause = FIRST_POLL;
+    loop {
+        let registered = connections.run(|store| {
+            // A look without a lock first, as key-first's fast path: a key
+            // another request holds is answered (or waited for) without
+            // queueing for a write (on SQLite, the database's write lock).
+            let row = store.find_live_key(request.account_id, request.key)?;
+            if let Decision::Answer(outcome) = decide(row, request.fingerprint, Read::FastPath) {
+                return Ok(Registration::Answered(outcome));
+            }
+            with_transient_retries(|| {
+                store.transaction(|tx| register(tx, request, NewKeyStatus::InProgress))
+            })
+        });
+        let registered = match registered {
+            Err(Error::KeyLocked) => Registration::Answered(Outcome::InFlight),
+            registered => registered?,
+        };
+        let waits = mode == Mode::Atomic
+            && matches!(registered, Registration::Answered(Outcome::InFlight))
+            && Instant::now() + pause + POLL_MARGIN < connections.until();
+        if !waits {
+            return Ok(registered);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(LONGEST_POLL);
+    }
+}
+
+/// Phases 2 and 3, for a claim this worker holds (a new key, or one taken
+/// over by a retry or the recovery task).
+pub(super) fn complete(
+    connections: &mut dyn Connections,
+    claim: &Claim,
+    request: &KeyedRequest<'_>,
+    hooks: &dyn TxHooks,
+    operation: &mut dyn Operation,
+) -> Result<Outcome, Error> {
+    // Phase 2: no transaction, no connection.
+    if let Err(error) = operation.foreign_step() {
+        return connections.run(|store| give_up(store, claim, request, error));
+    }
+    // Phase 3.
+    let written = connections.run(|store| {
+        with_transient_retries(|| {
+            store.transaction(|tx| {
+                let response = operation.run(tx)?;
+                hooks.before_commit()?;
+                store_response(tx, claim, &response, operation)?;
+                Ok(response)
+            })
+        })
+    });
+    match written {
+        Ok(response) => {
+            // The answer is stored: if it means the foreign step's effect
+            // will never be used (a revoked account), undo it there.
+            if let Err(e) = operation.compensate() {
+                tracing::error!(error = %e, account = request.account_id, "could not undo a foreign step whose key will never use it; undo it by hand");
+            }
+            Ok(Outcome::Executed(response))
+        }
+        Err(Error::LeaseLost) => connections.run(|store| answer_after_lost_claim(store, request)),
+        Err(error) => connections.run(|store| give_up(store, claim, request, error)),
+    }
+}
+
+/// After a failure in phase 2 or 3: the key released if the lease is still
+/// ours, and the failure told (nothing was stored; the retry runs as the
+/// first). If it is not ours any more, someone else may still complete it:
+/// the answer is theirs. An abandoned worker does nothing more, as if its
+/// process had died.
+fn give_up(
+    store: &mut dyn Store,
+    claim: &Claim,
+    request: &KeyedRequest<'_>,
+    error: Error,
+) -> Result<Outcome, Error> {
+    if matches!(error, Error::Hook(HookFailure::Abandoned)) {
+        return Err(error);
+    }
+    match store.release_key(claim) {
+        Ok(0) => answer_after_lost_claim(store, request),
+        Ok(_) => Err(error),
+        Err(release_error) => {
+            // The key stays in progress until its lease runs out, and then
+            // it may be completed: "nothing was stored" would not be true.
+            tracing::warn!(error = %release_error, cause = %error, "could not release the idempotency key");
+            Err(Error::Database(release_error))
+        }
+    }
+}

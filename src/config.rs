@@ -120,7 +120,7 @@ pub struct Settings {
     #[arg(long, env = "IDEMPOTENCY_MODE", value_enum, default_value = "atomic")]
     pub idempotency_mode: Mode,
 
-    /// Key-first: how long a registered key is protected before another request may take it over.
+    /// How long a key registered in progress is protected before another request may take it over (key-first, and a charge waiting on the card network: with one, at least NETWORK_TIMEOUT + POOL_TIMEOUT + 1s, or the server refuses to start).
     #[arg(long, env = "IDEMPOTENCY_LEASE", default_value = "30s", value_parser = parse_duration)]
     pub idempotency_lease: Duration,
 

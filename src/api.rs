@@ -1,6 +1,7 @@
-//! The HTTP application, the top of the layers: `Application::build` binds
-//! the listener first (so tests can ask for port 0 and read the real port),
-//! opens the store, opens the demo sandbox in demo mode, and mounts every
+//! The HTTP application, the top of the layers: `Application::build`
+//! refuses a lease too short for the card network's calls (before anything
+//! starts), binds the listener (so tests can ask for port 0 and read the real
+//! port), opens the store, opens the demo sandbox in demo mode, and mounts every
 //! route of `http::ROUTES`.
 
 use std::net::TcpListener;
@@ -28,6 +29,9 @@ pub enum StartupError {
     Database(#[from] SetupError),
     #[error("{0}")]
     Demo(String),
+    /// Settings that contradict each other (checked before anything starts).
+    #[error("{0}")]
+    Settings(String),
     #[error("cannot start the card network: {0}")]
     Network(String),
     #[error("cannot listen on {addr}: {source}")]
@@ -58,6 +62,7 @@ pub struct Application {
 
 impl Application {
     pub fn build(mut settings: Settings) -> Result<Application, StartupError> {
+        settings.check_lease().map_err(StartupError::Settings)?;
         let addr = settings.bind.clone();
         let bind_error = |source| StartupError::Bind {
             addr: addr.clone(),
@@ -110,9 +115,6 @@ impl Application {
         });
         if let (Some(sandbox), Some(network)) = (&sandbox, &network) {
             sandbox.watch(network);
-        }
-        if let Some(warning) = settings.lease_warning() {
-            tracing::warn!("{warning}");
         }
         let recovery_interval = settings.recovery_interval;
         let client_limits = Arc::new(ClientLimits {

@@ -51,9 +51,10 @@ pub const DEFAULT_KEEP_ALIVE_LIFETIME: Duration = Duration::from_secs(60);
 pub const NETWORK_IN_PROCESS: &str = "in-process";
 pub const NETWORK_OFF: &str = "off";
 pub const DEFAULT_NETWORK_TIMEOUT: Duration = Duration::from_secs(5);
-/// What a key's lease must exceed a call to the card network by: the two
-/// short transactions around the call, and a pool checkout for each.
-pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
+/// What a key's lease must cover beyond a call to the card network
+/// (`NETWORK_TIMEOUT`) and phase 3's pool checkout (`POOL_TIMEOUT`): phase
+/// 1's commit and phase 3's short transaction themselves.
+pub const LEASE_SLACK: Duration = Duration::from_secs(1);
 /// The in-process network answers at once unless told otherwise.
 pub const DEFAULT_NETWORK_LATENCY: Duration = Duration::ZERO;
 pub const DEFAULT_RECOVERY_INTERVAL: Duration = Duration::from_secs(5);
@@ -119,7 +120,7 @@ pub struct Settings {
     #[arg(long, env = "IDEMPOTENCY_MODE", value_enum, default_value = "atomic")]
     pub idempotency_mode: Mode,
 
-    /// Key-first: how long a registered key is protected before another request may take it over.
+    /// How long a key registered in progress is protected before another request may take it over (key-first, and a charge waiting on the card network: with one, at least NETWORK_TIMEOUT + POOL_TIMEOUT + 1s, or the server refuses to start).
     #[arg(long, env = "IDEMPOTENCY_LEASE", default_value = "30s", value_parser = parse_duration)]
     pub idempotency_lease: Duration,
 
@@ -303,21 +304,31 @@ impl Settings {
         out
     }
 
-    /// A warning, when a key's lease (`IDEMPOTENCY_LEASE`) is shorter than
-    /// a call to the card network may take plus [`LEASE_MARGIN`]: a charge
-    /// still waiting on the network may then see its key taken over (by the
-    /// recovery task, or the client's retry). Nothing is charged twice (the
-    /// network replays under the derived key; only the lease's holder
-    /// stores a response), but the first request then answers 409 instead
-    /// of its charge, and the network is asked twice.
-    pub fn lease_warning(&self) -> Option<String> {
-        let needed = self.network_timeout + LEASE_MARGIN;
-        (self.network_url != NETWORK_OFF && self.idempotency_lease < needed).then(|| {
-            format!(
-                "IDEMPOTENCY_LEASE ({:?}) is shorter than NETWORK_TIMEOUT ({:?}) plus {:?}: a charge still waiting on the card network may have its key taken over by the recovery task or a retry. Nothing is charged twice, but that charge's own request then answers 409 (retry) instead of its result. Set IDEMPOTENCY_LEASE to at least {:?}.",
-                self.idempotency_lease, self.network_timeout, LEASE_MARGIN, needed
-            )
-        })
+    /// The shortest `IDEMPOTENCY_LEASE` this server starts with while a card
+    /// network is configured: a charge's key must stay its own from phase
+    /// 1's commit through the network call (at most `NETWORK_TIMEOUT`),
+    /// phase 3's checkout (at most `POOL_TIMEOUT`) and its transaction
+    /// ([`LEASE_SLACK`]). A shorter lease would let the recovery task or a
+    /// retry take the key over from a charge still waiting on the network.
+    pub fn minimum_lease(&self) -> Duration {
+        self.network_timeout + self.pool_timeout + LEASE_SLACK
+    }
+
+    /// Refuses a lease shorter than [`Settings::minimum_lease`] when a card
+    /// network is configured (with `NETWORK_URL=off` no call outlives a
+    /// transaction, and any lease will do). The demo's per-request
+    /// `Demo-Fault: lease=<ms>` is not a setting and is not checked: phase
+    /// 3 completes a key only under its own lease token, so a key taken
+    /// over still gets one true answer.
+    pub fn check_lease(&self) -> Result<(), String> {
+        let minimum = self.minimum_lease();
+        if self.network_url == NETWORK_OFF || self.idempotency_lease >= minimum {
+            return Ok(());
+        }
+        Err(format!(
+            "IDEMPOTENCY_LEASE ({:?}) is shorter than NETWORK_TIMEOUT ({:?}) + POOL_TIMEOUT ({:?}) + {:?}: a charge still waiting on the card network could have its key taken over. Set IDEMPOTENCY_LEASE to at least {:?}, or shorten NETWORK_TIMEOUT or POOL_TIMEOUT.",
+            self.idempotency_lease, self.network_timeout, self.pool_timeout, LEASE_SLACK, minimum
+        ))
     }
 
     /// Whether demo mode is on: only when asked for (`DEMO=true`, `--demo`,
@@ -345,6 +356,24 @@ mod tests {
         s.demo = demo;
         s.no_demo = no_demo;
         s.demo_enabled()
+    }
+
+    #[test]
+    fn a_lease_shorter_than_the_network_timeout_plus_the_pool_timeout_and_a_second_is_refused() {
+        let mut s = Settings::with_database_url("sqlite://x.db");
+        assert_eq!(s.minimum_lease(), Duration::from_secs(11));
+        assert_eq!(s.check_lease(), Ok(()), "the defaults start");
+        s.idempotency_lease = Duration::from_secs(3);
+        assert_eq!(
+            s.check_lease().unwrap_err(),
+            "IDEMPOTENCY_LEASE (3s) is shorter than NETWORK_TIMEOUT (5s) + POOL_TIMEOUT (5s) + 1s: a charge still waiting on the card network could have its key taken over. Set IDEMPOTENCY_LEASE to at least 11s, or shorten NETWORK_TIMEOUT or POOL_TIMEOUT."
+        );
+        s.idempotency_lease = Duration::from_secs(11);
+        assert_eq!(s.check_lease(), Ok(()), "the minimum itself is enough");
+        s.idempotency_lease = Duration::from_millis(10_999);
+        assert!(s.check_lease().is_err());
+        s.network_url = NETWORK_OFF.to_owned();
+        assert_eq!(s.check_lease(), Ok(()), "no network: no call to outlast");
     }
 
     #[test]

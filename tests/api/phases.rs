@@ -90,6 +90,8 @@ crate::on_both_backends! {
         let url = format!("http://{}", silent.local_addr().unwrap());
         let app = spawn_app_with(move |s| {
             s.network_url = url;
+            // A separate network is refused with the default, public key.
+            s.network_api_key = "sk_network_of_the_silent_one".to_owned();
             s.network_timeout = Duration::from_secs(2);
             s.pool_size = 4;
         })

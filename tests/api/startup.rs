@@ -58,6 +58,13 @@ fn migrate_creates_a_missing_database() {
 
 #[track_caller]
 fn assert_one_line_failure(args: &[&str], env: &[(&str, &str)], expected: &str) {
+    let line = one_line_failure(args, env);
+    assert!(line.contains(expected), "{line}");
+}
+
+/// The one `charges:` line a failing start prints.
+#[track_caller]
+fn one_line_failure(args: &[&str], env: &[(&str, &str)]) -> String {
     let out = charges_bin()
         .args(args)
         .envs(env.iter().copied())
@@ -70,8 +77,50 @@ fn assert_one_line_failure(args: &[&str], env: &[(&str, &str)], expected: &str) 
         .filter(|l| l.starts_with("charges:"))
         .collect();
     assert_eq!(lines.len(), 1, "one error line: {stderr}");
-    assert!(lines[0].contains(expected), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+    lines[0].to_owned()
+}
+
+/// Issue #27: a lease that a call to the card network could outlast is
+/// refused at start, by `serve` and by `demo`, before anything else (the
+/// database here is one nothing listens for). The security review's
+/// settings: a 3 s lease, a 5 s network timeout, the pool's default 5 s.
+#[test]
+fn a_lease_shorter_than_the_network_timeout_plus_the_pool_timeout_is_refused_at_start() {
+    let short = [
+        ("DATABASE_URL", "postgres://postgres@127.0.0.1:1/x"),
+        ("NETWORK_URL", "in-process"),
+        ("IDEMPOTENCY_LEASE", "3s"),
+        ("NETWORK_TIMEOUT", "5s"),
+        ("POOL_TIMEOUT", "5s"),
+    ];
+    let expected = "charges: IDEMPOTENCY_LEASE (3s) is shorter than NETWORK_TIMEOUT (5s) + POOL_TIMEOUT (5s) + 1s: a charge still waiting on the card network could have its key taken over. Set IDEMPOTENCY_LEASE to at least 11s, or shorten NETWORK_TIMEOUT or POOL_TIMEOUT.";
+    for command in ["serve", "demo"] {
+        let line = one_line_failure(&[command, "--bind", "127.0.0.1:0"], &short);
+        assert_eq!(line, expected, "{command}");
+    }
+    // The same lease without a card network: no call to outlast.
+    let db = TestDatabase::create();
+    let off = [("IDEMPOTENCY_LEASE", "3s"), ("NETWORK_URL", "off")];
+    drop(crate::support::ServerProcess::start(&db.url, &off));
+}
+
+/// Every default (a 30 s lease; NETWORK_TIMEOUT and POOL_TIMEOUT 5 s) with
+/// the default in-process card network: the server starts and charges.
+#[tokio::test]
+async fn the_default_lease_starts_with_the_in_process_network_and_charges() {
+    let (db, network) = (TestDatabase::create(), TestDatabase::create());
+    let env = [
+        ("NETWORK_URL", "in-process"),
+        ("NETWORK_DATABASE_URL", network.url.as_str()),
+    ];
+    let server = crate::support::ServerProcess::start(&db.url, &env);
+    let r = server
+        .client()
+        .charge("k-default-lease", &crate::support::charge_body())
+        .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert!(r.json()["authorization_id"].is_string(), "{}", r.body);
 }
 
 #[test]

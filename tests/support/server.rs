@@ -88,6 +88,11 @@ impl ServerProcess {
             // No card network unless the test points the server at one.
             .env("NETWORK_URL", "off")
             .env_remove("IDEMPOTENCY_TTL")
+            // The lease and the timeouts it is checked against at start:
+            // their defaults unless the test sets them.
+            .env_remove("IDEMPOTENCY_LEASE")
+            .env_remove("NETWORK_TIMEOUT")
+            .env_remove("POOL_TIMEOUT")
             .env_remove("REQUIRE_IDEMPOTENCY_KEY")
             .env_remove("WEB_DIR")
             .envs(env.iter().copied())

@@ -275,8 +275,10 @@ pub fn execute(
 ) -> Result<Outcome, Error> {
     // Atomic mode reads nothing before its transaction, so a retry would
     // cost what its first request cost. A key completed here lately is most
-    // likely a retry's: read its row first (key-first always does).
-    let hinted = mode == Mode::Atomic && recent.contains(request.account_id, request.key);
+    // likely a retry's: read its row first (key-first and the phases of a
+    // foreign step always do).
+    let reads_first = mode == Mode::KeyFirst || operation.has_foreign_step();
+    let hinted = !reads_first && recent.contains(request.account_id, request.key);
     if hinted && let Some(outcome) = read_completed(connections, request)? {
         return Ok(outcome);
     }
@@ -290,7 +292,7 @@ pub fn execute(
     };
     match done {
         Ok(outcome @ (Outcome::Executed(_) | Outcome::Replayed(_))) => {
-            if mode == Mode::Atomic {
+            if !reads_first {
                 recent.remember(request.account_id, request.key);
             }
             Ok(outcome)

@@ -3,7 +3,8 @@
 //!
 //! A request whose (account, key) is here reads its key row first, in one
 //! statement and no transaction, and is replayed if the row says so (see
-//! `execute`). The database stays the authority: a key that expired, was
+//! `execute`; atomic mode without a foreign step, the one shape that reads
+//! nothing before its transaction). The database stays the authority: a key that expired, was
 //! purged or was expired by the demo since is not replayed from here, and
 //! a miss falls through to the protocol's transaction. A first request pays
 //! one hash look-up.

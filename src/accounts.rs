@@ -103,13 +103,17 @@ pub fn list_accounts(store: &mut dyn Store) -> Result<Vec<AccountRecord>, Accoun
 /// costs no look-up. Then the account's rate limit.
 pub struct Authenticator {
     /// Digest -> the account (`None`: no live account has it), and when.
-    cache: RwLock<HashMap<String, (Option<i64>, Instant)>>,
+    /// The raw digest: hex is needed only for a look-up in the database.
+    cache: RwLock<HashMap<Digest32, (Option<i64>, Instant)>>,
     ttl: Duration,
     include_demo: bool,
     /// The request deadline (REQUEST_TIMEOUT) a look-up waits within.
     request_timeout: Duration,
     per_account: Option<KeyedLimit<i64>>,
 }
+
+/// An API key's SHA-256 digest, as bytes.
+type Digest32 = [u8; 32];
 
 /// Entries kept at most; past it the cache is emptied (this only bounds a
 /// flood of distinct keys; a flood from one address meets its rate limit).
@@ -165,7 +169,7 @@ impl Authenticator {
 
     async fn identify(&self, req: &HttpRequest, pool: &DbPool) -> Result<i64, ApiError> {
         let key = bearer_token(req)?.ok_or(ApiError::Unauthorized)?;
-        let digest = hash_api_key(key);
+        let digest: Digest32 = Sha256::digest(key.as_bytes()).into();
         if let Some((id, at)) = self.cache.read().expect("cache lock").get(&digest) {
             let fresh = match id {
                 Some(_) => self.ttl,
@@ -176,7 +180,7 @@ impl Authenticator {
             }
         }
         let include_demo = self.include_demo;
-        let lookup = digest.clone();
+        let lookup = hash_api_key(key);
         let left = crate::deadline::remaining(req, self.request_timeout);
         let found = pool
             .run(left, move |store| -> Result<Option<i64>, ApiError> {

@@ -138,6 +138,7 @@ impl Application {
             demo,
             network,
             settings: Arc::new(settings),
+            recent_keys: Default::default(),
         });
         let (metrics_server, metrics_addr) = match metrics_listener {
             Some(listener) => {

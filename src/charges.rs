@@ -234,14 +234,14 @@ pub async fn create(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
+    let mut request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
     let mut create = CreateCharge::new(request.account_id, &parse_new_charge(&request.body)?)
         .through(
             state.network.clone(),
             request.key.as_ref().map(IdempotencyKey::as_str),
             request.hooks.clone(),
         );
-    match request.key.clone() {
+    match request.key.take() {
         Some(key) => requests::run_keyed(&req, &state, request, key, create).await,
         // No key: nothing can tell a retry from a new charge. One INSERT
         // (after the network's authorization, if there is a network).

@@ -229,6 +229,7 @@ pub fn start(settings: Settings, listener: TcpListener) -> Result<Network, Strin
         demo: false,
         network: None,
         settings: Arc::new(settings.clone()),
+        recent_keys: Default::default(),
     });
     let workers = settings.workers.unwrap_or(1);
     let server = HttpServer::new(move || {

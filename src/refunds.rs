@@ -157,7 +157,7 @@ pub async fn create(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
+    let mut request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
     let charge = charge_id(&path)?;
     let amount = NewRefund::parse(&request.body)
         .map_err(|errors| ApiError::InvalidRequest {
@@ -168,7 +168,7 @@ pub async fn create(
         .get();
     let account_id = request.account_id;
     let operation = move |tx: &mut dyn Store| refund(tx, account_id, charge, amount);
-    match request.key.clone() {
+    match request.key.take() {
         Some(key) => requests::run_keyed(&req, &state, request, key, operation).await,
         // No key: every retry refunds again (lesson 2 shows it).
         None => {

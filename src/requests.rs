@@ -117,6 +117,7 @@ pub async fn run_keyed(
     // The route's path as routing decoded it (`/%63harges` is `/charges`):
     // what the recovery task rebuilds the request from.
     let path = req.match_info().as_str().to_owned();
+    let recent = state.recent_keys.clone();
     let outcome = state
         .db_checkouts(req, move |checkouts| {
             let keyed = KeyedRequest {
@@ -132,6 +133,7 @@ pub async fn run_keyed(
                 checkouts,
                 mode,
                 &keyed,
+                &recent,
                 hooks.0.as_ref(),
                 &mut operation,
             )?)

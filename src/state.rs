@@ -7,6 +7,7 @@ use actix_web::{HttpMessage, HttpRequest};
 
 use crate::accounts::Authenticator;
 use crate::config::Settings;
+use crate::idempotency::RecentKeys;
 use crate::network_client::NetworkClient;
 use crate::problem::ApiError;
 use crate::store::{Checkouts, DbPool, Store};
@@ -19,6 +20,8 @@ pub struct AppState {
     /// The card network a charge asks to authorize it, if any.
     pub network: Option<Arc<NetworkClient>>,
     pub settings: Arc<Settings>,
+    /// The keys this process completed lately (see `idempotency::recent`).
+    pub recent_keys: Arc<RecentKeys>,
 }
 
 /// The pool a request's database work runs on when it is not the server's

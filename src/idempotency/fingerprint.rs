@@ -4,6 +4,8 @@
 //! keys sorted, no insignificant white space). Re-ordered or re-spaced bodies
 //! are the same request; the same key sent to another endpoint is not.
 
+use std::io::{self, Write};
+
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -12,13 +14,14 @@ pub struct Fingerprint(String);
 
 impl Fingerprint {
     pub fn of(method: &str, path: &str, body: &Value) -> Fingerprint {
-        let mut hasher = Sha256::new();
-        hasher.update(method.as_bytes());
-        hasher.update(b"\n");
-        hasher.update(path.as_bytes());
-        hasher.update(b"\n");
-        hasher.update(canonical_json(body).as_bytes());
-        Fingerprint(format!("sha256:{:x}", hasher.finalize()))
+        let mut hasher = Hashing(Sha256::new());
+        hasher.0.update(method.as_bytes());
+        hasher.0.update(b"\n");
+        hasher.0.update(path.as_bytes());
+        hasher.0.update(b"\n");
+        // Streamed into the hash: the canonical text is never kept.
+        write_canonical(body, &mut hasher).expect("hashing cannot fail");
+        Fingerprint(format!("sha256:{:x}", hasher.0.finalize()))
     }
 
     pub fn from_stored(text: String) -> Fingerprint {
@@ -30,39 +33,56 @@ impl Fingerprint {
     }
 }
 
+/// A hash as an `io::Write`, so that JSON can be written straight into it.
+struct Hashing(Sha256);
+
+impl Write for Hashing {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Compact JSON with object keys in byte order, whatever order the map keeps
 /// them in. Also used to render stored bodies, so a replay is byte-identical.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(value, &mut out);
-    out
+    let mut out = Vec::with_capacity(256);
+    write_canonical(value, &mut out).expect("writing to memory cannot fail");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// Strings and numbers are written by serde_json itself (its escaping, its
+/// shortest round-trip floats), straight into `out`, without a `String`
+/// per value.
+fn write_canonical(value: &Value, out: &mut impl Write) -> io::Result<()> {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<_> = map.iter().collect();
             entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
+            out.write_all(b"{")?;
             for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.write_all(b",")?;
                 }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                write_canonical(v, out);
+                serde_json::to_writer(&mut *out, k)?;
+                out.write_all(b":")?;
+                write_canonical(v, out)?;
             }
-            out.push('}');
+            out.write_all(b"}")
         }
         Value::Array(items) => {
-            out.push('[');
+            out.write_all(b"[")?;
             for (i, v) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.write_all(b",")?;
                 }
-                write_canonical(v, out);
+                write_canonical(v, out)?;
             }
-            out.push(']');
+            out.write_all(b"]")
         }
         // A whole number is written as an integer whatever its spelling
         // (`1000.0`, `1e3`), as RFC 8785 writes numbers: the same charge
@@ -74,11 +94,11 @@ fn write_canonical(value: &Value, out: &mut String) {
                     && f.fract() == 0.0
                     && f.abs() < 9.007_199_254_740_992e15 =>
             {
-                out.push_str(&(f as i64).to_string())
+                write!(out, "{}", f as i64)
             }
-            _ => out.push_str(&n.to_string()),
+            _ => write!(out, "{n}"),
         },
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => Ok(serde_json::to_writer(&mut *out, scalar)?),
     }
 }
 
@@ -135,6 +155,22 @@ mod tests {
         assert_eq!(
             canonical_json(&body(r#"{"b":[{"d":1,"c":"é"}],"a":null}"#)),
             r#"{"a":null,"b":[{"c":"é","d":1}]}"#
+        );
+    }
+
+    #[test]
+    fn strings_and_numbers_are_written_as_serde_json_writes_them() {
+        let doc = r#"{"k\"\u0001é":"line\nbreak \\ \u001f","f":0.1,"n":-5,"big":18446744073709551615,"t":true}"#;
+        assert_eq!(
+            canonical_json(&body(doc)),
+            r#"{"big":18446744073709551615,"f":0.1,"k\"\u0001é":"line\nbreak \\ \u001f","n":-5,"t":true}"#
+        );
+        // The fingerprint hashes exactly that text.
+        let direct = Fingerprint::of("POST", "/charges", &body(doc));
+        let text = format!("POST\n/charges\n{}", canonical_json(&body(doc)));
+        assert_eq!(
+            direct.as_str(),
+            format!("sha256:{:x}", Sha256::digest(text.as_bytes()))
         );
     }
 

@@ -58,6 +58,7 @@
 pub mod fingerprint;
 pub mod key;
 mod phases;
+pub mod recent;
 
 use std::time::Instant;
 
@@ -66,6 +67,7 @@ use diesel::result::Error as DieselError;
 pub use crate::store::{KeyedRequest, SavedResponse};
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
+pub use recent::RecentKeys;
 
 use crate::hooks::{HookFailure, TxHooks};
 use crate::metrics::METRICS;
@@ -261,14 +263,25 @@ impl dyn Connections + '_ {
 /// are called at the named points (production: none). An operation without
 /// a foreign step runs on one connection, in one transaction (atomic) or
 /// two (key-first); one with a foreign step in three phases (`phases`),
-/// each on a connection of its own.
+/// each on a connection of its own. `recent`: the keys this process
+/// completed lately (atomic mode reads those first, see `recent`).
 pub fn execute(
     connections: &mut dyn Connections,
     mode: Mode,
     request: &KeyedRequest<'_>,
+    recent: &RecentKeys,
     hooks: &dyn TxHooks,
     operation: &mut dyn Operation,
 ) -> Result<Outcome, Error> {
+    // Atomic mode reads nothing before its transaction, so a retry would
+    // cost what its first request cost. A key completed here lately is most
+    // likely a retry's: read its row first (key-first and the phases of a
+    // foreign step always do).
+    let reads_first = mode == Mode::KeyFirst || operation.has_foreign_step();
+    let hinted = !reads_first && recent.contains(request.account_id, request.key);
+    if hinted && let Some(outcome) = read_completed(connections, request)? {
+        return Ok(outcome);
+    }
     let done = if operation.has_foreign_step() {
         phases::execute(connections, mode, request, hooks, operation)
     } else {
@@ -278,9 +291,33 @@ pub fn execute(
         })
     };
     match done {
+        Ok(outcome @ (Outcome::Executed(_) | Outcome::Replayed(_))) => {
+            if !reads_first {
+                recent.remember(request.account_id, request.key);
+            }
+            Ok(outcome)
+        }
         // Its first request is still running: the draft's answer, not a hang.
         Err(Error::KeyLocked) => Ok(Outcome::InFlight),
         done => done,
+    }
+}
+
+/// A completed key's answer, read in one statement without a transaction:
+/// its replay, or 422 for another request. Anything else (no live row: it
+/// expired or was purged; a row in progress) is `None`, for the protocol
+/// to decide in its transaction as if nothing had been read.
+fn read_completed(
+    connections: &mut dyn Connections,
+    request: &KeyedRequest<'_>,
+) -> Result<Option<Outcome>, Error> {
+    let row = connections.run(|store| Ok(store.find_live_key(request.account_id, request.key)?))?;
+    if !matches!(&row, Some(r) if matches!(r.state, KeyState::Completed(_))) {
+        return Ok(None);
+    }
+    match decide(row, request.fingerprint, Read::FastPath) {
+        Decision::Answer(outcome) => Ok(Some(outcome)),
+        Decision::Claim => Ok(None),
     }
 }
 

@@ -20,6 +20,7 @@ mod logs;
 mod network;
 mod phases;
 mod refunds;
+mod replays;
 mod secrets;
 mod startup;
 mod validation;

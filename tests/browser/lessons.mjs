@@ -284,7 +284,7 @@ async function tone(page, id) {
   return exp(page, id).getByTestId('verdict').getAttribute('data-tone');
 }
 
-/** The diagram's rows as its text list tells them ("API → DB: C: register key … → already there"). */
+/** The diagram's rows as its text list tells them ("API → DB: C: read key … (one SELECT, no transaction …)"). */
 async function diagramRows(page, id) {
   return exp(page, id).locator('.diagram ol.visually-hidden li').evaluateAll((lis) => lis.map((li) => li.textContent));
 }
@@ -417,8 +417,8 @@ async function lesson2(page) {
   check('lesson 2 (one key): the page shows what is left to refund: 500 → 400 → 400 → 400', t2.join(',') === '500,400,400,400', t2.join(' → '));
   const rows2 = await diagramRows(page, 'l2-key');
   const drawnC = rows2.filter((row) => /: C: /.test(row));
-  check('lesson 2 (one key): the diagram draws C (its answer lost) as the replay it was: the key already there, the stored response read, no new refund',
-    drawnC.some((row) => /register key .* → already there/.test(row)) && drawnC.some((row) => /read the stored response/.test(row))
+  check('lesson 2 (one key): the diagram draws C (its answer lost) as the replay it was: the key read first (the server completed it), the stored response read, no new refund',
+    drawnC.some((row) => /read key .* \(one SELECT, no transaction/.test(row)) && drawnC.some((row) => /read the stored response/.test(row))
       && !drawnC.some((row) => /refund and its 201|it is new/.test(row)) && drawnC.some((row) => /stored 201 is lost/.test(row)), drawnC.join(' | '));
   check('lesson 2 (one key): the diagram\'s closing note counts 1 refund', /this run: 1 refund of/.test(rows2.at(-1)), rows2.at(-1));
   const v2 = await verdict(page, 'l2-key');

@@ -106,6 +106,12 @@ impl TestApp {
         self.db.hold_key_writes()
     }
 
+    /// Holds the key table's writes, not its reads, until the guard drops
+    /// (see [`TestDatabase::hold_key_writes_not_reads`]).
+    pub fn hold_key_writes_not_reads(&self) -> crate::support::db::WriteHold {
+        self.db.hold_key_writes_not_reads()
+    }
+
     /// SQL for "`offset_secs` from now" on this app's backend.
     pub fn at(&self, offset_secs: i64) -> String {
         self.db.at(offset_secs)

@@ -264,6 +264,24 @@ impl TestDatabase {
         WriteHold(conn)
     }
 
+    /// As [`hold_key_writes`](Self::hold_key_writes), but reads of the key
+    /// table go on: on PostgreSQL `LOCK TABLE idempotency_keys IN EXCLUSIVE
+    /// MODE` (a plain `SELECT` passes, any write waits), on SQLite `BEGIN
+    /// IMMEDIATE` (readers of a WAL database never wait). Whatever answers
+    /// meanwhile answered from a read alone.
+    pub fn hold_key_writes_not_reads(&self) -> WriteHold {
+        let mut conn = self.connect();
+        match &mut conn {
+            AnyConn::Pg(c) => c
+                .batch_execute("BEGIN; LOCK TABLE idempotency_keys IN EXCLUSIVE MODE")
+                .expect("lock the key table's writes"),
+            AnyConn::Sqlite(c) => c
+                .batch_execute("BEGIN IMMEDIATE")
+                .expect("take the write lock"),
+        }
+        WriteHold(conn)
+    }
+
     /// PostgreSQL: holds every access to `charges` until the guard drops (an
     /// `ACCESS EXCLUSIVE` lock in an open transaction): a charge's last
     /// transaction then waits at its INSERT, after the network answered.

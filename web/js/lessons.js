@@ -73,7 +73,7 @@ function narrateCharge(d, rec, bar, { keyWas = null, holder = '…' } = {}) {
       toDb(L('d.insertUnguarded', { amount }));
     }
   } else if (outcome === REPLAYED) {
-    toDb(L('d.insertKeyTaken', { key }));
+    toDb(L('d.readKey', { key }));
     fromDb(L('d.readStored'));
   } else if (charged) {
     if (key) {
@@ -83,7 +83,7 @@ function narrateCharge(d, rec, bar, { keyWas = null, holder = '…' } = {}) {
       toDb(L('d.insertCharge', { amount }));
     }
   } else if (outcome === MISMATCH) {
-    toDb(L('d.insertKeyTaken', { key }));
+    toDb(L('d.readKey', { key }));
     fromDb(L('d.fingerprintDiffers'));
   } else if (outcome === IN_FLIGHT) {
     toDb(L('d.kfRegisterB', { key }));
@@ -619,7 +619,7 @@ function narrateRefund(d, rec, bar, { made }) {
   const key = rec.spec.intent.key ? shortKeyOf(rec.spec.intent.key) : null;
   const replayed = outcome === REPLAYED || (outcome === LOST && key && !made);
   if (replayed) {
-    d.message('api', 'db', L('d.insertKeyTaken', { key }), { tag });
+    d.message('api', 'db', L('d.readKey', { key }), { tag });
     d.message('db', 'api', L('d.readStored'), { tag, kind: 'reply' });
   } else if (outcome === EXECUTED || outcome === LOST) {
     if (key) d.message('api', 'db', L('d.insertKeyNew', { key }), { tag });
@@ -860,7 +860,7 @@ const lesson6Abandon = experiment({
             } else if (outcomeOf(rec) === REPLAYED) {
               // The server's recovery task came first: it took the row over after the lease and charged.
               d.note(['api'], L('d.recoveredFirst', { key: shortKeyOf(key) }), { tag: 'C' });
-              d.message('api', 'db', L('d.insertKeyTaken', { key: shortKeyOf(key) }), { tag: 'C' });
+              d.message('api', 'db', L('d.readKey', { key: shortKeyOf(key) }), { tag: 'C' });
               d.message('db', 'api', L('d.readStored'), { tag: 'C', kind: 'reply' });
             }
             reply(d, rec, bar);
@@ -1027,7 +1027,7 @@ function narrateNetworkCharge(d, rec, bar, { known = new Set(), holder = '…' }
   const fromDb = (text) => d.message('db', 'api', text, { tag, kind: 'reply' });
   if (outcome === REPLAYED) {
     // Our key row answers: the network is not asked again.
-    toDb(L('d.insertKeyTaken', { key }));
+    toDb(L('d.readKey', { key }));
     fromDb(L('d.readStoredNoNetwork'));
   } else if (outcome === IN_FLIGHT) {
     toDb(L('d.kfRegisterB', { key }));

@@ -184,7 +184,9 @@ crate::on_both_backends! {
             .charge_with(
                 "k-abandoned-net",
                 &charge_body(),
-                &[key_first, ("demo-fault", "abandon-after-network, lease=1500")],
+                // Long enough for the two checks below to see it in progress
+                // on a loaded machine (the recovery task runs every 300 ms).
+                &[key_first, ("demo-fault", "abandon-after-network, lease=4000")],
             )
             .await;
         abandoned.assert_problem(504, "simulated-lost-response");

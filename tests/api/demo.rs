@@ -344,6 +344,13 @@ crate::on_both_backends! {
         r.assert_problem(400, "invalid-idempotency-key");
         let r = app.post("/demo/keys/absent/expire").await;
         r.assert_problem(404, "not-found");
+        // Any value the documented pattern matches is a key: absent here, so
+        // 404, never 400 (spaces, quotes, `%`, `~`, the longest).
+        let longest = format!("/demo/keys/{}/expire", "k".repeat(255));
+        for path in ["/demo/keys/a%20b/expire", "/demo/keys/%22q%22/expire", "/demo/keys/a%25b/expire", "/demo/keys/~!*()/expire", &longest] {
+            let r = app.post(path).await;
+            r.assert_problem(404, "not-found");
+        }
     }
 
     async fn the_demo_purge_deletes_only_the_demo_accounts_expired_keys() {

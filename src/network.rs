@@ -292,34 +292,13 @@ fn in_process_merchant() -> String {
 /// network database would take it from each other: several instances point
 /// at one `charges network` instead (NETWORK_URL).
 pub fn rekey_in_process_merchant(database_url: &str, api_key: &str) -> Result<(), String> {
-    use diesel::prelude::*;
     let mut conn = crate::store::Connection::open(database_url).map_err(|e| e.to_string())?;
     let store = conn.store();
     store.migrate()?;
     let (name, digest) = (in_process_merchant(), accounts::hash_api_key(api_key));
-    let updated = match store.connection() {
-        crate::store::AnyConnection::Pg(c) => {
-            use crate::schema::accounts as a;
-            diesel::update(
-                a::table
-                    .filter(a::name.eq(&name))
-                    .filter(a::revoked_at.is_null()),
-            )
-            .set(a::api_key_sha256.eq(&digest))
-            .execute(c)
-        }
-        crate::store::AnyConnection::Sqlite(c) => {
-            use crate::store::sqlite_schema::accounts as a;
-            diesel::update(
-                a::table
-                    .filter(a::name.eq(&name))
-                    .filter(a::revoked_at.is_null()),
-            )
-            .set(a::api_key_sha256.eq(&digest))
-            .execute(c)
-        }
-    }
-    .map_err(|e| format!("cannot give the network's merchant its key: {e}"))?;
+    let updated = store
+        .rekey_account(&name, &digest)
+        .map_err(|e| format!("cannot give the network's merchant its key: {e}"))?;
     if updated == 0 {
         accounts::insert_account(store, &name, api_key, false)
             .map_err(|e| format!("cannot seed the network's merchant: {e}"))?;

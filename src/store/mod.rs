@@ -250,6 +250,9 @@ pub trait AccountStore {
     fn find_account(&mut self, key_digest: &str, include_demo: bool) -> QueryResult<Option<i64>>;
     /// Whether the account exists and is not revoked (a demo account is).
     fn account_is_live(&mut self, id: i64) -> QueryResult<bool>;
+    /// Gives the live account of this name a new key; how many rows (0:
+    /// there is none).
+    fn rekey_account(&mut self, name: &str, key_digest: &str) -> QueryResult<usize>;
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -16,17 +16,9 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 
-use crate::support::{AppClient, DEMO_KEY, ServerProcess, TestDatabase, spawn_app_with};
+use crate::support::{AppClient, DEMO_KEY, ServerProcess, TestDatabase, free_port, spawn_app_with};
 
 const ACCOUNT_KEY: &str = "sk_live_behind_the_proxy";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// nginx in a directory of its own (and a process group of its own),
 /// stopped gracefully and removed on drop.

@@ -18,18 +18,9 @@ use reqwest::Method;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{AppClient, DEMO_KEY, ServerProcess, TestDatabase};
+use crate::support::{AppClient, DEMO_KEY, ServerProcess, TestDatabase, free_port};
 
 const SHOP_KEY: &str = "sk_live_shop_round_three";
-
-/// A free port on loopback, for a process that must be told one.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A client whose connections come from `source` (any of 127.0.0.0/8).
 fn client_from(source: &str, address: &str) -> AppClient {

@@ -17,6 +17,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::support::free_port;
+
 /// The database the nodes are created with (`--dbname`): the manager's URI
 /// names it.
 pub const DATABASE: &str = "charges_failover";
@@ -130,14 +132,6 @@ fn bin_dir() -> PathBuf {
     dirs.sort();
     dirs.pop()
         .expect("PostgreSQL server binaries with pg_auto_failover")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn output_text(out: &std::process::Output) -> String {

@@ -8,6 +8,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use crate::support::free_port;
+
 pub struct PgNode {
     dir: PathBuf,
     bin: PathBuf,
@@ -23,14 +25,6 @@ fn bin_dir() -> PathBuf {
         .collect();
     dirs.sort();
     dirs.pop().expect("PostgreSQL server binaries")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl PgNode {

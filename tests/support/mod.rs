@@ -28,6 +28,16 @@ pub use client::{AppClient, Captured, DEMO_KEY, charge_body};
 pub use db::{KeyRow, TestDatabase};
 pub use server::ServerProcess;
 
+/// A free port on loopback, for a process that must be told one (the port
+/// may be taken again before it binds; the tests that use it start at once).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Which database a test runs against. Every integration test of
 /// `tests/api` runs on SQLite; with `TEST_DATABASE_URL` set at build time it
 /// runs on PostgreSQL too (see `build.rs` and [`on_both_backends!`]).

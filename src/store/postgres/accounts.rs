@@ -82,4 +82,14 @@ impl AccountStore for PgConnection {
         .get_result(self)
         .inspect_err(note)
     }
+    fn rekey_account(&mut self, name: &str, key_digest: &str) -> QueryResult<usize> {
+        diesel::update(
+            accounts::table
+                .filter(accounts::name.eq(name))
+                .filter(accounts::revoked_at.is_null()),
+        )
+        .set(accounts::api_key_sha256.eq(key_digest))
+        .execute(self)
+        .inspect_err(note)
+    }
 }

@@ -386,15 +386,7 @@ fn run_claimed(
     hooks: &dyn TxHooks,
     operation: &mut dyn Operation,
 ) -> Result<Outcome, Error> {
-    let result = with_transient_retries(|| {
-        store.transaction(|tx| {
-            let response = operation.run(tx)?;
-            hooks.before_commit()?;
-            store_response(tx, claim, &response, operation)?;
-            Ok(response)
-        })
-    });
-    match result {
+    match run_and_store(store, claim, hooks, operation) {
         Ok(response) => Ok(Outcome::Executed(response)),
         // Someone else holds the row now: answer as they will.
         Err(Error::LeaseLost) => answer_after_lost_claim(store, request),
@@ -504,6 +496,24 @@ pub(crate) fn register(
     Ok(Registration::Answered(answer_after_lost_claim(
         tx, request,
     )?))
+}
+
+/// The operation's writes and its response stored under `claim`, in one
+/// transaction (key-first's second; a foreign step's phase 3).
+pub(crate) fn run_and_store(
+    store: &mut dyn Store,
+    claim: &Claim,
+    hooks: &dyn TxHooks,
+    operation: &mut dyn Operation,
+) -> Result<SavedResponse, Error> {
+    with_transient_retries(|| {
+        store.transaction(|tx| {
+            let response = operation.run(tx)?;
+            hooks.before_commit()?;
+            store_response(tx, claim, &response, operation)?;
+            Ok(response)
+        })
+    })
 }
 
 /// Stores the response in the claimed row (or, when the row was written

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use super::{
     Connections, Decision, Error, Mode, Operation, Outcome, Read, Registration,
-    answer_after_lost_claim, decide, register, store_response, with_transient_retries,
+    answer_after_lost_claim, decide, register, run_and_store, with_transient_retries,
 };
 use crate::hooks::{HookFailure, TxHooks};
 use crate::store::keys::NewKeyStatus;
@@ -125,16 +125,7 @@ pub(super) fn complete(
         return connections.run(|store| give_up(store, claim, request, error));
     }
     // Phase 3.
-    let written = connections.run(|store| {
-        with_transient_retries(|| {
-            store.transaction(|tx| {
-                let response = operation.run(tx)?;
-                hooks.before_commit()?;
-                store_response(tx, claim, &response, operation)?;
-                Ok(response)
-            })
-        })
-    });
+    let written = connections.run(|store| run_and_store(store, claim, hooks, operation));
     match written {
         Ok(response) => {
             // The answer is stored: if it means the foreign step's effect

@@ -199,7 +199,7 @@ pub struct Settings {
     pub network_database_url: Option<String>,
 
     /// The merchant key this API holds at a separate card network (NETWORK_URL); the in-process network gets a random one per process unless this is set to another than the default.
-    #[arg(long, env = "NETWORK_API_KEY", default_value = crate::network_client::DEFAULT_NETWORK_API_KEY, hide_env_values = true)]
+    #[arg(long, env = "NETWORK_API_KEY", default_value = crate::network::client::DEFAULT_NETWORK_API_KEY, hide_env_values = true)]
     pub network_api_key: String,
 
     /// How long a call to the card network may take (then 503, the key free for the retry).
@@ -258,7 +258,7 @@ impl Settings {
             metrics_bind: METRICS_OFF.to_owned(),
             network_url: NETWORK_IN_PROCESS.to_owned(),
             network_database_url: None,
-            network_api_key: crate::network_client::DEFAULT_NETWORK_API_KEY.to_owned(),
+            network_api_key: crate::network::client::DEFAULT_NETWORK_API_KEY.to_owned(),
             network_timeout: DEFAULT_NETWORK_TIMEOUT,
             network_latency: DEFAULT_NETWORK_LATENCY,
             recovery_interval: DEFAULT_RECOVERY_INTERVAL,

@@ -6,76 +6,75 @@
 //! twice; refunds run under the same protocol (`idempotency::execute`). See
 //! the README for the design.
 //!
+//! ```text
+//! idempotency/  the Idempotency-Key protocol: the key, the fingerprint, execute()
+//! store/        the database: traits, one file per table per backend, the pool
+//! payments/     the operations: charges, refunds, their domain types, recovery
+//! http/         the edge: accounts, limits, problems, the write pipeline, OpenAPI
+//! network/      the card network: the client a charge calls, and the simulator
+//! demo/         demo mode: the teaching page's faults, views and sandbox
+//! conformance/  a checker of any API's Idempotency-Key handling, from outside
+//! app.rs        the application: builds the pool, the sandbox and the routes
+//! config.rs     settings from the environment
+//! telemetry.rs, metrics.rs  logs and the metrics registry
+//! ```
+//!
 //! Modules import downward only, in the order of [`LAYERS`] (a test,
 //! `tests/api/layers.rs`, reads every `crate::` path in `src/` and fails on
 //! an upward or sideways one).
 
-pub mod accounts;
-pub mod api;
-pub mod charges;
+pub mod app;
 pub mod config;
 pub mod conformance;
-pub mod deadline;
 pub mod demo;
-pub mod domain;
-pub mod hooks;
 pub mod http;
 pub mod idempotency;
-pub mod json;
-pub mod limits;
 pub mod metrics;
 pub mod network;
-pub mod network_client;
-pub mod openapi;
-pub mod ops;
-pub mod problem;
-pub mod recovery;
-pub mod refunds;
-pub mod requests;
-pub mod schema;
-pub mod state;
+pub mod payments;
 pub mod store;
 pub mod telemetry;
 
 /// The modules from the bottom up: each may use only modules of the layers
-/// below its own.
+/// below its own. A name is a path (`http::problem`); a module belongs to
+/// the longest name its path starts with.
 pub const LAYERS: &[&[&str]] = &[
     // A client of any API over HTTP: it uses nothing of the crate.
     &["conformance"],
     // Leaves: the schema, the validated domain types, strict JSON, the
-    // metrics registry, the request deadline.
+    // metrics registry, the request deadline, the card network's client.
     &[
-        "schema",
-        "domain",
-        "json",
+        "store::postgres::schema",
+        "payments::domain",
+        "http::json",
         "metrics",
-        "deadline",
-        "network_client",
+        "http::deadline",
+        "network::client",
     ],
     // The database, one store per backend; logging.
     &["store", "telemetry"],
-    // The seam around a request's writes, where the demo injects faults.
-    &["hooks"],
+    // The seam around a request's writes (tests and the demo hook in).
+    &["idempotency::hooks"],
     // The Idempotency-Key protocol, over the store.
     &["idempotency"],
     // Settings (they name the protocol's modes and the pool's size).
     &["config"],
     // HTTP: errors as problem+json, the route table, who is calling.
-    &["problem"],
+    &["http::problem"],
     // Fair capacity: rate limits and connection caps.
-    &["limits"],
-    &["http", "accounts"],
-    &["state"],
+    &["http::limits"],
+    &["http", "http::accounts"],
+    &["http::state"],
     // What every write goes through: its checks, the protocol, the answer.
-    &["requests"],
-    // Handlers.
-    &["charges", "ops"],
-    &["refunds"],
+    &["http::requests"],
+    // The operations' handlers.
+    &["payments::charges", "http::ops"],
+    &["payments::refunds"],
     // The card network, a service of its own; and the recovery of keys
     // left in progress.
-    &["network", "recovery"],
+    &["network::simulator", "payments::recovery"],
     &["demo"],
-    &["openapi"],
+    &["http::openapi"],
     // The application: builds the pool, the sandbox and the routes.
-    &["api"],
+    &["app"],
 ];

@@ -6,11 +6,11 @@ use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use charges::accounts;
-use charges::api::Application;
+use charges::app::Application;
 use charges::config::{DEFAULT_DATABASE_URL, DEFAULT_PURGE_BATCH, Settings};
-use charges::network_client::DEFAULT_NETWORK_API_KEY;
-use charges::store::{Connection, pool::redact};
+use charges::http::accounts;
+use charges::network::client::DEFAULT_NETWORK_API_KEY;
+use charges::store::{Connection, redact::redact};
 
 #[derive(Parser)]
 #[command(version, about, args_conflicts_with_subcommands = true)]
@@ -200,8 +200,8 @@ fn network(args: NetworkArgs) -> Result<(), String> {
         }
         let mut api = charges::config::Settings::with_database_url(&args.database_url);
         api.network_latency = args.latency;
-        let settings = charges::network::settings(&api, args.database_url.clone(), &args.api_key);
-        let started = charges::network::start(settings, listener)?;
+        let settings = charges::network::simulator::settings(&api, args.database_url.clone(), &args.api_key);
+        let started = charges::network::simulator::start(settings, listener)?;
         let _ = writeln!(
             std::io::stdout(),
             "charges network is ready on {}\n  database: {}",

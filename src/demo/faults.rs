@@ -16,11 +16,11 @@ use super::{
     CHECK_THEN_INSERT, DEMO_API_KEY, DelaySlots, FAULT_HEADER, HEADER_PREFIX, MAX_LEASE, MIN_LEASE,
     MODE_HEADER, Sandbox,
 };
-use crate::accounts;
-use crate::hooks::{HookFailure, RequestHooks, TxHooks};
+use crate::http::accounts;
+use crate::http::problem::{self, ApiError, DEMO_ACCOUNT_ONLY, SIMULATED_LOST_RESPONSE};
+use crate::http::state::{AppState, RequestPool};
+use crate::idempotency::hooks::{HookFailure, RequestHooks, TxHooks};
 use crate::idempotency::{IdempotencyKey, Lease, Mode};
-use crate::problem::{self, ApiError, DEMO_ACCOUNT_ONLY, SIMULATED_LOST_RESPONSE};
-use crate::state::{AppState, RequestPool};
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Faults {
@@ -320,7 +320,7 @@ pub async fn faults(
         ));
     }
     let keyed_post = req.method() == Method::POST;
-    if faults.forget_commit && !(keyed_post && req.path() == crate::charges::PATH) {
+    if faults.forget_commit && !(keyed_post && req.path() == crate::payments::charges::PATH) {
         return Ok(refuse(
             req,
             ApiError::invalid("Demo-Fault: forget-commit acts on POST /charges only."),
@@ -347,7 +347,7 @@ pub async fn faults(
     let response = next.call(req).await?;
     let replayed = response
         .headers()
-        .contains_key(crate::requests::IDEMPOTENT_REPLAYED);
+        .contains_key(crate::http::requests::IDEMPOTENT_REPLAYED);
     if forget_commit && response.status() == StatusCode::CREATED && !replayed {
         let charge = response
             .headers()

@@ -13,7 +13,7 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::{Method, header};
 use actix_web::middleware::Next;
 
-use crate::problem::{self, CROSS_SITE_REQUEST};
+use crate::http::problem::{self, CROSS_SITE_REQUEST};
 
 /// Whether `req` is a browser's request from another site.
 fn cross_site(req: &ServiceRequest) -> bool {

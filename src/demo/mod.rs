@@ -49,8 +49,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
-use crate::accounts;
 use crate::config::Settings;
+use crate::http::accounts;
 use crate::store::{Backend, DbPool, Store};
 
 pub use faults::{Faults, faults};
@@ -163,7 +163,7 @@ impl Sandbox {
 
     /// Records, from now on, each authorization `network` answers under a
     /// key the demo account's requests used (see [`Ledger`]).
-    pub fn watch(&self, network: &crate::network_client::NetworkClient) {
+    pub fn watch(&self, network: &crate::network::client::NetworkClient) {
         let ledger = self.ledger.clone();
         network.watch(Box::new(move |key, id| {
             let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());

@@ -67,7 +67,7 @@ pub fn now_text(store: &mut dyn Store) -> QueryResult<String> {
 pub fn key_views(store: &mut dyn Store, account_id: i64, limit: i64) -> QueryResult<Vec<KeyView>> {
     match store.connection() {
         AnyConnection::Pg(c) => {
-            use crate::schema::idempotency_keys as k;
+            use crate::store::postgres::schema::idempotency_keys as k;
             type Row = (
                 String,
                 String,
@@ -179,7 +179,7 @@ pub fn refund_views(
 ) -> QueryResult<Vec<RefundView>> {
     match store.connection() {
         AnyConnection::Pg(c) => {
-            use crate::schema::refunds as r;
+            use crate::store::postgres::schema::refunds as r;
             let rows: Vec<(Uuid, Uuid, i64, String, DateTime<Utc>)> = r::table
                 .filter(r::account_id.eq(account_id))
                 .order((r::created_at.desc(), r::id.desc()))
@@ -218,7 +218,7 @@ pub fn unguarded_views(
 ) -> QueryResult<Vec<UnguardedView>> {
     let rows: Vec<(String, String, String)> = match store.connection() {
         AnyConnection::Pg(c) => {
-            use crate::schema::demo_unguarded_keys as u;
+            use crate::store::postgres::schema::demo_unguarded_keys as u;
             let rows: Vec<(String, Uuid, DateTime<Utc>)> = u::table
                 .filter(u::account_id.eq(account_id))
                 .order((u::created_at.desc(), u::id.desc()))
@@ -257,7 +257,7 @@ pub fn find_unguarded(
 ) -> QueryResult<Option<Unguarded>> {
     let row: Option<(String, String, Value)> = match store.connection() {
         AnyConnection::Pg(c) => {
-            use crate::schema::demo_unguarded_keys as u;
+            use crate::store::postgres::schema::demo_unguarded_keys as u;
             u::table
                 .filter(u::account_id.eq(account_id))
                 .filter(u::key.eq(key))
@@ -298,7 +298,7 @@ pub fn insert_unguarded(
 ) -> QueryResult<()> {
     match store.connection() {
         AnyConnection::Pg(c) => {
-            use crate::schema::demo_unguarded_keys as u;
+            use crate::store::postgres::schema::demo_unguarded_keys as u;
             diesel::insert_into(u::table)
                 .values((
                     u::account_id.eq(account_id),
@@ -331,7 +331,9 @@ pub fn insert_unguarded(
 pub fn delete_account_rows(store: &mut dyn Store, account_id: i64) -> QueryResult<()> {
     match store.connection() {
         AnyConnection::Pg(c) => {
-            use crate::schema::{charges, demo_unguarded_keys, idempotency_keys, refunds};
+            use crate::store::postgres::schema::{
+                charges, demo_unguarded_keys, idempotency_keys, refunds,
+            };
             diesel::delete(
                 idempotency_keys::table.filter(idempotency_keys::account_id.eq(account_id)),
             )
@@ -366,7 +368,7 @@ pub fn delete_account_rows(store: &mut dyn Store, account_id: i64) -> QueryResul
 pub fn purge_account_keys(store: &mut dyn Store, account_id: i64) -> QueryResult<usize> {
     match store.connection() {
         AnyConnection::Pg(c) => {
-            use crate::schema::idempotency_keys as k;
+            use crate::store::postgres::schema::idempotency_keys as k;
             diesel::delete(
                 k::table
                     .filter(k::account_id.eq(account_id))
@@ -390,7 +392,7 @@ pub fn purge_account_keys(store: &mut dyn Store, account_id: i64) -> QueryResult
 pub fn expire_key(store: &mut dyn Store, account_id: i64, key: &str) -> QueryResult<usize> {
     match store.connection() {
         AnyConnection::Pg(c) => {
-            use crate::schema::idempotency_keys as k;
+            use crate::store::postgres::schema::idempotency_keys as k;
             diesel::update(
                 k::table
                     .filter(k::account_id.eq(account_id))
@@ -424,7 +426,7 @@ pub fn forget_charge(
 ) -> QueryResult<()> {
     store.transaction(|tx| match tx.connection() {
         AnyConnection::Pg(c) => {
-            use crate::schema::{charges, idempotency_keys as k};
+            use crate::store::postgres::schema::{charges, idempotency_keys as k};
             if let Some(key) = key {
                 diesel::delete(
                     k::table

@@ -11,15 +11,15 @@ use super::{
     CHECK_THEN_INSERT, CHECK_THEN_INSERT_PAUSE, DEMO_ACCOUNT_NAME, DEMO_API_KEY, Ledger, MAX_LEASE,
     MIN_LEASE, MODE_HEADER, Sandbox,
 };
-use crate::charges;
 use crate::config::Settings;
+use crate::http::problem::ApiError;
+use crate::http::requests::{self, JsonRequest, KeyUse};
+use crate::http::state::AppState;
 use crate::http::{get, resource};
 use crate::idempotency::{IdempotencyKey, SavedResponse};
-use crate::network_client::NetworkClient;
-use crate::problem::ApiError;
-use crate::requests::{self, JsonRequest, KeyUse};
-use crate::state::AppState;
-use crate::store::pool::redact;
+use crate::network::client::NetworkClient;
+use crate::payments::charges;
+use crate::store::redact::redact;
 use crate::store::{KeyStatus, Store, time_text};
 
 /// Rows of each table the page is shown at most.
@@ -208,7 +208,7 @@ async fn on_demo_account<T: Send + 'static>(
     let account_id = sandbox.account_id;
     // On the demo's own connections: a /demo/* route that waits (on a key
     // a held transaction locks) holds none of the server's.
-    let left = crate::deadline::remaining(req, settings.request_timeout);
+    let left = crate::http::deadline::remaining(req, settings.request_timeout);
     sandbox
         .pool
         .run(left, move |store| {
@@ -241,7 +241,7 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
         "default_idempotency_ttl_seconds": crate::config::DEFAULT_IDEMPOTENCY_TTL.as_secs(),
         "idempotency_lease_seconds": s.idempotency_lease.as_secs(),
         "default_idempotency_lease_seconds": crate::config::DEFAULT_IDEMPOTENCY_LEASE.as_secs(),
-        "in_flight_retry_after_seconds": crate::problem::IN_FLIGHT_RETRY_AFTER_SECS,
+        "in_flight_retry_after_seconds": crate::http::problem::IN_FLIGHT_RETRY_AFTER_SECS,
         "purge_batch": s.purge_batch,
         "purge_interval_seconds": s.purge_interval.as_secs(),
         "default_purge_interval_seconds": crate::config::DEFAULT_PURGE_INTERVAL.as_secs(),
@@ -257,7 +257,7 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
         "network": app.network.as_ref().map(|n| redact(n.base_url())),
         "recovery_interval_ms": s.recovery_interval.as_millis() as u64,
         "max_lease_ms": MAX_LEASE.as_millis() as u64,
-        "problem_types": crate::problem::TYPES.iter().map(|t| json!({
+        "problem_types": crate::http::problem::TYPES.iter().map(|t| json!({
             "type": t.uri(),
             "status": t.status,
             "title": t.title,
@@ -297,8 +297,8 @@ pub async fn reset(
     params(("key" = String, Path, description = "The Idempotency-Key, URL-encoded")),
     responses(
         (status = 200, description = "`{\"key\": k, \"expired\": 1}`: the key and the rows it expired"),
-        (status = 400, description = "`invalid-idempotency-key`: not a value an Idempotency-Key can have", body = crate::problem::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such key", body = crate::problem::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "`invalid-idempotency-key`: not a value an Idempotency-Key can have", body = crate::http::problem::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such key", body = crate::http::problem::Problem, content_type = "application/problem+json"),
     ))]
 pub async fn expire(
     req: HttpRequest,
@@ -309,7 +309,7 @@ pub async fn expire(
     // Only what a key can be reaches the database (no NUL, no 256-byte key).
     let key = IdempotencyKey::from_value(&path.into_inner())?;
     let account_id = sandbox.account_id;
-    let left = crate::deadline::remaining(&req, app.settings.request_timeout);
+    let left = crate::http::deadline::remaining(&req, app.settings.request_timeout);
     let value = key.as_str().to_owned();
     // On the demo's own connections, as every /demo/* route.
     let expired = sandbox
@@ -334,7 +334,7 @@ pub async fn purge(
     sandbox: web::Data<Sandbox>,
 ) -> Result<HttpResponse, ApiError> {
     let account_id = sandbox.account_id;
-    let left = crate::deadline::remaining(&req, app.settings.request_timeout);
+    let left = crate::http::deadline::remaining(&req, app.settings.request_timeout);
     let purged = sandbox
         .pool
         .run(left, move |store| {

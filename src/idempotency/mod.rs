@@ -56,6 +56,7 @@
 //! store's (`store::keys`), one implementation per backend.
 
 pub mod fingerprint;
+pub mod hooks;
 pub mod key;
 mod phases;
 pub mod recent;
@@ -69,7 +70,7 @@ pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 pub use recent::RecentKeys;
 
-use crate::hooks::{HookFailure, TxHooks};
+use crate::idempotency::hooks::{HookFailure, TxHooks};
 use crate::metrics::METRICS;
 use crate::store::keys::NewKeyStatus;
 use crate::store::{Checkouts, Claim, Failure, KeyRecord, KeyState, RunError, Store, classify};

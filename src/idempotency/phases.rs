@@ -46,7 +46,7 @@ use super::{
     Connections, Decision, Error, Mode, Operation, Outcome, Read, Registration,
     answer_after_lost_claim, decide, register, run_and_store, with_transient_retries,
 };
-use crate::hooks::{HookFailure, TxHooks};
+use crate::idempotency::hooks::{HookFailure, TxHooks};
 use crate::store::keys::NewKeyStatus;
 use crate::store::{Claim, KeyedRequest, Store};
 

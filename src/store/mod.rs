@@ -14,9 +14,11 @@
 //! Layer: below everything but `schema`, `domain` and `metrics`; it knows
 //! nothing of HTTP, settings or the idempotency protocol.
 
+pub mod database;
 pub mod keys;
 pub mod pool;
-mod postgres;
+pub mod postgres;
+pub mod redact;
 mod sqlite;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -25,13 +27,13 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::sqlite::SqliteConnection;
 use uuid::Uuid;
 
+pub use database::SetupError;
 pub use diesel::result::Error as QueryError;
 pub use keys::{
     Claim, KeyRecord, KeyState, KeyStatus, KeyStore, KeyedRequest, SavedResponse, StuckKey,
 };
 pub use pool::{
     Backend, Checkouts, Connection, DbPool, PoolSettings, PoolTimeout, PooledStore, RunError,
-    SetupError,
 };
 /// The SQLite schema, for the demo's sandbox queries.
 pub use sqlite::schema as sqlite_schema;

@@ -30,11 +30,11 @@ crate::on_both_backends! {
         assert_eq!(body["required"], json!(["amount", "currency"]));
         let amount = &body["properties"]["amount"];
         assert_eq!((amount["type"].as_str(), amount["minimum"].as_i64(), amount["maximum"].as_i64()),
-            (Some("integer"), Some(charges::domain::MIN_AMOUNT), Some(charges::domain::MAX_AMOUNT)));
-        assert_eq!(body["properties"]["currency"]["enum"], json!(charges::domain::CURRENCIES));
+            (Some("integer"), Some(charges::payments::domain::MIN_AMOUNT), Some(charges::payments::domain::MAX_AMOUNT)));
+        assert_eq!(body["properties"]["currency"]["enum"], json!(charges::payments::domain::CURRENCIES));
         let description = &body["properties"]["description"];
-        assert_eq!(description["maxLength"], charges::domain::MAX_DESCRIPTION_CHARS);
-        assert_eq!(description["pattern"], charges::domain::DESCRIPTION_PATTERN);
+        assert_eq!(description["maxLength"], charges::payments::domain::MAX_DESCRIPTION_CHARS);
+        assert_eq!(description["pattern"], charges::payments::domain::DESCRIPTION_PATTERN);
         let key = doc["paths"]["/charges"]["post"]["parameters"]
             .as_array()
             .unwrap()
@@ -50,7 +50,7 @@ crate::on_both_backends! {
         }), "a string, never null, with the parser's grammar");
 
         // Every currency the document lists is one the server takes.
-        for (i, currency) in charges::domain::CURRENCIES.iter().enumerate() {
+        for (i, currency) in charges::payments::domain::CURRENCIES.iter().enumerate() {
             let r = app.charge(None, &json!({"amount": 100 + i, "currency": currency})).await;
             assert_eq!(r.status, 201, "{currency}: {}", r.body);
         }
@@ -313,7 +313,7 @@ async fn the_document_is_plain_json() {
     let text = app.get("/openapi.json").await.body;
     let doc: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(
-        charges::json::parse_strict(text.as_bytes()).unwrap(),
+        charges::http::json::parse_strict(text.as_bytes()).unwrap(),
         doc,
         "no member twice"
     );

@@ -1,7 +1,7 @@
 //! Secrets the binary is given stay out of what it prints: the help (clap
 //! would show each environment variable's value), and the errors about a
 //! database URL in every form libpq reads, including libpq's own message
-//! when it cannot read the URL (the unit tests of `pool::redact` cover every
+//! when it cannot read the URL (the unit tests of `store::redact` cover every
 //! form; these run the real binary).
 
 use std::process::Command;

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use charges::api::Application;
+use charges::app::Application;
 use charges::config::Settings;
 
 use crate::support::TestDatabase;

@@ -4,7 +4,7 @@
 use std::ops::Deref;
 use std::time::{Duration, Instant};
 
-use charges::api::Application;
+use charges::app::Application;
 use charges::config::Settings;
 
 use super::TestBackend;

@@ -25,7 +25,7 @@ use super::{TestBackend, backend};
 pub fn server_url() -> String {
     // Before this binary's first libpq connection: no OpenSSL exit handler
     // to crash the test binary's exit (see init_openssl).
-    charges::store::pool::init_openssl();
+    charges::store::database::init_openssl();
     std::env::var("TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }
@@ -236,7 +236,7 @@ impl TestDatabase {
             #[diesel(sql_type = BigInt)]
             id: i64,
         }
-        let digest = charges::accounts::hash_api_key(api_key);
+        let digest = charges::http::accounts::hash_api_key(api_key);
         let sql = format!(
             "INSERT INTO accounts (name, api_key_sha256, demo, created_at) \
              VALUES ('{}', '{digest}', false, {}) RETURNING id",

@@ -7,7 +7,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Bool, Timestamptz};
 
 use super::note;
-use crate::schema::accounts;
+use crate::store::postgres::schema::accounts;
 use crate::store::{AccountRecord, AccountStore, QueryResult, time_text};
 
 impl AccountStore for PgConnection {

@@ -6,7 +6,7 @@ use diesel::prelude::*;
 use uuid::Uuid;
 
 use super::{Prepared, note};
-use crate::schema::{charges, refunds};
+use crate::store::postgres::schema::{charges, refunds};
 use crate::store::{Charge, ChargeStore, QueryResult, Refund, RefundReservation};
 
 #[derive(Queryable, Selectable)]

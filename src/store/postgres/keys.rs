@@ -13,12 +13,12 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{Prepared, note};
-use crate::schema::idempotency_keys as keys;
 use crate::store::QueryResult;
 use crate::store::keys::{
     Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, RawKeyRow, SavedResponse,
     StuckKey,
 };
+use crate::store::postgres::schema::idempotency_keys as keys;
 
 const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
 const COMPLETED: &str = KeyStatus::Completed.as_str();

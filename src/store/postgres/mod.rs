@@ -7,6 +7,7 @@ mod accounts;
 mod charges;
 mod keys;
 mod network;
+pub mod schema;
 
 use diesel::pg::PgConnection;
 use diesel::prelude::*;

@@ -8,7 +8,7 @@ use diesel::sql_types::Timestamptz;
 use uuid::Uuid;
 
 use super::note;
-use crate::schema::authorizations as auth;
+use crate::store::postgres::schema::authorizations as auth;
 use crate::store::{Authorization, AuthorizationStore, QueryResult};
 
 type Row = (Uuid, i64, i64, String, DateTime<Utc>, Option<DateTime<Utc>>);

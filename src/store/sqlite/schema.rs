@@ -1,5 +1,5 @@
 //! The SQLite schema of `migrations/sqlite`, for Diesel's query builder:
-//! `src/schema.rs` in SQLite's types (UUIDs, JSON and times are TEXT, times
+//! `src/store/postgres/schema.rs` in SQLite's types (UUIDs, JSON and times are TEXT, times
 //! as fixed-width RFC 3339 so that text order is time order). Written by
 //! hand: `diesel print-schema` is pointed at PostgreSQL, the reference.
 

@@ -15,14 +15,14 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::charges::{PATH, charge_id};
-use crate::domain::NewRefund;
-use crate::idempotency::{self, SavedResponse};
-use crate::problem::{
+use crate::http::problem::{
     ApiError, CONTENT_TYPE, NOT_FOUND, Problem, ProblemType, REFUND_EXCEEDS_CHARGE,
 };
-use crate::requests::{self, KeyUse, json_response, record_outcome, respond};
-use crate::state::AppState;
+use crate::http::requests::{self, KeyUse, json_response, record_outcome, respond};
+use crate::http::state::AppState;
+use crate::idempotency::{self, SavedResponse};
+use crate::payments::charges::{PATH, charge_id};
+use crate::payments::domain::NewRefund;
 use crate::store::{Refund, RefundReservation, Store, now_micros, time_text};
 
 /// A refund as the API shows it.
@@ -131,7 +131,7 @@ fn problem(kind: &ProblemType, detail: impl Into<String>) -> SavedResponse {
     post, path = "/charges/{id}/refunds", tag = "charges", operation_id = "create_refund",
     params(
         ("id" = Uuid, Path),
-        ("Idempotency-Key" = Option<String>, Header, description = crate::charges::IDEMPOTENCY_KEY_DOC),
+        ("Idempotency-Key" = Option<String>, Header, description = crate::payments::charges::IDEMPOTENCY_KEY_DOC),
     ),
     request_body(content = RefundRequestBody, content_type = "application/json"),
     responses(

@@ -6,12 +6,12 @@ use serde_json::{Value, json};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use crate::domain::{
+use crate::idempotency::key::{HEADER_PATTERN, MAX_LEN, VALUE_PATTERN};
+use crate::payments::domain::{
     CURRENCIES, DESCRIPTION_PATTERN, MAX_AMOUNT, MAX_DESCRIPTION_CHARS, MIN_AMOUNT,
 };
-use crate::idempotency::key::{HEADER_PATTERN, MAX_LEN, VALUE_PATTERN};
 
-use crate::state::AppState;
+use crate::http::state::AppState;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -28,15 +28,15 @@ A request whose worker died after the network authorized is finished by the serv
 has run out, and your retry then replays it. Errors are `application/problem+json` (RFC 9457).",
     ),
     paths(
-        crate::charges::create,
-        crate::charges::list,
-        crate::charges::get,
-        crate::charges::set_description,
-        crate::refunds::create,
-        crate::refunds::list,
-        crate::ops::healthz,
-        crate::ops::readyz,
-        crate::ops::problem_type,
+        crate::payments::charges::create,
+        crate::payments::charges::list,
+        crate::payments::charges::get,
+        crate::payments::charges::set_description,
+        crate::payments::refunds::create,
+        crate::payments::refunds::list,
+        crate::http::ops::healthz,
+        crate::http::ops::readyz,
+        crate::http::ops::problem_type,
         document,
         reference_page,
         crate::demo::config,
@@ -45,7 +45,7 @@ has run out, and your retry then replays it. Errors are `application/problem+jso
         crate::demo::expire,
         crate::demo::purge,
     ),
-    components(schemas(crate::problem::Problem, crate::domain::FieldError)),
+    components(schemas(crate::http::problem::Problem, crate::payments::domain::FieldError)),
     modifiers(&Security),
     tags(
         (name = "charges", description = "Payments, with Idempotency-Key"),
@@ -288,7 +288,7 @@ fn exact(doc: &mut Value, demo: bool) {
         .into_iter()
         .flatten()
     {
-        let slugs: Vec<&str> = crate::problem::TYPES.iter().map(|t| t.slug).collect();
+        let slugs: Vec<&str> = crate::http::problem::TYPES.iter().map(|t| t.slug).collect();
         param["schema"] = json!({"type": "string", "enum": slugs});
     }
     if let Some(expire) = paths.get_mut("/demo/keys/{key}/expire") {
@@ -313,5 +313,5 @@ pub async fn document(state: web::Data<AppState>) -> HttpResponse {
 pub async fn reference_page() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
-        .body(include_str!("../web/docs.html"))
+        .body(include_str!("../../web/docs.html"))
 }

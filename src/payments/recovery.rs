@@ -21,14 +21,14 @@
 
 use std::sync::Arc;
 
-use crate::charges::{self, CreateCharge};
 use crate::config::Settings;
-use crate::domain::NewRefund;
-use crate::hooks::{NoHooks, RequestHooks};
+use crate::http::problem::{self, REQUEST_NOT_RECOVERABLE};
+use crate::idempotency::hooks::{NoHooks, RequestHooks};
 use crate::idempotency::{self, Connections, KeyedRequest, Operation, SavedResponse};
 use crate::metrics::METRICS;
-use crate::network_client::NetworkClient;
-use crate::problem::{self, REQUEST_NOT_RECOVERABLE};
+use crate::network::client::NetworkClient;
+use crate::payments::charges::{self, CreateCharge};
+use crate::payments::domain::NewRefund;
 use crate::store::{Store, StuckKey};
 use crate::telemetry::log_safe;
 
@@ -63,7 +63,7 @@ fn operation_for(
             if !tx.account_is_live(account_id)? {
                 return Ok(charges::revoked());
             }
-            crate::refunds::refund(tx, account_id, charge, amount)
+            crate::payments::refunds::refund(tx, account_id, charge, amount)
         },
     ))
 }

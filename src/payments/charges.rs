@@ -12,14 +12,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::domain::{Description, NewCharge, NewDescription};
-use crate::hooks::RequestHooks;
-use crate::hooks::write_alone;
+use crate::http::problem::{ApiError, Problem};
+use crate::http::requests::{self, JsonRequest, KeyUse, json_response, record_outcome, respond};
+use crate::http::state::AppState;
+use crate::idempotency::hooks::RequestHooks;
+use crate::idempotency::hooks::write_alone;
 use crate::idempotency::{self, IdempotencyKey, Operation, SavedResponse};
-use crate::network_client::{self, NetworkClient};
-use crate::problem::{ApiError, Problem};
-use crate::requests::{self, JsonRequest, KeyUse, json_response, record_outcome, respond};
-use crate::state::AppState;
+use crate::network::client::{self, NetworkClient};
+use crate::payments::domain::{Description, NewCharge, NewDescription};
 use crate::store::{Charge, Store, now_micros, time_text};
 
 pub const PATH: &str = "/charges";
@@ -94,8 +94,8 @@ impl CreateCharge {
     ) -> CreateCharge {
         self.network = network.map(|client| {
             let derived = match key {
-                Some(key) => network_client::derived_key(self.charge.account_id, key),
-                None => network_client::key_for_charge(self.charge.id),
+                Some(key) => client::derived_key(self.charge.account_id, key),
+                None => client::key_for_charge(self.charge.id),
             };
             NetworkCall {
                 client,
@@ -118,7 +118,7 @@ impl CreateCharge {
             .client
             .authorize(&call.key, self.charge.amount, &self.charge.currency)
             .map_err(|e| match e {
-                network_client::NetworkError::KeyReused => idempotency::Error::DependencyKeyReused,
+                client::NetworkError::KeyReused => idempotency::Error::DependencyKeyReused,
                 e => idempotency::Error::Dependency(e.to_string()),
             })?;
         call.hooks.0.after_remote_call()?;
@@ -131,7 +131,7 @@ impl CreateCharge {
     fn run_unkeyed(
         &mut self,
         store: &mut dyn Store,
-        hooks: &dyn crate::hooks::TxHooks,
+        hooks: &dyn crate::idempotency::hooks::TxHooks,
     ) -> Result<SavedResponse, ApiError> {
         self.authorize()?;
         write_alone(store, hooks, |s| s.insert_charge(&self.charge))?;
@@ -142,8 +142,8 @@ impl CreateCharge {
 /// The stored, final answer to a keyed request whose account was revoked
 /// before it was completed (it is not completed).
 pub fn revoked() -> SavedResponse {
-    crate::problem::saved(
-        &crate::problem::ACCOUNT_REVOKED,
+    crate::http::problem::saved(
+        &crate::http::problem::ACCOUNT_REVOKED,
         "This account was revoked before the request was completed, so it was not: nothing was charged or refunded, and an authorization the card network had made for it was voided. This answer is stored for this Idempotency-Key.",
     )
 }

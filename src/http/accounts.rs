@@ -13,8 +13,8 @@ use actix_web::HttpRequest;
 use actix_web::http::header;
 use sha2::{Digest, Sha256};
 
-use crate::limits::{KeyedLimit, retry_after_secs};
-use crate::problem::ApiError;
+use crate::http::limits::{KeyedLimit, retry_after_secs};
+use crate::http::problem::ApiError;
 use crate::store::{AccountRecord, DbPool, Store};
 
 /// What every generated key starts with, so that a key pasted into the
@@ -181,7 +181,7 @@ impl Authenticator {
         }
         let include_demo = self.include_demo;
         let lookup = hash_api_key(key);
-        let left = crate::deadline::remaining(req, self.request_timeout);
+        let left = crate::http::deadline::remaining(req, self.request_timeout);
         let found = pool
             .run(left, move |store| -> Result<Option<i64>, ApiError> {
                 Ok(store.find_account(&lookup, include_demo)?)

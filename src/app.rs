@@ -13,15 +13,18 @@ use actix_web::dev::Server;
 use actix_web::middleware::{Condition, from_fn};
 use actix_web::{App, HttpServer, web};
 
-use crate::accounts::Authenticator;
 use crate::config::Settings;
+use crate::http::accounts::Authenticator;
+use crate::http::limits::{self, ClientLimits, KeyedLimit, Peers};
+use crate::http::problem::ApiError;
+use crate::http::state::AppState;
 use crate::http::{get, not_found, resource};
-use crate::limits::{self, ClientLimits, KeyedLimit, Peers};
-use crate::network_client::{DEFAULT_NETWORK_API_KEY, NetworkClient};
-use crate::problem::ApiError;
-use crate::state::AppState;
+use crate::http::{openapi, ops};
+use crate::network::client::{DEFAULT_NETWORK_API_KEY, NetworkClient};
+use crate::network::simulator;
+use crate::payments::{charges, recovery, refunds};
 use crate::store::{DbPool, SetupError};
-use crate::{charges, demo, idempotency, network, openapi, ops, recovery, refunds, telemetry};
+use crate::{demo, idempotency, telemetry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -302,26 +305,26 @@ fn start_network(
             let listener = TcpListener::bind("127.0.0.1:0")
                 .map_err(|e| StartupError::Network(e.to_string()))?;
             if settings.network_api_key == DEFAULT_NETWORK_API_KEY {
-                settings.network_api_key = crate::accounts::generate_api_key();
-                network::rekey_in_process_merchant(
+                settings.network_api_key = crate::http::accounts::generate_api_key();
+                simulator::rekey_in_process_merchant(
                     &settings.network_database(),
                     &settings.network_api_key,
                 )
                 .map_err(StartupError::Network)?;
             }
-            let network_settings = network::settings(
+            let network_settings = simulator::settings(
                 settings,
                 settings.network_database(),
                 &settings.network_api_key,
             );
             let started =
-                network::start(network_settings, listener).map_err(StartupError::Network)?;
+                simulator::start(network_settings, listener).map_err(StartupError::Network)?;
             Ok((Some(started.url), Some(started.server)))
         }
         _ if settings.network_api_key == DEFAULT_NETWORK_API_KEY => {
             Err(StartupError::Network(format!(
                 "NETWORK_URL {} is a separate network, and NETWORK_API_KEY is the default, public key: set NETWORK_API_KEY to the secret that network was started with",
-                crate::store::pool::redact(&settings.network_url)
+                crate::store::redact::redact(&settings.network_url)
             )))
         }
         url => Ok((Some(url.to_owned()), None)),

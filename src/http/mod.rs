@@ -1,10 +1,30 @@
-//! The HTTP surface's building blocks: the table of every route, and the
-//! resource every handler is mounted on.
+//! The HTTP edge: everything between a socket and an operation.
+//!
+//! - [`accounts`]: who is calling (API keys) and [`limits`]: how much they
+//!   may ask (rate limits, connection caps);
+//! - [`json`]: strict request bodies; [`problem`]: every error as
+//!   `application/problem+json`; [`deadline`]: the time a request has;
+//! - [`requests`]: what every write goes through (its checks, the
+//!   Idempotency-Key protocol, the answer); [`state`]: what handlers share;
+//! - [`ops`]: health, readiness and the problem pages; [`openapi`]: the
+//!   contract, generated from the handlers;
+//! - here: the table of every route, and the resource every handler is
+//!   mounted on.
+
+pub mod accounts;
+pub mod deadline;
+pub mod json;
+pub mod limits;
+pub mod openapi;
+pub mod ops;
+pub mod problem;
+pub mod requests;
+pub mod state;
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, Route, guard, web};
 
-use crate::problem::ApiError;
+use crate::http::problem::ApiError;
 
 /// Every route the server has, with the methods it answers (its `Allow`).
 /// Routes are mounted only through [`resource`], which reads its `Allow`

@@ -10,13 +10,13 @@ use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use crate::hooks::RequestHooks;
+use crate::http::problem::{ApiError, IN_FLIGHT_RETRY_AFTER_SECS};
+use crate::http::state::AppState;
+use crate::idempotency::hooks::RequestHooks;
 use crate::idempotency::{
     self, Fingerprint, IdempotencyKey, KeyedRequest, Lease, Mode, Operation, Outcome, SavedResponse,
 };
 use crate::metrics::METRICS;
-use crate::problem::{ApiError, IN_FLIGHT_RETRY_AFTER_SECS};
-use crate::state::AppState;
 use crate::telemetry;
 
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -75,7 +75,7 @@ pub async fn read_json(
         .map_err(|_| ApiError::BodyTimeout {
             secs: timeout.as_secs_f64().ceil() as u64,
         })??;
-    let body = crate::json::parse_strict(&body)
+    let body = crate::http::json::parse_strict(&body)
         .map_err(|e| ApiError::invalid(format!("The body is not valid JSON: {e}.")))?;
     Ok(JsonRequest {
         account_id,
@@ -179,7 +179,7 @@ pub fn json_response(status: StatusCode, location: Option<String>, body: Value) 
 pub fn respond(saved: &SavedResponse, replayed: bool) -> HttpResponse {
     let status = StatusCode::from_u16(saved.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = HttpResponse::build(status);
-    if let Some(reason) = crate::problem::rfc9110_reason(status) {
+    if let Some(reason) = crate::http::problem::rfc9110_reason(status) {
         response.reason(reason);
     }
     for (name, value) in &saved.headers {

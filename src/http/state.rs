@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use actix_web::{HttpMessage, HttpRequest};
 
-use crate::accounts::Authenticator;
 use crate::config::Settings;
+use crate::http::accounts::Authenticator;
+use crate::http::problem::ApiError;
 use crate::idempotency::RecentKeys;
-use crate::network_client::NetworkClient;
-use crate::problem::ApiError;
+use crate::network::client::NetworkClient;
 use crate::store::{Checkouts, DbPool, Store};
 
 pub struct AppState {
@@ -40,7 +40,7 @@ impl AppState {
         req: &HttpRequest,
         work: impl FnOnce(&mut dyn Store) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
-        let left = crate::deadline::remaining(req, self.settings.request_timeout);
+        let left = crate::http::deadline::remaining(req, self.settings.request_timeout);
         let pool = req.extensions().get::<RequestPool>().map(|p| p.0.clone());
         pool.as_ref().unwrap_or(&self.pool).run(left, work).await
     }
@@ -52,7 +52,7 @@ impl AppState {
         req: &HttpRequest,
         work: impl FnOnce(&mut Checkouts) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
-        let left = crate::deadline::remaining(req, self.settings.request_timeout);
+        let left = crate::http::deadline::remaining(req, self.settings.request_timeout);
         let pool = req.extensions().get::<RequestPool>().map(|p| p.0.clone());
         pool.as_ref()
             .unwrap_or(&self.pool)

@@ -11,9 +11,9 @@ use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
-use crate::domain::FieldError;
-use crate::hooks::HookFailure;
+use crate::idempotency::hooks::HookFailure;
 use crate::idempotency::{self, KeyError, SavedResponse};
+use crate::payments::domain::FieldError;
 use crate::store::{Failure, classify};
 
 pub const CONTENT_TYPE: &str = "application/problem+json";
@@ -392,11 +392,11 @@ impl From<HookFailure> for ApiError {
     }
 }
 
-impl From<crate::hooks::WriteError> for ApiError {
-    fn from(e: crate::hooks::WriteError) -> Self {
+impl From<crate::idempotency::hooks::WriteError> for ApiError {
+    fn from(e: crate::idempotency::hooks::WriteError) -> Self {
         match e {
-            crate::hooks::WriteError::Database(e) => e.into(),
-            crate::hooks::WriteError::Hook(e) => e.into(),
+            crate::idempotency::hooks::WriteError::Database(e) => e.into(),
+            crate::idempotency::hooks::WriteError::Hook(e) => e.into(),
         }
     }
 }

@@ -30,12 +30,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::accounts::{self, Authenticator};
 use crate::config::Settings;
+use crate::http::accounts::{self, Authenticator};
+use crate::http::problem::ApiError;
+use crate::http::requests::{self, KeyUse, json_response};
+use crate::http::state::AppState;
 use crate::idempotency::{self, Operation, SavedResponse};
-use crate::problem::ApiError;
-use crate::requests::{self, KeyUse, json_response};
-use crate::state::AppState;
 use crate::store::{Authorization, DbPool, Store, now_micros, time_text};
 use crate::telemetry;
 
@@ -94,7 +94,7 @@ async fn authorize(
     }
     let request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
     // Amount and currency as a charge has them (no description here).
-    let new = crate::charges::parse_new_charge(&request.body)?;
+    let new = crate::payments::charges::parse_new_charge(&request.body)?;
     let authorization = Authorization {
         id: Uuid::new_v4(),
         account_id: request.account_id,
@@ -138,8 +138,8 @@ async fn void(
     let operation = move |tx: &mut dyn Store| -> Result<SavedResponse, idempotency::Error> {
         Ok(match tx.void_authorization(account_id, id)? {
             Some(voided) => json_response(StatusCode::OK, None, view(&voided)),
-            None => crate::problem::saved(
-                &crate::problem::NOT_FOUND,
+            None => crate::http::problem::saved(
+                &crate::http::problem::NOT_FOUND,
                 "This merchant has no authorization with this id.",
             ),
         })
@@ -281,7 +281,7 @@ fn seed_merchant(pool: &DbPool, api_key: &str) -> Result<(), String> {
 /// key's merchant always had, so that its authorizations (and the keys they
 /// were made under) stay its own across restarts.
 fn in_process_merchant() -> String {
-    let digest = accounts::hash_api_key(crate::network_client::DEFAULT_NETWORK_API_KEY);
+    let digest = accounts::hash_api_key(crate::network::client::DEFAULT_NETWORK_API_KEY);
     format!("Merchant {}", &digest[..12])
 }
 

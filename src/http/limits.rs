@@ -286,7 +286,7 @@ pub async fn per_client(
             .rate_limited
             .with_label_values(&["client"])
             .inc();
-        let error = crate::problem::ApiError::RateLimited {
+        let error = crate::http::problem::ApiError::RateLimited {
             retry_after_secs: retry_after_secs(wait),
             scope: "client address",
         };

@@ -7,8 +7,8 @@ use std::time::Duration;
 use actix_web::{HttpResponse, web};
 use serde_json::json;
 
-use crate::problem::{self, ApiError};
-use crate::state::AppState;
+use crate::http::problem::{self, ApiError};
+use crate::http::state::AppState;
 
 /// The process is up.
 #[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "The process is up")))]

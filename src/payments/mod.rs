@@ -1,0 +1,9 @@
+//! The payment operations: what a charge and a refund are
+//! ([`domain`]: amounts, currencies, ids, validated once), the handlers that
+//! run them under the Idempotency-Key protocol ([`charges`], [`refunds`]),
+//! and the recovery of keys a crash left in progress ([`recovery`]).
+
+pub mod charges;
+pub mod domain;
+pub mod recovery;
+pub mod refunds;

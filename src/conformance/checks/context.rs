@@ -1,0 +1,242 @@
+//! What the checks share: the first request's result they build on, the
+//! context that records each row's verdict, and small helpers (fresh keys
+//! and markers, comparing answers, honouring Retry-After).
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::super::http::{self, Request, Response};
+use super::super::{CHECKS, Config, Verdict};
+
+/// Answers 429 or 409 are retried at most this often, waiting Retry-After.
+pub(super) const MAX_WAITS: usize = 15;
+/// The longest Retry-After the checker honours.
+pub(super) const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
+/// How long after a lost response the client retries (by then a server
+/// that runs requests one at a time is done with the first).
+pub(super) const LOST_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// What the first request made: the checks that follow build on it.
+pub(super) struct First {
+    pub(super) key: String,
+    pub(super) marker: String,
+    pub(super) body: String,
+    pub(super) response: Response,
+    pub(super) id: String,
+}
+
+pub(super) struct Ctx<'a> {
+    pub(super) cfg: &'a Config,
+    pub(super) rows: BTreeMap<&'static str, (Verdict, String)>,
+    /// Every refusal seen (4xx), with the check it came from.
+    pub(super) refusals: Vec<(&'static str, Response)>,
+}
+
+pub(super) fn new_key() -> String {
+    Uuid::new_v4().to_string()
+}
+
+pub(super) fn new_marker() -> String {
+    format!("m{}", Uuid::new_v4().simple())
+}
+
+pub(super) fn fill(template: &str, marker: &str) -> String {
+    template.replace("{marker}", marker)
+}
+
+pub(super) fn quoted(key: &str) -> Vec<u8> {
+    format!("\"{key}\"").into_bytes()
+}
+
+/// The same result: the same bytes, or the same JSON.
+pub(super) fn same_body(a: &Response, b: &Response) -> bool {
+    a.body == b.body || a.json().is_some_and(|j| Some(j) == b.json())
+}
+
+pub(super) fn retry_after(r: &Response) -> Duration {
+    r.header("retry-after")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(Duration::from_secs(1), Duration::from_secs)
+        .clamp(Duration::from_millis(100), MAX_RETRY_AFTER)
+}
+
+pub(super) fn progress(message: &str, done: bool) {
+    let mut err = std::io::stderr();
+    if err.is_terminal() {
+        let _ = write!(err, "\r\x1b[2K{message}{}", if done { "\n" } else { "" });
+    } else if done {
+        let _ = writeln!(err, "{message}");
+    }
+}
+
+impl Ctx<'_> {
+    pub(super) fn set(&mut self, id: &'static str, verdict: Verdict, evidence: impl Into<String>) {
+        debug_assert!(CHECKS.iter().any(|c| c.id == id), "unknown check {id}");
+        self.rows.insert(id, (verdict, evidence.into()));
+    }
+
+    pub(super) fn pass(&mut self, id: &'static str) {
+        self.set(id, Verdict::Pass, "");
+    }
+
+    pub(super) fn refusal(&mut self, id: &'static str, r: &Response) {
+        if (400..500).contains(&r.status) {
+            self.refusals.push((id, r.clone()));
+        }
+    }
+
+    /// A POST with these `Idempotency-Key` lines, as the main credential
+    /// or another.
+    pub(super) fn request(
+        &self,
+        path: &str,
+        key_lines: &[Vec<u8>],
+        body: &str,
+        credential: Option<&[(String, String)]>,
+    ) -> Request {
+        let mut request = Request::new("POST", path);
+        for (name, value) in &self.cfg.headers {
+            let replaced =
+                credential.is_some_and(|c| c.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)));
+            if !replaced {
+                request = request.header(name, value.as_bytes());
+            }
+        }
+        for (name, value) in credential.unwrap_or_default() {
+            request = request.header(name, value.as_bytes());
+        }
+        for line in key_lines {
+            request = request.header("Idempotency-Key", line.clone());
+        }
+        request.json_body(body)
+    }
+
+    /// Sends it; a 429 (rate limit, no part of the protocol) is waited out.
+    pub(super) fn send(&self, request: &Request) -> Result<Response, String> {
+        let mut waits = 0;
+        loop {
+            let r = http::send(&self.cfg.origin, request, self.cfg.timeout)?;
+            if r.status != 429 || waits == MAX_WAITS {
+                return Ok(r);
+            }
+            waits += 1;
+            std::thread::sleep(retry_after(&r));
+        }
+    }
+
+    pub(super) fn post(&self, key: &str, body: &str) -> Result<Response, String> {
+        self.send(&self.request(&self.cfg.endpoint, &[quoted(key)], body, None))
+    }
+
+    /// A POST whose 409 (in flight) is retried after its Retry-After.
+    pub(super) fn post_until_settled(&self, key: &str, body: &str) -> Result<Response, String> {
+        for attempt in 1.. {
+            let r = self.post(key, body)?;
+            if r.status != 409 || attempt == MAX_WAITS {
+                return Ok(r);
+            }
+            let wait = retry_after(&r);
+            progress(
+                &format!("conformance: lost response: the retry got 409, again in {wait:?}"),
+                false,
+            );
+            std::thread::sleep(wait);
+        }
+        unreachable!()
+    }
+
+    /// The resource an answer names: its id member, else its Location.
+    pub(super) fn id(&self, r: &Response) -> Option<String> {
+        if !r.is_success() {
+            return None;
+        }
+        let from_body = r.json().and_then(|j| match j.get(&self.cfg.id_field)? {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        });
+        from_body.or_else(|| r.header("location").map(str::to_owned))
+    }
+
+    /// How many resources carry `marker`, by the read URL (`None`: none
+    /// was given).
+    pub(super) fn created(&self, marker: &str) -> Option<Result<usize, String>> {
+        let path = self.cfg.read_path.as_ref()?;
+        let mut request = Request::new("GET", path);
+        for (name, value) in &self.cfg.headers {
+            request = request.header(name, value.as_bytes());
+        }
+        Some(match self.send(&request) {
+            Ok(r) if r.is_success() => Ok(r.text().matches(marker).count()),
+            Ok(r) => Err(format!("--read-url answered {}", r.summary())),
+            Err(e) => Err(format!("--read-url: {e}")),
+        })
+    }
+
+    /// `Ok(())` when what carries `marker` numbers `expected` (or cannot be
+    /// counted), else the evidence.
+    pub(super) fn expect_created(
+        &self,
+        marker: &str,
+        expected: usize,
+        what: &str,
+    ) -> Result<(), String> {
+        match self.created(marker) {
+            None => Ok(()),
+            Some(Ok(n)) if n == expected => Ok(()),
+            Some(Ok(n)) => Err(format!(
+                "{n} resource(s) in --read-url carry {what}'s marker, not {expected}"
+            )),
+            Some(Err(e)) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
+        Response {
+            status,
+            headers: headers
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_same_result_is_the_same_bytes_or_the_same_json() {
+        let a = response(201, &[], r#"{"id":"x","amount":1}"#);
+        assert!(same_body(
+            &a,
+            &response(201, &[], r#"{"amount":1, "id":"x"}"#)
+        ));
+        assert!(!same_body(
+            &a,
+            &response(201, &[], r#"{"id":"y","amount":1}"#)
+        ));
+        assert!(same_body(
+            &response(200, &[], "ok"),
+            &response(200, &[], "ok")
+        ));
+    }
+
+    #[test]
+    fn retry_after_is_seconds_bounded_with_one_second_by_default() {
+        let wait = |v: &str| retry_after(&response(409, &[("Retry-After", v)], ""));
+        assert_eq!(wait("2"), Duration::from_secs(2));
+        assert_eq!(wait("3600"), MAX_RETRY_AFTER);
+        assert_eq!(wait("0"), Duration::from_millis(100));
+        assert_eq!(
+            wait("Fri, 04 Dec 2026 23:00:00 GMT"),
+            Duration::from_secs(1)
+        );
+        assert_eq!(retry_after(&response(409, &[], "")), Duration::from_secs(1));
+    }
+}

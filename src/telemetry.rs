@@ -146,7 +146,7 @@ fn note_refusal(client: Option<std::net::IpAddr>, status: u16, reason: &'static 
     );
 }
 
-/// Logs what [`note_refusal`] counted without logging and the broken
+/// Logs what `note_refusal` counted without logging and the broken
 /// connections since the last call, and forgets quiet addresses. Called
 /// every [`REFUSAL_LOG_INTERVAL`].
 pub fn flush_refusals() {
@@ -202,7 +202,7 @@ fn kept_in_logs(c: char) -> bool {
 }
 
 /// `value` as it may appear in a log line: each character outside
-/// [`kept_in_logs`] written as `%XX` (per UTF-8 byte), at most `max` bytes
+/// `kept_in_logs` written as `%XX` (per UTF-8 byte), at most `max` bytes
 /// of that, and `...` after a value cut short. For any value a client
 /// chooses: the text format would show `x}"route=/admin` as a field of its
 /// own, and a value is otherwise as long as the client makes it.

@@ -7,7 +7,7 @@
 //! Numbers are read from their decimal text as far as wholeness goes: a
 //! number is a whole one in the value exactly when its text is
 //! (`0.99999999999999999` is nearest to the double 1.0, but is no amount of
-//! 1; see [`exact_f64`]). serde_json's `arbitrary_precision` feature would
+//! 1; see `exact_f64`). serde_json's `arbitrary_precision` feature would
 //! keep every number's text instead, but it changes `serde_json::Value` for
 //! the whole build, every crate's included: a fraction's number becomes a
 //! string inside (this parser then read `3.5` as an object), `1e3` and

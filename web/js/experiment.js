@@ -2,7 +2,7 @@
 // sequence diagram, one card per request (raw request, raw response, time,
 // the database right after it), the database panel and the result.
 //
-// A lesson only says what its steps do (see lessons.js, where most steps are
+// A lesson only says what its steps do (see lessons/, where most steps are
 // rows of data). Steps run in order;
 // while one experiment runs, the others wait, so the tables always belong to
 // the experiment you are looking at.

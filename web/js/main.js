@@ -5,7 +5,7 @@
 import { t, lang, setLang, applyStatic, onLangChange } from './i18n.js';
 import { getState, resetDemo } from './api.js';
 import { loadServer, server } from './server.js';
-import { mountExperiments, renderServerFacts } from './lessons.js';
+import { mountExperiments, renderServerFacts } from './lessons/index.js';
 import { mountSelfCheck } from './selfcheck.js';
 import { rerenderAll, onBusyChange, onState, isBusy, afterReset } from './experiment.js';
 import { updateScrollHints } from './tables.js';

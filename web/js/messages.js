@@ -246,7 +246,6 @@ const en = {
   'col.response_status': 'response',
   'col.charge_id': 'charge_id',
   'col.expires_at': 'expires_at',
-  'col.locked_until': 'locked_until',
   'summary.db': p => `${plural(p.charges, 'charge', 'charges')}, ${plural(p.keys, 'key', 'keys')}`,
   'summary.unguarded': p => `, ${plural(p.n, 'unguarded key row', 'unguarded key rows')}`,
 

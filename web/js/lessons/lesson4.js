@@ -1,0 +1,228 @@
+// Lesson 4: a retry while the first is still running.
+
+import { L } from '../diagram.js';
+import { shortKeyOf, onBusyChange } from '../experiment.js';
+import { t, tHtml, fmtMs, fmtDuration } from '../i18n.js';
+import { outcomeOf, problemFor, EXECUTED, REPLAYED, IN_FLIGHT } from '../outcome.js';
+import { server, serverOrNull } from '../server.js';
+import { charge, reply, narrateCharge, T, experiment, setText, setHtml } from './shared.js';
+
+// Lesson 4's timing is one constant: A holds its transaction open for HOLD_MS
+// before it commits. Everything else is a stated fraction of it. With 5 s
+// and B sent 1 s in, it is the setting of the design article's measurement
+// (B waited 4009 ms), which the lesson quotes.
+const HOLD_MS = 5000;
+/** B, the retry, is sent a fifth of the way into A's hold. */
+const SEND_B_AFTER_MS = HOLD_MS / 5;
+/** atomic: B then waits on A's uncommitted key for the rest of the hold… */
+const ATOMIC_EXPECTED_WAIT_MS = HOLD_MS - SEND_B_AFTER_MS;
+/** …and it must have waited at least three fifths of the hold to count as waiting for A. */
+const ATOMIC_MIN_WAIT_MS = (HOLD_MS * 3) / 5;
+/** key-first: B's 409 must come within a fifth of the hold, well before A commits. */
+const KEY_FIRST_MAX_MS = HOLD_MS / 5;
+
+/** The hold in the units the texts use: seconds, B's delay, the Demo-Fault's milliseconds. */
+const HOLD = { s: HOLD_MS / 1000, after: SEND_B_AFTER_MS / 1000, ms: HOLD_MS };
+
+/** Throws unless the server lets a request hold its transaction open for HOLD_MS. */
+function checkHold() {
+  const { max_delay_commit_ms: max, max_delayed_transactions: places } = server();
+  if (HOLD_MS >= max) throw new Error(`lesson 4 holds a transaction for ${HOLD_MS} ms; that must stay below this server’s limit, ${max} ms (max_delay_commit_ms)`);
+  if (places < 1) throw new Error('this server lets no demo request hold its transaction open (DEMO_MAX_DELAYED)');
+}
+
+/**
+ * Lesson 4 in the "atomic" mode: the key and the charge share one
+ * transaction, so B's insert of the same key waits on the unique index until
+ * A commits, then B replays A's stored response.
+ */
+async function runLesson4Atomic(ctx) {
+  const d = ctx.diagram;
+  const key = ctx.vars.key;
+  const short = shortKeyOf(key);
+  const body = ctx.vars.body;
+  const mode = 'atomic';
+  checkHold();
+  const a = ctx.start(charge({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeld', HOLD) });
+  d.message('api', 'db', L('d.uncommitted', { key: short }), { tag: 'A' });
+  d.note(['db'], L('d.holdOpen', HOLD), { tag: 'A' });
+  await Promise.race([ctx.sleep(SEND_B_AFTER_MS), a.answered]);
+  const b = ctx.start(charge({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning', HOLD) });
+  d.message('api', 'db', L('d.mustWait', { key: short, other: 'A' }), { tag: 'B' });
+  const wait = d.openBar('B', 'db', { kind: 'wait', record: b.record });
+
+  let committedDrawn = false;
+  const drawCommit = () => {
+    if (committedDrawn) return;
+    committedDrawn = true;
+    d.message('api', 'db', L('d.commitNow', HOLD), { tag: 'A' });
+  };
+  const aDone = a.answered.then((rec) => {
+    if (outcomeOf(rec) === EXECUTED) drawCommit();
+    reply(d, rec, a.bar);
+  });
+  const bDone = b.answered.then((rec) => {
+    if (outcomeOf(rec) === REPLAYED) {
+      drawCommit();
+      d.closeBar(wait);
+      d.message('db', 'api', L('d.unblocked', { other: 'A' }), { tag: 'B', kind: 'reply' });
+    } else {
+      d.closeBar(wait);
+    }
+    reply(d, rec, b.bar);
+  });
+  await Promise.all([aDone, bDone, a.done, b.done]);
+}
+
+function verdictLesson4Atomic(ctx) {
+  const { A, B } = ctx.records;
+  const n = ctx.newCharges().length;
+  const ok = outcomeOf(B) === REPLAYED && B.elapsedMs >= ATOMIC_MIN_WAIT_MS && n === 1 && A.json?.id === B.json?.id;
+  return {
+    ok,
+    key: 'l4.verdict',
+    params: { ms: fmtMs(B.elapsedMs), n, status: B.status, replayed: B.replayed, expectMs: ATOMIC_EXPECTED_WAIT_MS },
+  };
+}
+
+/**
+ * Lesson 4 in the "key-first" mode: A's first transaction commits the key
+ * row as in_progress; its second one (the charge) is held open. B sees the
+ * committed row and is answered 409 at once, with no lock to wait on. After
+ * A has finished, C (same key, same body) gets A's stored 201.
+ */
+async function runLesson4KeyFirst(ctx) {
+  const d = ctx.diagram;
+  const key = ctx.vars.key;
+  const short = shortKeyOf(key);
+  const body = ctx.vars.body;
+  const mode = 'key-first';
+  const lease = server().idempotency_lease_seconds;
+  checkHold();
+  const a = ctx.start(charge({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeldKeyFirst', HOLD) });
+  d.message('api', 'db', L('d.kfRegister', { key: short, s: lease }), { tag: 'A' });
+  d.message('api', 'db', L('d.kfCharge'), { tag: 'A' });
+  d.note(['db'], L('d.kfHold', HOLD), { tag: 'A' });
+  await Promise.race([ctx.sleep(SEND_B_AFTER_MS), a.answered]);
+  const b = ctx.start(charge({ ...body, key, mode }), {
+    tag: 'B',
+    title: T('title.retryWhileRunning', HOLD),
+    narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { holder: 'A' }),
+  });
+
+  const aDone = a.answered.then((rec) => {
+    if (outcomeOf(rec) === EXECUTED) d.message('api', 'db', L('d.kfCommit', HOLD), { tag: 'A' });
+    reply(d, rec, a.bar);
+  });
+  // b.done resolves once the state read right after B's answer is shown:
+  // the committed in_progress row, while A is still running.
+  await b.done;
+  ctx.vars.rowAfterB = ctx.latest?.idempotency_keys.find((k) => k.key === key) ?? null;
+  ctx.vars.aRunningAfterB = a.record.elapsedMs === null;
+  await Promise.all([aDone, a.done]);
+  await ctx.send(charge({ ...body, key, mode }), { tag: 'C', title: T('title.retryLater'), narrate: narrateCharge });
+}
+
+function verdictLesson4KeyFirst(ctx) {
+  const { A, B, C } = ctx.records;
+  const n = ctx.newCharges().length;
+  const row = ctx.vars.rowAfterB;
+  const same = Boolean(A.json?.id) && A.json.id === C?.json?.id;
+  const ok =
+    outcomeOf(B) === IN_FLIGHT &&
+    B.elapsedMs < KEY_FIRST_MAX_MS &&
+    row?.status === 'in_progress' &&
+    Boolean(C) &&
+    outcomeOf(C) === REPLAYED &&
+    same &&
+    n === 1;
+  return {
+    ok,
+    key: 'l4.kf.verdict',
+    params: {
+      ms: fmtMs(B.elapsedMs),
+      retryAfter: B.header('Retry-After') ?? '—',
+      n,
+      bStatus: B.status ?? 'error',
+      rowStatus: row?.status ?? '—',
+      cStatus: C?.status ?? '—',
+      replayed: C?.replayed ?? false,
+      same,
+      maxMs: KEY_FIRST_MAX_MS,
+    },
+  };
+}
+
+// ==== MODE SWITCH: lesson 4 ===================================================================
+// Lesson 4 is written once per idempotency mode; the radios in index.html
+// ("MODE SWITCH: lesson 4") set lesson4.mode, and every request of the run
+// carries that mode as Demo-Mode, whatever the server's default
+// (/demo/config's idempotency_mode) is.
+// The SQLite backend needs no mode of its own here: only the lock's scope differs
+// (the whole database is locked, not one key), and /demo/config's backend_name names it.
+const LESSON4_MODES = {
+  atomic: { run: runLesson4Atomic, verdict: verdictLesson4Atomic, label: L('l4.step1.atomic', HOLD), text: 'l4.p2.atomic.html' },
+  'key-first': { run: runLesson4KeyFirst, verdict: verdictLesson4KeyFirst, label: L('l4.step1.keyFirst', HOLD), text: 'l4.p2.keyFirst.html' },
+};
+// ===============================================================================================
+
+export const lesson4 = experiment({
+  id: 'l4',
+  mode: 'atomic',
+  body: { amount: 1000, currency: 'jpy', desc: 'body.l4' },
+  setup(ctx) {
+    ctx.vars.mode = lesson4.mode;
+  },
+  steps: [
+    {
+      get label() {
+        return LESSON4_MODES[lesson4.mode].label;
+      },
+      run: (ctx) => LESSON4_MODES[ctx.vars.mode].run(ctx),
+    },
+  ],
+  verdict: (ctx) => LESSON4_MODES[ctx.vars.mode].verdict(ctx),
+});
+
+/** The radios above lesson 4's experiment: a new mode starts the experiment afresh. */
+export function mountLesson4Modes(root, experiment) {
+  const box = root.querySelector('[data-role="l4-modes"]');
+  if (!box) return;
+  for (const input of box.querySelectorAll('input[name="l4-mode"]')) {
+    // A browser may restore an old choice after a reload; the page starts in lesson4.mode.
+    input.checked = input.value === lesson4.mode;
+    input.addEventListener('change', () => {
+      if (!input.checked || !LESSON4_MODES[input.value] || input.value === lesson4.mode) return;
+      lesson4.mode = input.value;
+      box.dataset.mode = lesson4.mode;
+      experiment.startOver({ focus: false });
+      renderLesson4(root);
+    });
+  }
+  box.dataset.mode = lesson4.mode;
+  onBusyChange((busy) => {
+    box.disabled = busy;
+  });
+}
+
+/** Lesson 4's mode-dependent text, and the sentences that quote the server's settings. */
+export function renderLesson4(root, config = serverOrNull()) {
+  setHtml(root.querySelector('[data-role="l4-intro"]'), tHtml('l4.p1.html', HOLD));
+  setText(
+    root.querySelector('[data-role="l4-backend"]'),
+    t('l4.backend', { backend: config?.backend_name ?? '…', serverMode: config?.idempotency_mode ?? '…', mode: lesson4.mode }),
+  );
+  setHtml(
+    root.querySelector('[data-role="l4-explain"]'),
+    tHtml(LESSON4_MODES[lesson4.mode].text, {
+      ...HOLD,
+      wait: ATOMIC_EXPECTED_WAIT_MS / 1000,
+      type: config ? problemFor(IN_FLIGHT).type : '…',
+      retryAfter: config?.in_flight_retry_after_seconds ?? '…',
+    }),
+  );
+  const lease = config ? fmtDuration(config.idempotency_lease_seconds) : '…';
+  const isDefault = config ? config.idempotency_lease_seconds === config.default_idempotency_lease_seconds : false;
+  const defaultLease = config?.default_idempotency_lease_seconds ?? '…';
+  setHtml(root.querySelector('[data-role="l4-lease"]'), tHtml('l4.tradeoff.p2.html', { lease, isDefault, defaultLease }));
+}

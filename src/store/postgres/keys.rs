@@ -13,10 +13,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{Prepared, note};
-use crate::store::QueryResult;
-use crate::store::keys::{
-    Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, RawKeyRow, SavedResponse,
-    StuckKey,
+use crate::idempotency::key_store::{
+    Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, QueryResult, RawKeyRow,
+    SavedResponse, StuckKey, takeover,
 };
 use crate::store::postgres::schema::idempotency_keys as keys;
 
@@ -149,12 +148,12 @@ impl KeyStore for PgConnection {
         status: NewKeyStatus<'_>,
     ) -> QueryResult<Option<Claim>> {
         let lease_token = Uuid::new_v4();
-        // The takeover rule: expired, or a stuck in-progress row of this
-        // same request whose lease has run out.
-        let takeable = keys::expires_at.le(now).or(keys::status
-            .eq(IN_PROGRESS)
-            .and(keys::locked_until.lt(now))
-            .and(keys::fingerprint.eq(request.fingerprint)));
+        let takeable = takeover(
+            keys::expires_at.le(now),
+            keys::status.eq(IN_PROGRESS),
+            keys::locked_until.lt(now),
+            keys::fingerprint.eq(request.fingerprint),
+        );
         let taken: Option<Uuid> = Prepared(
             diesel::update(
                 keys::table

@@ -36,7 +36,7 @@ impl Store for PgConnection {
 
     fn in_transaction(
         &mut self,
-        work: &mut dyn FnMut(&mut dyn Store) -> QueryResult<()>,
+        work: &mut dyn FnMut(&mut (dyn Store + 'static)) -> QueryResult<()>,
     ) -> QueryResult<()> {
         self.build_transaction()
             .read_committed()

@@ -7,10 +7,9 @@ use uuid::Uuid;
 
 use super::schema::idempotency_keys as keys;
 use super::{from_now, now_text};
-use crate::store::QueryResult;
-use crate::store::keys::{
-    Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, RawKeyRow, SavedResponse,
-    StuckKey,
+use crate::idempotency::key_store::{
+    Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, QueryResult, RawKeyRow,
+    SavedResponse, StuckKey, takeover,
 };
 
 const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
@@ -141,12 +140,12 @@ impl KeyStore for SqliteConnection {
     ) -> QueryResult<Option<Claim>> {
         let lease_token = Uuid::new_v4();
         let now = now_text();
-        // The takeover rule: expired, or a stuck in-progress row of this
-        // same request whose lease has run out.
-        let takeable = keys::expires_at.le(now.clone()).or(keys::status
-            .eq(IN_PROGRESS)
-            .and(keys::locked_until.lt(now))
-            .and(keys::fingerprint.eq(request.fingerprint)));
+        let takeable = takeover(
+            keys::expires_at.le(now.clone()),
+            keys::status.eq(IN_PROGRESS),
+            keys::locked_until.lt(now),
+            keys::fingerprint.eq(request.fingerprint),
+        );
         let taken = diesel::update(
             keys::table
                 .filter(keys::account_id.eq(request.account_id))

@@ -48,7 +48,7 @@ impl Store for SqliteConnection {
 
     fn in_transaction(
         &mut self,
-        work: &mut dyn FnMut(&mut dyn Store) -> QueryResult<()>,
+        work: &mut dyn FnMut(&mut (dyn Store + 'static)) -> QueryResult<()>,
     ) -> QueryResult<()> {
         self.immediate_transaction(|tx| work(tx))
     }

@@ -59,6 +59,7 @@
 //! This folder imports nothing else of the crate but the metrics registry:
 //! it can be copied into another Diesel service (see docs/design.md).
 
+pub mod decide;
 pub mod failure;
 pub mod fingerprint;
 pub mod hooks;
@@ -73,6 +74,7 @@ use std::time::Instant;
 
 use diesel::result::Error as DieselError;
 
+pub use decide::{Decision, Read, decide};
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 pub use key_store::{
@@ -524,53 +526,6 @@ pub(crate) fn answer_after_lost_claim<S: KeyStore + ?Sized>(
     match decide(row, request.fingerprint, Read::AfterLostClaim) {
         Decision::Answer(outcome) => Ok(outcome),
         Decision::Claim => unreachable!("after a lost claim every row is answered"),
-    }
-}
-
-/// Where a key row was read: before anything was tried (the fast path), or
-/// after our claim found a row it could not take (the claim was lost).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Read {
-    FastPath,
-    AfterLostClaim,
-}
-
-/// What to do about a key, given its row.
-#[derive(Debug, PartialEq)]
-pub enum Decision {
-    /// Try to claim the key and run the operation.
-    Claim,
-    /// Answer without running anything.
-    Answer(Outcome),
-}
-
-/// The protocol's one rule, shared by every read of a key row: what a
-/// request with `fingerprint` does about the key's live row. Pure, so it is
-/// tested table by table. The design (atomic or key-first) does not change
-/// it: it changes only when a concurrent request sees a row at all.
-pub fn decide(row: Option<KeyRecord>, fingerprint: &str, read: Read) -> Decision {
-    let Some(row) = row else {
-        return match read {
-            Read::FastPath => Decision::Claim,
-            // Gone between our claim and this read (released by a failed
-            // key-first request): the client may retry and run as the first.
-            Read::AfterLostClaim => Decision::Answer(Outcome::InFlight),
-        };
-    };
-    if row.fingerprint != fingerprint {
-        return Decision::Answer(Outcome::Mismatch);
-    }
-    match row.state {
-        // A completed key never changes until it expires.
-        KeyState::Completed(response) => Decision::Answer(Outcome::Replayed(response)),
-        // Its worker is on it: answered at once, not queued behind its row lock.
-        KeyState::InProgress { lease_live: true } => Decision::Answer(Outcome::InFlight),
-        // A stuck row of this same request: the claim may take it over.
-        KeyState::InProgress { lease_live: false } => match read {
-            Read::FastPath => Decision::Claim,
-            // Someone else took it over before us.
-            Read::AfterLostClaim => Decision::Answer(Outcome::InFlight),
-        },
     }
 }
 

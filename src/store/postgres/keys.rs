@@ -1,5 +1,11 @@
-//! The key store's steps on PostgreSQL, each one statement of Diesel's
-//! query builder; times on the database's clock.
+//! The protocol's key store on PostgreSQL (`idempotency::key_store`): its
+//! transaction, and its steps, each one statement of Diesel's query
+//! builder; times on the database's clock.
+//!
+//! What it uses of this crate besides the protocol: the table's schema
+//! (`schema.rs`, from `migrations/postgres/…_create_idempotency_keys`),
+//! `Prepared` (a statement PostgreSQL plans once per connection) and `note`
+//! (a lost connection is not given back to the pool), both in `mod.rs`.
 
 use std::time::Duration;
 
@@ -15,7 +21,7 @@ use uuid::Uuid;
 use super::{Prepared, note};
 use crate::idempotency::key_store::{
     Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, QueryResult, RawKeyRow,
-    SavedResponse, StuckKey, takeover,
+    SavedResponse, StuckKey, Transactional, takeover,
 };
 use crate::store::postgres::schema::idempotency_keys as keys;
 
@@ -92,6 +98,19 @@ fn claim(request: &KeyedRequest<'_>, lease_token: Uuid, status: NewKeyStatus<'_>
         key: request.key.to_owned(),
         lease_token,
         completed: matches!(status, NewKeyStatus::Completed(_)),
+    }
+}
+
+/// READ COMMITTED: a second insert of the same key waits on the unique
+/// index entry until the first transaction commits (then finds its row) or
+/// rolls back (then inserts); at REPEATABLE READ it would fail with a
+/// serialization error instead.
+impl Transactional for PgConnection {
+    fn transaction<T, E: From<diesel::result::Error>>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.build_transaction().read_committed().run(work)
     }
 }
 

@@ -1,5 +1,7 @@
-//! The key store's steps on SQLite, each one statement of Diesel's query
-//! builder; times on the app's clock, as text.
+//! The protocol's key store on SQLite (`idempotency::key_store`): its
+//! transaction, and its steps, each one statement of Diesel's query
+//! builder; times on the app's clock, as text (`now_text`, `from_now` in
+//! `mod.rs`), over `schema.rs` (from `migrations/sqlite`).
 
 use diesel::prelude::*;
 use diesel::sqlite::SqliteConnection;
@@ -9,7 +11,7 @@ use super::schema::idempotency_keys as keys;
 use super::{from_now, now_text};
 use crate::idempotency::key_store::{
     Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, QueryResult, RawKeyRow,
-    SavedResponse, StuckKey, takeover,
+    SavedResponse, StuckKey, Transactional, takeover,
 };
 
 const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
@@ -73,6 +75,19 @@ fn claim(request: &KeyedRequest<'_>, lease_token: Uuid, status: NewKeyStatus<'_>
         key: request.key.to_owned(),
         lease_token,
         completed: matches!(status, NewKeyStatus::Completed(_)),
+    }
+}
+
+/// `BEGIN IMMEDIATE`: the database's write lock is taken up front, so a
+/// concurrent writer (a second insert of the same key among them) waits for
+/// the whole transaction (the busy timeout) instead of failing halfway
+/// when a deferred transaction upgrades its lock.
+impl Transactional for SqliteConnection {
+    fn transaction<T, E: From<diesel::result::Error>>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.immediate_transaction(work)
     }
 }
 

@@ -51,12 +51,14 @@ pub const LAYERS: &[&[&str]] = &[
         "http::deadline",
         "network::client",
     ],
-    // The database, one store per backend; logging.
-    &["store", "telemetry"],
     // The seam around a request's writes (tests and the demo hook in).
     &["idempotency::hooks"],
-    // The Idempotency-Key protocol, over the store.
+    // The Idempotency-Key protocol, with its key store's contract (a trait
+    // the store implements): it imports nothing of the store.
     &["idempotency"],
+    // The database, one store per backend (its key table implements the
+    // protocol's trait); logging.
+    &["store", "telemetry"],
     // Settings (they name the protocol's modes and the pool's size).
     &["config"],
     // HTTP: errors as problem+json, the route table, who is calling.

@@ -406,7 +406,10 @@ impl From<idempotency::Error> for ApiError {
         match e {
             idempotency::Error::Database(e) => e.into(),
             idempotency::Error::Hook(e) => e.into(),
-            idempotency::Error::Connection(e) => e.into(),
+            idempotency::Error::Connection(e) => match e.downcast::<crate::store::RunError>() {
+                Ok(e) => (*e).into(),
+                Err(e) => ApiError::internal(e),
+            },
             idempotency::Error::Dependency(cause) => ApiError::Network(cause),
             idempotency::Error::DependencyKeyReused => ApiError::IdempotencyKeyReusedAtNetwork,
             idempotency::Error::KeyLocked => ApiError::IdempotencyKeyInFlight {

@@ -98,7 +98,7 @@ pub async fn run_keyed(
     state: &AppState,
     request: JsonRequest,
     key: IdempotencyKey,
-    mut operation: impl Operation + Send + 'static,
+    mut operation: impl Operation<dyn crate::store::Store> + Send + 'static,
 ) -> Result<HttpResponse, ApiError> {
     let fingerprint = request.fingerprint(req);
     // A request may carry its own mode and lease (the demo compares both

@@ -24,10 +24,6 @@ impl Fingerprint {
         Fingerprint(format!("sha256:{:x}", hasher.0.finalize()))
     }
 
-    pub fn from_stored(text: String) -> Fingerprint {
-        Fingerprint(text)
-    }
-
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -7,7 +7,9 @@
 
 use std::sync::Arc;
 
-use crate::store::{QueryError, Store};
+use diesel::result::Error as QueryError;
+
+use super::Transactional;
 
 /// Why a hook stopped the request. Everything its transaction wrote rolls
 /// back.
@@ -99,10 +101,10 @@ pub enum WriteError {
 /// Runs `write`, one statement that is atomic on its own (a charge without a
 /// key, a new description), alone; or, if a hook acts before commit, in a
 /// transaction with the hook after it.
-pub fn write_alone<T>(
-    store: &mut dyn Store,
+pub fn write_alone<S: Transactional + ?Sized, T>(
+    store: &mut S,
     hooks: &dyn TxHooks,
-    write: impl FnOnce(&mut dyn Store) -> Result<T, QueryError>,
+    write: impl FnOnce(&mut S) -> Result<T, QueryError>,
 ) -> Result<T, WriteError> {
     if !hooks.acts_before_commit() {
         return Ok(write(store)?);

@@ -52,28 +52,40 @@
 //! protocol takes a way to get connections ([`Connections`]: one per
 //! transaction), not one connection for the whole request.
 //!
-//! Nothing here knows what an operation does; the key table's steps are the
-//! store's (`store::keys`), one implementation per backend.
+//! Nothing here knows what an operation does, nor which database it runs
+//! on: the key table's steps are a trait ([`KeyStore`], in `key_store`),
+//! implemented once per backend by the store, and the protocol is generic
+//! over it. An operation names the transaction type its own writes need.
+//! This folder imports nothing else of the crate but the metrics registry:
+//! it can be copied into another Diesel service (see docs/design.md).
 
+pub mod decide;
+pub mod failure;
 pub mod fingerprint;
 pub mod hooks;
 pub mod key;
+pub mod key_store;
 mod phases;
 pub mod recent;
+#[cfg(test)]
+mod tests;
 
 use std::time::Instant;
 
 use diesel::result::Error as DieselError;
 
-pub use crate::store::{KeyedRequest, SavedResponse};
+pub use decide::{Decision, Read, decide};
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
+pub use key_store::{
+    Claim, KeyRecord, KeyState, KeyStore, KeyedRequest, NewKeyStatus, SavedResponse, StuckKey,
+    Transactional,
+};
 pub use recent::RecentKeys;
 
+use crate::idempotency::failure::{Failure, classify};
 use crate::idempotency::hooks::{HookFailure, TxHooks};
 use crate::metrics::METRICS;
-use crate::store::keys::NewKeyStatus;
-use crate::store::{Checkouts, Claim, Failure, KeyRecord, KeyState, RunError, Store, classify};
 
 /// How often a transaction that failed with a serialization failure or a
 /// deadlock is tried in all before the error is returned.
@@ -103,13 +115,15 @@ impl Mode {
 }
 
 /// What runs under a key: its writes, on the transaction it is handed, and
-/// the response to store and send.
-pub trait Operation {
+/// the response to store and send. `Tx` is the transaction type the
+/// protocol runs on; an operation asks of it only what its own writes need
+/// (`impl<Tx: ChargeStore + ?Sized> Operation<Tx> for …`).
+pub trait Operation<Tx: ?Sized> {
     /// Runs on the transaction that holds the key. Whatever it answers is
     /// stored and replayed, a 4xx included: once the operation has run, the
     /// key has its answer. An `Err` rolls everything back, the key row
     /// included (key-first: releases the key), and nothing is stored.
-    fn run(&mut self, tx: &mut dyn Store) -> Result<SavedResponse, Error>;
+    fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, Error>;
 
     /// The response, if it is known before anything is written (see the
     /// module's doc); [`run`](Operation::run) must then answer exactly it.
@@ -144,18 +158,9 @@ pub trait Operation {
 
 /// Any closure over the transaction is an operation whose response is not
 /// known in advance.
-impl<F: FnMut(&mut dyn Store) -> Result<SavedResponse, Error>> Operation for F {
-    fn run(&mut self, tx: &mut dyn Store) -> Result<SavedResponse, Error> {
+impl<Tx: ?Sized, F: FnMut(&mut Tx) -> Result<SavedResponse, Error>> Operation<Tx> for F {
+    fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, Error> {
         self(tx)
-    }
-}
-
-// The stored response belongs to the store; how it is sent is the protocol's.
-impl SavedResponse {
-    /// The body bytes: canonical JSON, identical for the first answer and
-    /// every replay (jsonb does not keep the original bytes).
-    pub fn body_bytes(&self) -> String {
-        fingerprint::canonical_json(&self.body)
     }
 }
 
@@ -206,9 +211,10 @@ pub enum Error {
     #[error("the key was used with another request, as a dependency tells")]
     DependencyKeyReused,
     /// No connection for one of the protocol's transactions (the pool's
-    /// timeout), or the request's deadline passed.
+    /// timeout), or the request's deadline passed: the [`Connections`]'
+    /// own error.
     #[error(transparent)]
-    Connection(#[from] RunError),
+    Connection(Box<dyn std::error::Error + Send + Sync>),
     /// Registering the key waited longer than the database's lock timeout
     /// for a concurrent request that holds it: answered as in flight (409).
     #[error("a concurrent request held the idempotency key past the lock timeout")]
@@ -219,45 +225,19 @@ pub enum Error {
 /// gives it back after: one held for the whole request would sit idle while
 /// a foreign call runs (see `phases`).
 pub trait Connections {
+    /// The connection: a key store that runs transactions, and whatever the
+    /// operations run on it write.
+    type Store: Transactional + ?Sized;
+
     /// Runs `work` on a connection, given back when it returns.
-    fn with_store(
+    fn run<T>(
         &mut self,
-        work: &mut dyn FnMut(&mut dyn Store) -> Result<(), Error>,
-    ) -> Result<(), Error>;
+        work: impl FnOnce(&mut Self::Store) -> Result<T, Error>,
+    ) -> Result<T, Error>;
 
     /// When the caller stops waiting (the request's deadline): a duplicate
     /// waiting for its first request gives up before it.
     fn until(&self) -> Instant;
-}
-
-impl Connections for Checkouts {
-    fn with_store(
-        &mut self,
-        work: &mut dyn FnMut(&mut dyn Store) -> Result<(), Error>,
-    ) -> Result<(), Error> {
-        self.with(|store| work(store))
-    }
-
-    fn until(&self) -> Instant {
-        Checkouts::until(self)
-    }
-}
-
-impl dyn Connections + '_ {
-    /// [`Connections::with_store`] with a result of the caller's own.
-    pub fn run<T>(
-        &mut self,
-        work: impl FnOnce(&mut dyn Store) -> Result<T, Error>,
-    ) -> Result<T, Error> {
-        let mut work = Some(work);
-        let mut result = None;
-        self.with_store(&mut |store| {
-            let work = work.take().expect("a connection runs its work once");
-            result = Some(work(store));
-            Ok(())
-        })?;
-        result.expect("the work ran")
-    }
 }
 
 /// Runs `operation` at most once for `request`'s key, in `mode`; `hooks`
@@ -266,13 +246,13 @@ impl dyn Connections + '_ {
 /// two (key-first); one with a foreign step in three phases (`phases`),
 /// each on a connection of its own. `recent`: the keys this process
 /// completed lately (atomic mode reads those first, see `recent`).
-pub fn execute(
-    connections: &mut dyn Connections,
+pub fn execute<C: Connections>(
+    connections: &mut C,
     mode: Mode,
     request: &KeyedRequest<'_>,
     recent: &RecentKeys,
     hooks: &dyn TxHooks,
-    operation: &mut dyn Operation,
+    operation: &mut dyn Operation<C::Store>,
 ) -> Result<Outcome, Error> {
     // Atomic mode reads nothing before its transaction, so a retry would
     // cost what its first request cost. A key completed here lately is most
@@ -308,8 +288,8 @@ pub fn execute(
 /// its replay, or 422 for another request. Anything else (no live row: it
 /// expired or was purged; a row in progress) is `None`, for the protocol
 /// to decide in its transaction as if nothing had been read.
-fn read_completed(
-    connections: &mut dyn Connections,
+fn read_completed<C: Connections>(
+    connections: &mut C,
     request: &KeyedRequest<'_>,
 ) -> Result<Option<Outcome>, Error> {
     let row = connections.run(|store| Ok(store.find_live_key(request.account_id, request.key)?))?;
@@ -322,11 +302,11 @@ fn read_completed(
     }
 }
 
-fn atomic(
-    store: &mut dyn Store,
+fn atomic<S: Transactional + ?Sized>(
+    store: &mut S,
     request: &KeyedRequest<'_>,
     hooks: &dyn TxHooks,
-    operation: &mut dyn Operation,
+    operation: &mut dyn Operation<S>,
 ) -> Result<Outcome, Error> {
     with_transient_retries(|| {
         store.transaction(|tx| {
@@ -350,11 +330,11 @@ fn atomic(
     })
 }
 
-fn key_first(
-    store: &mut dyn Store,
+fn key_first<S: Transactional + ?Sized>(
+    store: &mut S,
     request: &KeyedRequest<'_>,
     hooks: &dyn TxHooks,
-    operation: &mut dyn Operation,
+    operation: &mut dyn Operation<S>,
 ) -> Result<Outcome, Error> {
     // 0. A completed key never changes until it expires, so its replay
     //    needs one indexed read and no lock; an in-progress row under a live
@@ -380,12 +360,12 @@ fn key_first(
 
 /// Key-first's second transaction, for a claim this worker holds: the
 /// operation and its stored response, or, on failure, the claim released.
-fn run_claimed(
-    store: &mut dyn Store,
+fn run_claimed<S: Transactional + ?Sized>(
+    store: &mut S,
     claim: &Claim,
     request: &KeyedRequest<'_>,
     hooks: &dyn TxHooks,
-    operation: &mut dyn Operation,
+    operation: &mut dyn Operation<S>,
 ) -> Result<Outcome, Error> {
     match run_and_store(store, claim, hooks, operation) {
         Ok(response) => Ok(Outcome::Executed(response)),
@@ -412,11 +392,11 @@ fn run_claimed(
 /// key's account is the operation's to check, in its writes.) `Ok(None)`:
 /// another instance, or the client's own retry, took it first; the row lock
 /// lets only one do it.
-pub fn recover(
-    connections: &mut dyn Connections,
+pub fn recover<C: Connections>(
+    connections: &mut C,
     request: &KeyedRequest<'_>,
     hooks: &dyn TxHooks,
-    operation: &mut dyn Operation,
+    operation: &mut dyn Operation<C::Store>,
 ) -> Result<Option<SavedResponse>, Error> {
     let claimed = connections.run(|store| {
         with_transient_retries(|| {
@@ -441,8 +421,8 @@ pub fn recover(
 /// server cannot rebuild it) a stored terminal answer, `response`, once its
 /// lease has run out, so that it stops being found as stuck. `false`:
 /// someone else took it first.
-pub fn close_unrecoverable(
-    connections: &mut dyn Connections,
+pub fn close_unrecoverable<C: Connections>(
+    connections: &mut C,
     request: &KeyedRequest<'_>,
     response: &SavedResponse,
 ) -> Result<bool, Error> {
@@ -467,8 +447,8 @@ pub(crate) enum Registration {
 
 /// Registers the key: inserts its row, or takes over the row it has if that
 /// may be taken over (expired; stuck in progress under a dead lease).
-pub(crate) fn register(
-    tx: &mut dyn Store,
+pub(crate) fn register<S: KeyStore + ?Sized>(
+    tx: &mut S,
     request: &KeyedRequest<'_>,
     status: NewKeyStatus<'_>,
 ) -> Result<Registration, Error> {
@@ -501,11 +481,11 @@ pub(crate) fn register(
 
 /// The operation's writes and its response stored under `claim`, in one
 /// transaction (key-first's second; a foreign step's phase 3).
-pub(crate) fn run_and_store(
-    store: &mut dyn Store,
+pub(crate) fn run_and_store<S: Transactional + ?Sized>(
+    store: &mut S,
     claim: &Claim,
     hooks: &dyn TxHooks,
-    operation: &mut dyn Operation,
+    operation: &mut dyn Operation<S>,
 ) -> Result<SavedResponse, Error> {
     with_transient_retries(|| {
         store.transaction(|tx| {
@@ -519,11 +499,11 @@ pub(crate) fn run_and_store(
 
 /// Stores the response in the claimed row (or, when the row was written
 /// completed with the announced response, checks that this is it).
-pub(crate) fn store_response(
-    tx: &mut dyn Store,
+pub(crate) fn store_response<S: KeyStore + ?Sized>(
+    tx: &mut S,
     claim: &Claim,
     response: &SavedResponse,
-    operation: &dyn Operation,
+    operation: &dyn Operation<S>,
 ) -> Result<(), Error> {
     if claim.completed {
         return match operation.known_response() == Some(response) {
@@ -538,61 +518,14 @@ pub(crate) fn store_response(
     }
 }
 
-pub(crate) fn answer_after_lost_claim(
-    store: &mut dyn Store,
+pub(crate) fn answer_after_lost_claim<S: KeyStore + ?Sized>(
+    store: &mut S,
     request: &KeyedRequest<'_>,
 ) -> Result<Outcome, Error> {
     let row = store.find_live_key(request.account_id, request.key)?;
     match decide(row, request.fingerprint, Read::AfterLostClaim) {
         Decision::Answer(outcome) => Ok(outcome),
         Decision::Claim => unreachable!("after a lost claim every row is answered"),
-    }
-}
-
-/// Where a key row was read: before anything was tried (the fast path), or
-/// after our claim found a row it could not take (the claim was lost).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Read {
-    FastPath,
-    AfterLostClaim,
-}
-
-/// What to do about a key, given its row.
-#[derive(Debug, PartialEq)]
-pub enum Decision {
-    /// Try to claim the key and run the operation.
-    Claim,
-    /// Answer without running anything.
-    Answer(Outcome),
-}
-
-/// The protocol's one rule, shared by every read of a key row: what a
-/// request with `fingerprint` does about the key's live row. Pure, so it is
-/// tested table by table. The design (atomic or key-first) does not change
-/// it: it changes only when a concurrent request sees a row at all.
-pub fn decide(row: Option<KeyRecord>, fingerprint: &str, read: Read) -> Decision {
-    let Some(row) = row else {
-        return match read {
-            Read::FastPath => Decision::Claim,
-            // Gone between our claim and this read (released by a failed
-            // key-first request): the client may retry and run as the first.
-            Read::AfterLostClaim => Decision::Answer(Outcome::InFlight),
-        };
-    };
-    if row.fingerprint != fingerprint {
-        return Decision::Answer(Outcome::Mismatch);
-    }
-    match row.state {
-        // A completed key never changes until it expires.
-        KeyState::Completed(response) => Decision::Answer(Outcome::Replayed(response)),
-        // Its worker is on it: answered at once, not queued behind its row lock.
-        KeyState::InProgress { lease_live: true } => Decision::Answer(Outcome::InFlight),
-        // A stuck row of this same request: the claim may take it over.
-        KeyState::InProgress { lease_live: false } => match read {
-            Read::FastPath => Decision::Claim,
-            // Someone else took it over before us.
-            Read::AfterLostClaim => Decision::Answer(Outcome::InFlight),
-        },
     }
 }
 
@@ -616,7 +549,10 @@ pub fn with_transient_retries<T>(
 }
 
 /// Deletes every expired key row, `batch` rows a statement; returns how many.
-pub fn purge_expired(store: &mut dyn Store, batch: i64) -> Result<usize, DieselError> {
+pub fn purge_expired<S: KeyStore + ?Sized>(
+    store: &mut S,
+    batch: i64,
+) -> Result<usize, DieselError> {
     let mut total = 0;
     loop {
         let n = store.purge_expired_keys(batch)?;
@@ -625,132 +561,5 @@ pub fn purge_expired(store: &mut dyn Store, batch: i64) -> Result<usize, DieselE
         if (n as i64) < batch {
             return Ok(total);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use diesel::result::{DatabaseErrorInformation, DatabaseErrorKind};
-
-    struct Info(&'static str);
-
-    impl DatabaseErrorInformation for Info {
-        fn message(&self) -> &str {
-            self.0
-        }
-        fn details(&self) -> Option<&str> {
-            None
-        }
-        fn hint(&self) -> Option<&str> {
-            None
-        }
-        fn table_name(&self) -> Option<&str> {
-            None
-        }
-        fn column_name(&self) -> Option<&str> {
-            None
-        }
-        fn constraint_name(&self) -> Option<&str> {
-            None
-        }
-        fn statement_position(&self) -> Option<i32> {
-            None
-        }
-    }
-
-    fn db_error(kind: DatabaseErrorKind, message: &'static str) -> Error {
-        Error::Database(DieselError::DatabaseError(kind, Box::new(Info(message))))
-    }
-
-    /// Every (row state, fingerprint, where it was read) and what follows.
-    /// The design is no input: atomic and key-first differ only in whether a
-    /// concurrent request gets to see an in-progress row at all.
-    #[test]
-    fn every_key_state_fingerprint_and_read_decides_one_outcome() {
-        use Read::{AfterLostClaim as Lost, FastPath as Fast};
-        let mine = Fingerprint::of("POST", "/charges", &serde_json::json!({"amount": 1}));
-        let response = SavedResponse {
-            status: 201,
-            headers: [("location".to_owned(), "/charges/1".to_owned())].into(),
-            body: serde_json::json!({"id": 1}),
-        };
-        let row = |state: &KeyState, same: bool| KeyRecord {
-            fingerprint: if same {
-                mine.as_str().to_owned()
-            } else {
-                "sha256:other".to_owned()
-            },
-            state: state.clone(),
-        };
-        let live = KeyState::InProgress { lease_live: true };
-        let over = KeyState::InProgress { lease_live: false };
-        let done = KeyState::Completed(response.clone());
-        let claim = || Decision::Claim;
-        let answer = Decision::Answer;
-        #[rustfmt::skip]
-        let table: Vec<(Option<&KeyState>, bool, Read, Decision)> = vec![
-            // state         same request  read   decision
-            (None,           true,  Fast, claim()),
-            (None,           true,  Lost, answer(Outcome::InFlight)),
-            (Some(&live),    true,  Fast, answer(Outcome::InFlight)),
-            (Some(&live),    true,  Lost, answer(Outcome::InFlight)),
-            (Some(&live),    false, Fast, answer(Outcome::Mismatch)),
-            (Some(&live),    false, Lost, answer(Outcome::Mismatch)),
-            (Some(&over),    true,  Fast, claim()),
-            (Some(&over),    true,  Lost, answer(Outcome::InFlight)),
-            (Some(&over),    false, Fast, answer(Outcome::Mismatch)),
-            (Some(&over),    false, Lost, answer(Outcome::Mismatch)),
-            (Some(&done),    true,  Fast, answer(Outcome::Replayed(response.clone()))),
-            (Some(&done),    true,  Lost, answer(Outcome::Replayed(response.clone()))),
-            (Some(&done),    false, Fast, answer(Outcome::Mismatch)),
-            (Some(&done),    false, Lost, answer(Outcome::Mismatch)),
-        ];
-        for (state, same, read, expected) in table {
-            let got = decide(state.map(|s| row(s, same)), mine.as_str(), read);
-            assert_eq!(
-                got, expected,
-                "{state:?}, same request: {same}, read {read:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn serialization_failures_and_deadlocks_are_retried_a_bounded_number_of_times() {
-        let mut calls = 0;
-        let result = with_transient_retries(|| {
-            calls += 1;
-            match calls {
-                1 => Err(db_error(
-                    DatabaseErrorKind::SerializationFailure,
-                    "could not serialize access",
-                )),
-                2 => Err(db_error(DatabaseErrorKind::Unknown, "deadlock detected")),
-                _ => Ok(calls),
-            }
-        });
-        assert_eq!(result.unwrap(), 3);
-
-        let mut calls = 0;
-        let result: Result<(), _> = with_transient_retries(|| {
-            calls += 1;
-            Err(db_error(DatabaseErrorKind::SerializationFailure, "again"))
-        });
-        assert!(result.is_err());
-        assert_eq!(calls, MAX_ATTEMPTS);
-    }
-
-    #[test]
-    fn other_errors_are_not_retried() {
-        let mut calls = 0;
-        let result: Result<(), _> = with_transient_retries(|| {
-            calls += 1;
-            Err(db_error(
-                DatabaseErrorKind::UniqueViolation,
-                "duplicate key",
-            ))
-        });
-        assert!(result.is_err());
-        assert_eq!(calls, 1);
     }
 }

@@ -43,12 +43,11 @@
 use std::time::{Duration, Instant};
 
 use super::{
-    Connections, Decision, Error, Mode, Operation, Outcome, Read, Registration,
-    answer_after_lost_claim, decide, register, run_and_store, with_transient_retries,
+    Claim, Connections, Decision, Error, KeyStore, KeyedRequest, Mode, NewKeyStatus, Operation,
+    Outcome, Read, Registration, Transactional, answer_after_lost_claim, decide, register,
+    run_and_store, with_transient_retries,
 };
 use crate::idempotency::hooks::{HookFailure, TxHooks};
-use crate::store::keys::NewKeyStatus;
-use crate::store::{Claim, KeyedRequest, Store};
 
 /// A waiting duplicate's first pause, and its longest.
 const FIRST_POLL: Duration = Duration::from_millis(25);
@@ -57,12 +56,12 @@ const LONGEST_POLL: Duration = Duration::from_millis(400);
 /// that it answers 409 (retry) rather than being cut off by the deadline.
 const POLL_MARGIN: Duration = Duration::from_millis(250);
 
-pub(super) fn execute(
-    connections: &mut dyn Connections,
+pub(super) fn execute<C: Connections>(
+    connections: &mut C,
     mode: Mode,
     request: &KeyedRequest<'_>,
     hooks: &dyn TxHooks,
-    operation: &mut dyn Operation,
+    operation: &mut dyn Operation<C::Store>,
 ) -> Result<Outcome, Error> {
     // Phase 1.
     let claim = match register_or_wait(connections, mode, request)? {
@@ -77,8 +76,8 @@ pub(super) fn execute(
 /// key another request holds in progress is waited for, with no connection
 /// held between the looks, until it is completed (replayed), released (ours
 /// to run) or its lease runs out (ours to take over), or the deadline nears.
-fn register_or_wait(
-    connections: &mut dyn Connections,
+fn register_or_wait<C: Connections>(
+    connections: &mut C,
     mode: Mode,
     request: &KeyedRequest<'_>,
 ) -> Result<Registration, Error> {
@@ -113,12 +112,12 @@ fn register_or_wait(
 
 /// Phases 2 and 3, for a claim this worker holds (a new key, or one taken
 /// over by a retry or the recovery task).
-pub(super) fn complete(
-    connections: &mut dyn Connections,
+pub(super) fn complete<C: Connections>(
+    connections: &mut C,
     claim: &Claim,
     request: &KeyedRequest<'_>,
     hooks: &dyn TxHooks,
-    operation: &mut dyn Operation,
+    operation: &mut dyn Operation<C::Store>,
 ) -> Result<Outcome, Error> {
     // Phase 2: no transaction, no connection.
     if let Err(error) = operation.foreign_step() {
@@ -145,8 +144,8 @@ pub(super) fn complete(
 /// first). If it is not ours any more, someone else may still complete it:
 /// the answer is theirs. An abandoned worker does nothing more, as if its
 /// process had died.
-fn give_up(
-    store: &mut dyn Store,
+fn give_up<S: KeyStore + ?Sized>(
+    store: &mut S,
     claim: &Claim,
     request: &KeyedRequest<'_>,
     error: Error,

@@ -36,7 +36,7 @@ use crate::http::problem::ApiError;
 use crate::http::requests::{self, KeyUse, json_response};
 use crate::http::state::AppState;
 use crate::idempotency::{self, Operation, SavedResponse};
-use crate::store::{Authorization, DbPool, Store, now_micros, time_text};
+use crate::store::{Authorization, AuthorizationStore, DbPool, Store, now_micros, time_text};
 use crate::telemetry;
 
 pub const PATH: &str = "/authorizations";
@@ -72,8 +72,8 @@ struct Authorize {
     response: SavedResponse,
 }
 
-impl Operation for Authorize {
-    fn run(&mut self, tx: &mut dyn Store) -> Result<SavedResponse, idempotency::Error> {
+impl<Tx: AuthorizationStore + ?Sized> Operation<Tx> for Authorize {
+    fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
         tx.insert_authorization(&self.authorization)?;
         Ok(self.response.clone())
     }
@@ -135,15 +135,16 @@ async fn void(
         .clone()
         .ok_or(ApiError::IdempotencyKeyRequired)?;
     let account_id = request.account_id;
-    let operation = move |tx: &mut dyn Store| -> Result<SavedResponse, idempotency::Error> {
-        Ok(match tx.void_authorization(account_id, id)? {
-            Some(voided) => json_response(StatusCode::OK, None, view(&voided)),
-            None => crate::http::problem::saved(
-                &crate::http::problem::NOT_FOUND,
-                "This merchant has no authorization with this id.",
-            ),
-        })
-    };
+    let operation =
+        move |tx: &mut (dyn Store + 'static)| -> Result<SavedResponse, idempotency::Error> {
+            Ok(match tx.void_authorization(account_id, id)? {
+                Some(voided) => json_response(StatusCode::OK, None, view(&voided)),
+                None => crate::http::problem::saved(
+                    &crate::http::problem::NOT_FOUND,
+                    "This merchant has no authorization with this id.",
+                ),
+            })
+        };
     requests::run_keyed(&req, &state, request, key, operation).await
 }
 

@@ -20,7 +20,7 @@ use crate::idempotency::hooks::write_alone;
 use crate::idempotency::{self, IdempotencyKey, Operation, SavedResponse};
 use crate::network::client::{self, NetworkClient};
 use crate::payments::domain::{Description, NewCharge, NewDescription};
-use crate::store::{Charge, Store, now_micros, time_text};
+use crate::store::{AccountStore, Charge, ChargeStore, Store, now_micros, time_text};
 
 pub const PATH: &str = "/charges";
 pub const IDEMPOTENCY_KEY_DOC: &str = "A Structured Field string (IETF draft-ietf-httpapi-idempotency-key-header-07), e.g. `\"8e03978e-40d5-43e8-bc93-6894a57f9324\"`; an unquoted value is accepted too and taken literally. Either way 1 to 255 printable ASCII characters (space to `~`); a quoted one escapes `\\\"` and `\\\\` and has no parameters. Generate one UUID per operation and reuse it for every retry. Keys are remembered for 24 hours by default (IDEMPOTENCY_TTL); within that window the same key with the same request replays the stored response, with a different request (body or endpoint) it is a 422.";
@@ -161,8 +161,8 @@ fn created(charge: &Charge) -> SavedResponse {
 /// protocol asks for it between its phases, holding no connection, and
 /// then runs [`run`](Operation::run), the INSERT, in the transaction that
 /// stores the response.
-impl Operation for CreateCharge {
-    fn run(&mut self, tx: &mut dyn Store) -> Result<SavedResponse, idempotency::Error> {
+impl<Tx: ChargeStore + AccountStore + ?Sized> Operation<Tx> for CreateCharge {
+    fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
         if self.check_account && !tx.account_is_live(self.charge.account_id)? {
             self.refused = true;
             return Ok(revoked());

@@ -29,7 +29,8 @@ use crate::metrics::METRICS;
 use crate::network::client::NetworkClient;
 use crate::payments::charges::{self, CreateCharge};
 use crate::payments::domain::NewRefund;
-use crate::store::{Store, StuckKey};
+use crate::payments::refunds::CreateRefund;
+use crate::store::{AccountStore, ChargeStore, Store, StuckKey};
 use crate::telemetry::log_safe;
 
 /// How much of a client's key a log line shows (escaped, as every field a
@@ -43,7 +44,7 @@ pub const BATCH: i64 = 100;
 fn operation_for(
     stuck: &StuckKey,
     network: Option<Arc<NetworkClient>>,
-) -> Option<Box<dyn Operation>> {
+) -> Option<Box<dyn Operation<dyn Store>>> {
     let path = stuck.path.as_str();
     if path == charges::PATH {
         let new = charges::parse_new_charge(&stuck.body).ok()?;
@@ -57,15 +58,24 @@ fn operation_for(
         .strip_suffix("/refunds")
         .and_then(|id| uuid::Uuid::parse_str(id).ok())?;
     let amount = NewRefund::parse(&stuck.body).ok()?.amount.get();
-    let account_id = stuck.account_id;
-    Some(Box::new(
-        move |tx: &mut dyn Store| -> Result<SavedResponse, idempotency::Error> {
-            if !tx.account_is_live(account_id)? {
-                return Ok(charges::revoked());
-            }
-            crate::payments::refunds::refund(tx, account_id, charge, amount)
-        },
-    ))
+    Some(Box::new(RecoveredRefund(CreateRefund {
+        account_id: stuck.account_id,
+        charge,
+        amount,
+    })))
+}
+
+/// A refund the recovery task finishes, long after its request was
+/// authenticated: it checks first that the account may still act.
+struct RecoveredRefund(CreateRefund);
+
+impl<Tx: ChargeStore + AccountStore + ?Sized> Operation<Tx> for RecoveredRefund {
+    fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
+        if !tx.account_is_live(self.0.account_id)? {
+            return Ok(charges::revoked());
+        }
+        self.0.run(tx)
+    }
 }
 
 /// One pass: every stuck key found (up to [`BATCH`]) recovered, unless
@@ -73,7 +83,7 @@ fn operation_for(
 /// of `connections` and give it back (none is held while the network is
 /// asked). How many this pass completed.
 pub fn pass(
-    connections: &mut dyn Connections,
+    connections: &mut impl Connections<Store = dyn Store>,
     settings: &Settings,
     network: Option<Arc<NetworkClient>>,
 ) -> Result<usize, idempotency::Error> {
@@ -120,7 +130,7 @@ pub fn pass(
 /// A stuck key whose request cannot be rebuilt: its stored, final answer,
 /// and one log line.
 fn close_unrecoverable(
-    connections: &mut dyn Connections,
+    connections: &mut impl Connections<Store = dyn Store>,
     request: &KeyedRequest<'_>,
     key: &str,
     path: &str,

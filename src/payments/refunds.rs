@@ -20,10 +20,10 @@ use crate::http::problem::{
 };
 use crate::http::requests::{self, KeyUse, json_response, record_outcome, respond};
 use crate::http::state::AppState;
-use crate::idempotency::{self, SavedResponse};
+use crate::idempotency::{self, Operation, SavedResponse};
 use crate::payments::charges::{PATH, charge_id};
 use crate::payments::domain::NewRefund;
-use crate::store::{Refund, RefundReservation, Store, now_micros, time_text};
+use crate::store::{ChargeStore, Refund, RefundReservation, now_micros, time_text};
 
 /// A refund as the API shows it.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -73,11 +73,25 @@ pub struct RefundRequestBody {
     amount: i64,
 }
 
+/// Refunding, as an operation under a key: its writes need the charges'
+/// table only.
+pub(crate) struct CreateRefund {
+    pub account_id: i64,
+    pub charge: Uuid,
+    pub amount: i64,
+}
+
+impl<Tx: ChargeStore + ?Sized> Operation<Tx> for CreateRefund {
+    fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
+        refund(tx, self.account_id, self.charge, self.amount)
+    }
+}
+
 /// The refund operation: reserve the amount on the charge (one conditional
 /// statement, so concurrent refunds never pass the charge's amount), then
 /// record the refund, and answer.
 pub(crate) fn refund(
-    tx: &mut dyn Store,
+    tx: &mut (impl ChargeStore + ?Sized),
     account_id: i64,
     charge: Uuid,
     amount: i64,
@@ -167,7 +181,11 @@ pub async fn create(
         .amount
         .get();
     let account_id = request.account_id;
-    let operation = move |tx: &mut dyn Store| refund(tx, account_id, charge, amount);
+    let operation = CreateRefund {
+        account_id,
+        charge,
+        amount,
+    };
     match request.key.take() {
         Some(key) => requests::run_keyed(&req, &state, request, key, operation).await,
         // No key: every retry refunds again (lesson 2 shows it).

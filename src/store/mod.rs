@@ -4,18 +4,22 @@
 //! `sqlite/schema.rs`, where UUIDs, JSON and times are TEXT, the app's
 //! clock). Diesel cannot share our schema's UUID, JSONB and TIMESTAMPTZ types
 //! across the two, so each writes its own queries, table by table
-//! (`keys.rs`, `charges.rs`, `accounts.rs` in each); the names, states and
-//! rules they share are written once, here and in [`keys`].
+//! (`keys.rs`, `charges.rs`, `accounts.rs`, `network.rs` in each); the names,
+//! states and rules they share are written once, here and, for the key
+//! table, in the protocol's contract (`idempotency::key_store`).
 //!
-//! Callers hold a `&mut dyn Store`; which backend it is is decided only at
-//! the pool's edge ([`pool`]). Diesel is synchronous: handlers call all of
-//! this inside `web::block`.
+//! The key table's trait is the protocol's: `idempotency` owns
+//! [`KeyStore`] and its rows, and each backend's `keys.rs` implements it.
+//! [`Store`] is every table's trait together, the connection as the
+//! application holds it (`&mut dyn Store`); which backend it is is decided
+//! only at the pool's edge ([`pool`]). Diesel is synchronous: every query
+//! runs on tokio's blocking thread pool (`spawn_blocking`, in
+//! [`DbPool::run_checkouts`]).
 //!
-//! Layer: below everything but `schema`, `domain` and `metrics`; it knows
-//! nothing of HTTP, settings or the idempotency protocol.
+//! Layer: above the protocol (`idempotency`), below settings and HTTP; it
+//! knows nothing of HTTP or settings.
 
 pub mod database;
-pub mod keys;
 pub mod pool;
 pub mod postgres;
 pub mod redact;
@@ -23,15 +27,17 @@ mod sqlite;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use diesel::pg::PgConnection;
-use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::result::Error as DieselError;
 use diesel::sqlite::SqliteConnection;
 use uuid::Uuid;
 
+pub use crate::idempotency::failure::{Failure, classify};
+pub use crate::idempotency::key_store::{
+    Claim, KeyRecord, KeyState, KeyStatus, KeyStore, KeyedRequest, SavedResponse, StuckKey,
+    Transactional,
+};
 pub use database::SetupError;
 pub use diesel::result::Error as QueryError;
-pub use keys::{
-    Claim, KeyRecord, KeyState, KeyStatus, KeyStore, KeyedRequest, SavedResponse, StuckKey,
-};
 pub use pool::{
     Backend, Checkouts, Connection, DbPool, PoolSettings, PoolTimeout, PooledStore, RunError,
 };
@@ -45,17 +51,13 @@ pub trait Store: KeyStore + ChargeStore + AccountStore + AuthorizationStore {
     fn backend(&self) -> Backend;
 
     /// Runs `work` in one transaction: committed if it returns `Ok`, rolled
-    /// back otherwise. PostgreSQL: Diesel's `build_transaction()
-    /// .read_committed().run(..)`, where a second insert of the same key
-    /// waits on the unique index (at REPEATABLE READ it would fail instead).
-    /// SQLite: Diesel's `immediate_transaction`, `BEGIN IMMEDIATE`, which
-    /// takes the database's write lock up front, so a concurrent writer waits
-    /// (busy timeout) for the whole transaction rather than failing halfway.
-    /// Object-safe; call [`transaction`](trait.Store.html#method.transaction)
-    /// instead.
+    /// back otherwise (see [`Transactional::transaction`], which calls
+    /// this). PostgreSQL: Diesel's `build_transaction().read_committed()
+    /// .run(..)`. SQLite: Diesel's `immediate_transaction`, `BEGIN
+    /// IMMEDIATE`. Object-safe; call `transaction` instead.
     fn in_transaction(
         &mut self,
-        work: &mut dyn FnMut(&mut dyn Store) -> QueryResult<()>,
+        work: &mut dyn FnMut(&mut (dyn Store + 'static)) -> QueryResult<()>,
     ) -> QueryResult<()>;
 
     /// Runs the pending migrations; returns their names. On PostgreSQL under
@@ -76,12 +78,11 @@ pub enum AnyConnection<'a> {
     Sqlite(&'a mut SqliteConnection),
 }
 
-impl dyn Store + '_ {
-    /// [`Store::in_transaction`] with a result and an error of the caller's
-    /// own: any `Err` rolls back and is returned as it was.
-    pub fn transaction<T, E: From<DieselError>>(
+/// The protocol's transactions on the application's connection.
+impl<'a> Transactional for dyn Store + 'a {
+    fn transaction<T, E: From<DieselError>>(
         &mut self,
-        work: impl FnOnce(&mut dyn Store) -> Result<T, E>,
+        work: impl FnOnce(&mut Self) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut work = Some(work);
         let mut result = None;
@@ -107,57 +108,14 @@ impl dyn Store + '_ {
     }
 }
 
-/// What a database error means for the request that met it: the one
-/// classifier used by the protocol's retry loop, the pool and the HTTP
-/// errors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// The connection is gone (a failover, `pg_terminate_backend`, a
-    /// restart) or reached a server that refuses writes (a standby, a
-    /// demoted primary): it must not be used again; the client retries.
-    ConnectionLost,
-    /// The database aborted the transaction to resolve a conflict
-    /// (serialization failure, deadlock): the same transaction may simply
-    /// run again.
-    Transient,
-    /// PostgreSQL waited for a lock longer than `lock_timeout` (55P03): the
-    /// statement was cancelled; a concurrent transaction holds what it needs.
-    LockTimeout,
-    /// The database could not do it in time: SQLite's write lock stayed
-    /// taken past the busy timeout, or a statement ran past
-    /// `statement_timeout`. Nothing was done; the client retries.
-    Busy,
-    /// Anything else: a bug or a broken invariant.
-    Other,
-}
-
-/// Classifies `error` (see [`Failure`]). Diesel names some kinds; for
-/// SQLSTATEs it has no kind for (57P01 admin shutdown, 57P02/57P03 crash
-/// or cannot connect now, 40P01 deadlock) the servers' messages are stable.
-pub fn classify(error: &DieselError) -> Failure {
-    let DieselError::DatabaseError(kind, info) = error else {
-        return Failure::Other;
-    };
-    let message = info.message();
-    match kind {
-        DatabaseErrorKind::ClosedConnection
-        | DatabaseErrorKind::UnableToSendCommand
-        | DatabaseErrorKind::ReadOnlyTransaction => Failure::ConnectionLost,
-        DatabaseErrorKind::SerializationFailure => Failure::Transient,
-        _ if message.starts_with("terminating connection")
-            || message.starts_with("the database system is")
-            || message.contains("read-only transaction") =>
-        {
-            Failure::ConnectionLost
-        }
-        _ if message.starts_with("deadlock detected") => Failure::Transient,
-        _ if message.starts_with("canceling statement due to lock timeout") => Failure::LockTimeout,
-        _ if message.starts_with("canceling statement due to statement timeout")
-            || message.starts_with("database is locked") =>
-        {
-            Failure::Busy
-        }
-        _ => Failure::Other,
+impl dyn Store + '_ {
+    /// [`Transactional::transaction`], callable without importing the
+    /// trait: any `Err` rolls back and is returned as it was.
+    pub fn transaction<T, E: From<DieselError>>(
+        &mut self,
+        work: impl FnOnce(&mut dyn Store) -> Result<T, E>,
+    ) -> Result<T, E> {
+        Transactional::transaction(self, |tx| work(tx))
     }
 }
 
@@ -304,66 +262,4 @@ pub fn now_micros() -> DateTime<Utc> {
     let now = Utc::now();
     now.with_nanosecond(now.nanosecond() / 1000 * 1000)
         .unwrap_or(now)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use diesel::result::DatabaseErrorInformation;
-
-    struct Info(&'static str);
-
-    impl DatabaseErrorInformation for Info {
-        fn message(&self) -> &str {
-            self.0
-        }
-        fn details(&self) -> Option<&str> {
-            None
-        }
-        fn hint(&self) -> Option<&str> {
-            None
-        }
-        fn table_name(&self) -> Option<&str> {
-            None
-        }
-        fn column_name(&self) -> Option<&str> {
-            None
-        }
-        fn constraint_name(&self) -> Option<&str> {
-            None
-        }
-        fn statement_position(&self) -> Option<i32> {
-            None
-        }
-    }
-
-    fn error(kind: DatabaseErrorKind, message: &'static str) -> DieselError {
-        DieselError::DatabaseError(kind, Box::new(Info(message)))
-    }
-
-    #[test]
-    fn every_database_error_is_classified_once() {
-        use DatabaseErrorKind as K;
-        #[rustfmt::skip]
-        let table = [
-            (error(K::ClosedConnection, "server closed the connection"), Failure::ConnectionLost),
-            (error(K::UnableToSendCommand, "no connection to the server"), Failure::ConnectionLost),
-            (error(K::ReadOnlyTransaction, "cannot execute INSERT"), Failure::ConnectionLost),
-            (error(K::Unknown, "terminating connection due to administrator command"), Failure::ConnectionLost),
-            (error(K::Unknown, "the database system is shutting down"), Failure::ConnectionLost),
-            (error(K::Unknown, "cannot execute INSERT in a read-only transaction"), Failure::ConnectionLost),
-            (error(K::SerializationFailure, "could not serialize access"), Failure::Transient),
-            (error(K::Unknown, "deadlock detected"), Failure::Transient),
-            (error(K::Unknown, "database is locked"), Failure::Busy),
-            (error(K::Unknown, "canceling statement due to statement timeout"), Failure::Busy),
-            (error(K::Unknown, "canceling statement due to lock timeout"), Failure::LockTimeout),
-            (error(K::Unknown, "terminating connection due to idle-in-transaction timeout"), Failure::ConnectionLost),
-            (error(K::UniqueViolation, "duplicate key value"), Failure::Other),
-            (error(K::CheckViolation, "violates check constraint"), Failure::Other),
-            (DieselError::NotFound, Failure::Other),
-        ];
-        for (e, expected) in table {
-            assert_eq!(classify(&e), expected, "{e}");
-        }
-    }
 }

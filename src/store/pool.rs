@@ -17,6 +17,7 @@ use super::database::{
     SetupError, Target, connect_or_create, init_openssl, one_line, with_pg_defaults,
 };
 use super::redact::{redact, redact_message};
+use crate::idempotency;
 
 thread_local! {
     /// The connection this thread holds must not go back into the pool: a
@@ -223,8 +224,10 @@ impl DbPool {
         T: Send + 'static,
         E: From<RunError> + Send + 'static,
     {
-        self.run_checkouts(deadline, move |checkouts| checkouts.with(work))
-            .await
+        self.run_checkouts(deadline, move |checkouts| {
+            checkouts.with(|store| work(store))
+        })
+        .await
     }
 
     /// Runs `work` on the blocking thread pool, as [`run`](Self::run) does,
@@ -287,7 +290,7 @@ impl Checkouts {
     /// pool's timeout), and gives the connection back.
     pub fn with<T, E: From<RunError>>(
         &mut self,
-        work: impl FnOnce(&mut dyn Store) -> Result<T, E>,
+        work: impl FnOnce(&mut (dyn Store + 'static)) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut conn = self.pool.checkout().map_err(RunError::from)?;
         let done = work(conn.store());
@@ -303,8 +306,32 @@ impl Checkouts {
     }
 }
 
+/// The protocol's connections: one checked out for each of its
+/// transactions.
+impl idempotency::Connections for Checkouts {
+    type Store = dyn Store;
+
+    fn run<T>(
+        &mut self,
+        work: impl FnOnce(&mut (dyn Store + 'static)) -> Result<T, idempotency::Error>,
+    ) -> Result<T, idempotency::Error> {
+        self.with(work)
+    }
+
+    fn until(&self) -> Instant {
+        self.until
+    }
+}
+
+/// No connection for the protocol: its [`Connection`](idempotency::Error::Connection) error.
+impl From<RunError> for idempotency::Error {
+    fn from(e: RunError) -> Self {
+        idempotency::Error::Connection(Box::new(e))
+    }
+}
+
 impl PooledStore {
-    pub fn store(&mut self) -> &mut dyn Store {
+    pub fn store(&mut self) -> &mut (dyn Store + 'static) {
         match self {
             PooledStore::Pg(c) => &mut c.conn,
             PooledStore::Sqlite(c) => &mut **c,

@@ -1,5 +1,11 @@
-//! The key store's steps on PostgreSQL, each one statement of Diesel's
-//! query builder; times on the database's clock.
+//! The protocol's key store on PostgreSQL (`idempotency::key_store`): its
+//! transaction, and its steps, each one statement of Diesel's query
+//! builder; times on the database's clock.
+//!
+//! What it uses of this crate besides the protocol: the table's schema
+//! (`schema.rs`, from `migrations/postgres/…_create_idempotency_keys`),
+//! `Prepared` (a statement PostgreSQL plans once per connection) and `note`
+//! (a lost connection is not given back to the pool), both in `mod.rs`.
 
 use std::time::Duration;
 
@@ -13,10 +19,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{Prepared, note};
-use crate::store::QueryResult;
-use crate::store::keys::{
-    Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, RawKeyRow, SavedResponse,
-    StuckKey,
+use crate::idempotency::key_store::{
+    Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, QueryResult, RawKeyRow,
+    SavedResponse, StuckKey, Transactional, takeover,
 };
 use crate::store::postgres::schema::idempotency_keys as keys;
 
@@ -96,6 +101,19 @@ fn claim(request: &KeyedRequest<'_>, lease_token: Uuid, status: NewKeyStatus<'_>
     }
 }
 
+/// READ COMMITTED: a second insert of the same key waits on the unique
+/// index entry until the first transaction commits (then finds its row) or
+/// rolls back (then inserts); at REPEATABLE READ it would fail with a
+/// serialization error instead.
+impl Transactional for PgConnection {
+    fn transaction<T, E: From<diesel::result::Error>>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.build_transaction().read_committed().run(work)
+    }
+}
+
 impl KeyStore for PgConnection {
     fn find_live_key(&mut self, account_id: i64, key: &str) -> QueryResult<Option<KeyRecord>> {
         let row: Option<KeyRow> = keys::table
@@ -149,12 +167,12 @@ impl KeyStore for PgConnection {
         status: NewKeyStatus<'_>,
     ) -> QueryResult<Option<Claim>> {
         let lease_token = Uuid::new_v4();
-        // The takeover rule: expired, or a stuck in-progress row of this
-        // same request whose lease has run out.
-        let takeable = keys::expires_at.le(now).or(keys::status
-            .eq(IN_PROGRESS)
-            .and(keys::locked_until.lt(now))
-            .and(keys::fingerprint.eq(request.fingerprint)));
+        let takeable = takeover(
+            keys::expires_at.le(now),
+            keys::status.eq(IN_PROGRESS),
+            keys::locked_until.lt(now),
+            keys::fingerprint.eq(request.fingerprint),
+        );
         let taken: Option<Uuid> = Prepared(
             diesel::update(
                 keys::table

@@ -14,7 +14,7 @@ use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
-use super::{AnyConnection, Backend, Failure, QueryResult, Store, classify};
+use super::{AnyConnection, Backend, Failure, QueryResult, Store, Transactional, classify};
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 /// The advisory lock migrations run under: "charges" in ASCII.
@@ -36,12 +36,9 @@ impl Store for PgConnection {
 
     fn in_transaction(
         &mut self,
-        work: &mut dyn FnMut(&mut dyn Store) -> QueryResult<()>,
+        work: &mut dyn FnMut(&mut (dyn Store + 'static)) -> QueryResult<()>,
     ) -> QueryResult<()> {
-        self.build_transaction()
-            .read_committed()
-            .run(|tx| work(tx))
-            .inspect_err(note)
+        Transactional::transaction(self, |tx| work(tx)).inspect_err(note)
     }
 
     fn migrate(&mut self) -> Result<Vec<String>, String> {

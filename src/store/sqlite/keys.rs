@@ -1,5 +1,7 @@
-//! The key store's steps on SQLite, each one statement of Diesel's query
-//! builder; times on the app's clock, as text.
+//! The protocol's key store on SQLite (`idempotency::key_store`): its
+//! transaction, and its steps, each one statement of Diesel's query
+//! builder; times on the app's clock, as text (`now_text`, `from_now` in
+//! `mod.rs`), over `schema.rs` (from `migrations/sqlite`).
 
 use diesel::prelude::*;
 use diesel::sqlite::SqliteConnection;
@@ -7,10 +9,9 @@ use uuid::Uuid;
 
 use super::schema::idempotency_keys as keys;
 use super::{from_now, now_text};
-use crate::store::QueryResult;
-use crate::store::keys::{
-    Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, RawKeyRow, SavedResponse,
-    StuckKey,
+use crate::idempotency::key_store::{
+    Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, QueryResult, RawKeyRow,
+    SavedResponse, StuckKey, Transactional, takeover,
 };
 
 const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
@@ -74,6 +75,19 @@ fn claim(request: &KeyedRequest<'_>, lease_token: Uuid, status: NewKeyStatus<'_>
         key: request.key.to_owned(),
         lease_token,
         completed: matches!(status, NewKeyStatus::Completed(_)),
+    }
+}
+
+/// `BEGIN IMMEDIATE`: the database's write lock is taken up front, so a
+/// concurrent writer (a second insert of the same key among them) waits for
+/// the whole transaction (the busy timeout) instead of failing halfway
+/// when a deferred transaction upgrades its lock.
+impl Transactional for SqliteConnection {
+    fn transaction<T, E: From<diesel::result::Error>>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.immediate_transaction(work)
     }
 }
 
@@ -141,12 +155,12 @@ impl KeyStore for SqliteConnection {
     ) -> QueryResult<Option<Claim>> {
         let lease_token = Uuid::new_v4();
         let now = now_text();
-        // The takeover rule: expired, or a stuck in-progress row of this
-        // same request whose lease has run out.
-        let takeable = keys::expires_at.le(now.clone()).or(keys::status
-            .eq(IN_PROGRESS)
-            .and(keys::locked_until.lt(now))
-            .and(keys::fingerprint.eq(request.fingerprint)));
+        let takeable = takeover(
+            keys::expires_at.le(now.clone()),
+            keys::status.eq(IN_PROGRESS),
+            keys::locked_until.lt(now),
+            keys::fingerprint.eq(request.fingerprint),
+        );
         let taken = diesel::update(
             keys::table
                 .filter(keys::account_id.eq(request.account_id))

@@ -18,7 +18,7 @@ use diesel::sqlite::SqliteConnection;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use uuid::Uuid;
 
-use super::{AnyConnection, Backend, QueryResult, Store, time_text};
+use super::{AnyConnection, Backend, QueryResult, Store, Transactional, time_text};
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 
@@ -48,9 +48,9 @@ impl Store for SqliteConnection {
 
     fn in_transaction(
         &mut self,
-        work: &mut dyn FnMut(&mut dyn Store) -> QueryResult<()>,
+        work: &mut dyn FnMut(&mut (dyn Store + 'static)) -> QueryResult<()>,
     ) -> QueryResult<()> {
-        self.immediate_transaction(|tx| work(tx))
+        Transactional::transaction(self, |tx| work(tx))
     }
 
     /// SQLite's write lock makes instances starting at once take turns.

@@ -1,20 +1,32 @@
-//! The `idempotency_keys` table, as the protocol in `idempotency/` uses it:
-//! one row per (account, key), its primary key. What a row says is decoded
+//! The key table's contract: what the protocol needs of the table that
+//! holds the keys (`idempotency_keys`), as a trait each backend implements
+//! once ([`KeyStore`], with [`Transactional`]), the rows it reads and writes,
+//! and the one rule for taking a row over ([`takeover`]).
+//!
+//! One row per (account, key), its primary key. What a row says is decoded
 //! once, here, into a [`KeyState`]. The table knows nothing of what ran
 //! under a key: it keeps the request's fingerprint and the response to
 //! replay, whatever the operation was.
+//!
+//! This file names no backend and no other table: a service that copies
+//! `src/idempotency/` implements these two traits on its connection (this
+//! crate's are `store/postgres/keys.rs` and `store/sqlite/keys.rs`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use diesel::BoolExpressionMethods;
+use diesel::dsl;
+use diesel::expression::{AsExpression, Expression};
 use diesel::result::Error as DieselError;
+use diesel::sql_types::Bool;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::QueryResult;
+pub type QueryResult<T> = Result<T, DieselError>;
 
-/// The key store's steps; each backend writes each one once, in Diesel's
-/// query builder (`postgres/keys.rs`, `sqlite/keys.rs`).
+/// The key table's steps; each backend writes each one once, in Diesel's
+/// query builder.
 pub trait KeyStore {
     /// The live (unexpired) row for a key, decoded, read without a lock.
     fn find_live_key(&mut self, account_id: i64, key: &str) -> QueryResult<Option<KeyRecord>>;
@@ -31,12 +43,9 @@ pub trait KeyStore {
     ) -> QueryResult<Option<Claim>>;
 
     /// Overwrites the key's row with a new one, as `insert_key` would have
-    /// written it, if the row may be taken over: it has expired (the purge
-    /// has not removed it yet), or it is a stuck in-progress row of the same
-    /// request whose lease has run out (its worker died between the
-    /// key-first design's two transactions). Of several requests racing for
-    /// one row, the row lock lets exactly one take it. Each backend writes
-    /// this rule once.
+    /// written it, if [`takeover`] says it may be taken over: one
+    /// conditional `UPDATE … WHERE <takeover> RETURNING`. Of several
+    /// requests racing for one row, the row lock lets exactly one take it.
     fn take_over_key(
         &mut self,
         request: &KeyedRequest<'_>,
@@ -59,6 +68,55 @@ pub trait KeyStore {
     /// their worker died between the key-first design's two transactions.
     /// Read without a lock; taking one over is `take_over_key`'s.
     fn find_stuck_keys(&mut self, limit: i64) -> QueryResult<Vec<StuckKey>>;
+}
+
+/// A key store that runs a transaction: the connection the protocol works
+/// on, and the transaction it hands an operation (the same type: Diesel
+/// hands the connection itself to a transaction's closure).
+pub trait Transactional: KeyStore {
+    /// Runs `work` in one transaction: committed if it returns `Ok`, rolled
+    /// back otherwise (the error comes back as it was). PostgreSQL: at READ
+    /// COMMITTED, where a second insert of the same key waits on the unique
+    /// index (at REPEATABLE READ it would fail instead). SQLite: `BEGIN
+    /// IMMEDIATE`, so a concurrent writer waits for the whole transaction
+    /// rather than failing halfway.
+    fn transaction<T, E: From<DieselError>>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, E>,
+    ) -> Result<T, E>;
+}
+
+/// The takeover rule, stated once: a key row that already exists may be
+/// written over by a new request when it has **expired** (the purge has not
+/// removed it yet), or when it is **in progress**, its **lease has run
+/// out** (its worker died: between the key-first design's two
+/// transactions, or between the phases of a foreign step) and it is **the
+/// same request's** (a different request is a 422, never a takeover).
+///
+/// Why an SQL predicate and not a check in Rust: the rule must hold at the
+/// instant the row is written, under its lock, so that of several requests
+/// (or instances) racing for one row exactly one wins; a row read, checked
+/// and then updated could change in between. So each backend's
+/// `take_over_key` is `UPDATE … WHERE` this, built from its own columns
+/// (its clock and its column types differ), and nothing else states the
+/// rule: `decide` only answers the rows that need no attempt (a replay, a
+/// mismatch, a live lease) and sends every other one here.
+pub fn takeover<Expired, InProgress, LeaseOver, SameRequest>(
+    expired: Expired,
+    in_progress: InProgress,
+    lease_over: LeaseOver,
+    same_request: SameRequest,
+) -> dsl::Or<Expired, dsl::And<dsl::And<InProgress, LeaseOver>, SameRequest>>
+where
+    Expired: Expression<SqlType = Bool>,
+    InProgress: Expression<SqlType = Bool>,
+    LeaseOver: Expression<SqlType = Bool> + AsExpression<Bool>,
+    SameRequest: Expression<SqlType = Bool> + AsExpression<Bool>,
+    dsl::And<InProgress, LeaseOver>: Expression<SqlType = Bool> + AsExpression<Bool>,
+    dsl::And<dsl::And<InProgress, LeaseOver>, SameRequest>:
+        Expression<SqlType = Bool> + AsExpression<Bool>,
+{
+    expired.or(in_progress.and(lease_over).and(same_request))
 }
 
 /// A key row left in progress, with the request it was registered for.
@@ -119,8 +177,15 @@ pub struct SavedResponse {
 }
 
 impl SavedResponse {
-    pub(crate) fn headers_json(&self) -> Value {
+    /// The headers as the row's JSON column keeps them.
+    pub fn headers_json(&self) -> Value {
         serde_json::to_value(&self.headers).expect("a string map serializes")
+    }
+
+    /// The body bytes: canonical JSON, identical for the first answer and
+    /// every replay (jsonb does not keep the original bytes).
+    pub fn body_bytes(&self) -> String {
+        super::fingerprint::canonical_json(&self.body)
     }
 }
 
@@ -158,8 +223,8 @@ pub enum KeyState {
     Completed(SavedResponse),
 }
 
-/// A key row's columns as either backend reads them, before decoding.
-pub(crate) struct RawKeyRow {
+/// A key row's columns as a backend reads them, before decoding.
+pub struct RawKeyRow {
     pub fingerprint: String,
     pub status: String,
     pub lease_live: bool,
@@ -170,7 +235,7 @@ pub(crate) struct RawKeyRow {
 
 impl RawKeyRow {
     /// The one place a row's columns become a [`KeyState`].
-    pub(crate) fn decode(self) -> QueryResult<KeyRecord> {
+    pub fn decode(self) -> QueryResult<KeyRecord> {
         let corrupt = |what: String| DieselError::DeserializationError(what.into());
         let state = match self.status.as_str() {
             s if s == KeyStatus::InProgress.as_str() => KeyState::InProgress {

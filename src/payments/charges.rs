@@ -261,11 +261,9 @@ pub struct ChargeView {
     /// Always `"charge"`.
     #[schema(example = "charge")]
     pub object: &'static str,
-    /// In the currency's minor unit (yen for `jpy`, cents for `usd`).
-    #[schema(example = 1000, minimum = 1, maximum = 99_999_999)]
+    #[schema(schema_with = shown_amount)]
     pub amount: i64,
-    /// The sum of the charge's refunds; never more than `amount`.
-    #[schema(example = 0, minimum = 0, maximum = 99_999_999)]
+    #[schema(schema_with = amount_refunded)]
     pub amount_refunded: i64,
     /// The card network's authorization of it (`null` on a server without a network).
     pub authorization_id: Option<Uuid>,
@@ -307,6 +305,26 @@ pub(crate) fn amount(description: &str, example: i64) -> ObjectBuilder {
         .maximum(Some(MAX_AMOUNT as f64))
         .description(Some(description))
         .examples([json!(example)])
+}
+
+/// An amount as the API shows it (an `i64`).
+pub(crate) fn shown(amount: ObjectBuilder) -> ObjectBuilder {
+    amount.format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+}
+
+fn shown_amount() -> ObjectBuilder {
+    shown(self::amount(
+        "In the currency's minor unit (yen for `jpy`, cents for `usd`).",
+        1000,
+    ))
+}
+
+fn amount_refunded() -> ObjectBuilder {
+    let amount = self::amount(
+        "The sum of the charge's refunds; never more than `amount`.",
+        0,
+    );
+    shown(amount.minimum(Some(0.0)))
 }
 
 fn charge_amount() -> ObjectBuilder {

@@ -33,8 +33,7 @@ pub struct RefundView {
     #[schema(example = "refund")]
     pub object: &'static str,
     pub charge_id: Uuid,
-    /// In the charge's currency's minor unit.
-    #[schema(example = 100, minimum = 1, maximum = 99_999_999)]
+    #[schema(schema_with = shown_amount)]
     pub amount: i64,
     #[schema(example = "jpy")]
     pub currency: String,
@@ -71,6 +70,11 @@ pub struct RefundList {
 pub struct RefundRequestBody {
     #[schema(schema_with = refund_amount)]
     amount: i64,
+}
+
+fn shown_amount() -> utoipa::openapi::schema::ObjectBuilder {
+    let amount = crate::payments::charges::amount("In the charge's currency's minor unit.", 100);
+    crate::payments::charges::shown(amount)
 }
 
 fn refund_amount() -> utoipa::openapi::schema::ObjectBuilder {

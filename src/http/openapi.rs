@@ -1,5 +1,12 @@
 //! The OpenAPI 3.1 contract, generated from the handlers' annotations, at
 //! `/openapi.json`, and a reference page for it at `/docs` (no CDN).
+//!
+//! One source for each part: the bodies' schemas derive from the domain's
+//! constants (`payments::charges`, `payments::refunds`); every problem
+//! response from [`ANSWERS`], which says where each problem type of
+//! `http::problem::TYPES` is answered (a test holds `docs/api.md` to both);
+//! the demo's routes and problems from `demo::openapi`, added only when the
+//! demo is mounted.
 
 use actix_web::{HttpResponse, web};
 use serde_json::Value;

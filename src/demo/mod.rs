@@ -41,6 +41,7 @@
 
 mod faults;
 mod gate;
+pub mod openapi;
 mod queries;
 mod routes;
 

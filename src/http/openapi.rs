@@ -1,16 +1,31 @@
 //! The OpenAPI 3.1 contract, generated from the handlers' annotations, at
 //! `/openapi.json`, and a reference page for it at `/docs` (no CDN).
+//!
+//! One source for each part: the bodies' schemas derive from the domain's
+//! constants (`payments::charges`, `payments::refunds`); every problem
+//! response from [`ANSWERS`], which says where each problem type of
+//! `http::problem::TYPES` is answered (a test holds `docs/api.md` to both);
+//! the demo's routes and problems from `demo::openapi`, added only when the
+//! demo is mounted.
 
 use actix_web::{HttpResponse, web};
-use serde_json::{Value, json};
+use serde_json::Value;
 use utoipa::OpenApi;
+use utoipa::openapi::path::{Operation, PathItem};
+use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{Content, HeaderBuilder, Ref, RefOr, Response, ResponseBuilder};
 
-use crate::idempotency::key::{HEADER_PATTERN, MAX_LEN, VALUE_PATTERN};
-use crate::payments::domain::{
-    CURRENCIES, DESCRIPTION_PATTERN, MAX_AMOUNT, MAX_DESCRIPTION_CHARS, MIN_AMOUNT,
+use crate::http::problem::Answered::{
+    Authenticated, By, ByTheDatabase, Everywhere, Keyed, OnACharge, WithABody,
 };
-
+use crate::http::problem::{
+    ACCOUNT_REVOKED, Answer, Answered, CONTENT_TYPE, DEADLINE_EXCEEDED, IDEMPOTENCY_KEY_IN_FLIGHT,
+    IDEMPOTENCY_KEY_REUSED, INTERNAL, INVALID_IDEMPOTENCY_KEY, INVALID_REQUEST,
+    NETWORK_UNAVAILABLE, NOT_FOUND, PAYLOAD_TOO_LARGE, Problem, ProblemType, RATE_LIMITED,
+    REFUND_EXCEEDS_CHARGE, REQUEST_NOT_RECOVERABLE, REQUEST_TIMEOUT, SERVICE_UNAVAILABLE, TYPES,
+    UNAUTHORIZED, UNSUPPORTED_CONTENT_ENCODING, UNSUPPORTED_MEDIA_TYPE, retries_after,
+};
 use crate::http::state::AppState;
 
 #[derive(OpenApi)]
@@ -39,18 +54,12 @@ has run out, and your retry then replays it. Errors are `application/problem+jso
         crate::http::ops::problem_type,
         document,
         reference_page,
-        crate::demo::config,
-        crate::demo::state,
-        crate::demo::reset,
-        crate::demo::expire,
-        crate::demo::purge,
     ),
-    components(schemas(crate::http::problem::Problem, crate::payments::domain::FieldError)),
+    components(schemas(Problem, crate::payments::domain::FieldError)),
     modifiers(&Security),
     tags(
         (name = "charges", description = "Payments, with Idempotency-Key"),
         (name = "operations", description = "Health, problem types, this document"),
-        (name = "demo", description = "Demo mode only (DEMO=true): the teaching page's views of the database"),
     )
 )]
 pub struct ApiDoc;
@@ -74,8 +83,140 @@ impl utoipa::Modify for Security {
     }
 }
 
+/// Where this server's problem types are answered, and what they mean
+/// there; the demo adds its own ([`crate::demo::openapi::ANSWERS`]).
+/// `method-not-allowed` is the answer to what no operation is.
+#[rustfmt::skip]
+pub const ANSWERS: &[Answer] = &[
+    answer(&INVALID_REQUEST, Authenticated, "a header given twice"),
+    answer(&INVALID_REQUEST, WithABody, "a field or the JSON (see `errors`)"),
+    answer(&INVALID_REQUEST, By(&["list"]), "`limit` out of range or an unknown query parameter"),
+    answer(&INVALID_IDEMPOTENCY_KEY, Keyed, "malformed, or given twice"),
+    answer(&REFUND_EXCEEDS_CHARGE, By(&["create_refund"]), "more than is left of the charge; stored under the key like a 201"),
+    answer(&UNAUTHORIZED, Authenticated, "no API key, or an unknown one"),
+    answer(&ACCOUNT_REVOKED, By(&["create"]), "the account was revoked while the charge waited on the card network (or was left unfinished by a crash): nothing charged, the network's authorization voided; stored under the key"),
+    answer(&NOT_FOUND, OnACharge, "no such charge for this account (also another account's)"),
+    answer(&NOT_FOUND, By(&["create_refund"]), "stored under the key, like every answer of the operation"),
+    answer(&REQUEST_TIMEOUT, WithABody, "the body did not arrive within BODY_TIMEOUT (10 s by default)"),
+    answer(&IDEMPOTENCY_KEY_IN_FLIGHT, Keyed, "the key's first request is still running (key-first mode; in atomic mode, only when it still runs at this request's deadline)"),
+    answer(&IDEMPOTENCY_KEY_IN_FLIGHT, By(&["create"]), "or it took the key over while the card network was asked"),
+    answer(&PAYLOAD_TOO_LARGE, WithABody, "over 16 KiB"),
+    answer(&UNSUPPORTED_MEDIA_TYPE, WithABody, "the body is not `application/json` (UTF-8)"),
+    answer(&UNSUPPORTED_CONTENT_ENCODING, WithABody, "the body is compressed (the answer carries `Accept-Encoding: identity`)"),
+    answer(&IDEMPOTENCY_KEY_REUSED, Keyed, "the key was used with a different request (body or endpoint)"),
+    answer(&RATE_LIMITED, Everywhere, "this client address (RATE_LIMIT_PER_CLIENT) or account (RATE_LIMIT_PER_ACCOUNT) sent more requests than it may; nothing was done or stored; retry after `Retry-After` seconds"),
+    answer(&INTERNAL, ByTheDatabase, "nothing was changed; retrying is safe"),
+    answer(&REQUEST_NOT_RECOVERABLE, Keyed, "the key's request was left unfinished and cannot be run again; final, stored under the key"),
+    answer(&SERVICE_UNAVAILABLE, ByTheDatabase, "the database is unreachable or busy; retry after `Retry-After` seconds, with the same Idempotency-Key"),
+    answer(&DEADLINE_EXCEEDED, ByTheDatabase, "the database did not answer within REQUEST_TIMEOUT, the outcome is unknown; retry with the same Idempotency-Key"),
+    answer(&NETWORK_UNAVAILABLE, By(&["create"]), "the card network did not answer, nothing was stored; retry with the same Idempotency-Key"),
+];
+
+const fn answer(kind: &'static ProblemType, answered: Answered, note: &'static str) -> Answer {
+    Answer {
+        kind,
+        answered,
+        note,
+    }
+}
+
+/// The operations that read no database: nothing but the rate limit stands
+/// between them and their answer.
+const STATIC: &[&str] = &["healthz", "problem_type", "document", "reference_page"];
+
+/// Whether this operation answers what `answered` says.
+fn answers(path: &str, operation: &Operation, answered: Answered) -> bool {
+    let id = operation.operation_id.as_deref().unwrap_or_default();
+    let mut parameters = operation.parameters.iter().flatten();
+    match answered {
+        Everywhere => true,
+        ByTheDatabase => !STATIC.contains(&id),
+        Authenticated => operation.security.is_some(),
+        WithABody => operation.request_body.is_some(),
+        Keyed => parameters.any(|p| p.name == "Idempotency-Key"),
+        OnACharge => path.contains("{id}"),
+        By(ids) => ids.contains(&id),
+    }
+}
+
+/// Documents, for every operation, every problem it can answer: one
+/// response per status, naming each problem type and what it means there.
+fn document_problems<'a>(
+    doc: &mut utoipa::openapi::OpenApi,
+    table: impl Iterator<Item = &'a Answer> + Clone,
+) {
+    for (path, item) in doc.paths.paths.iter_mut() {
+        for operation in operations(item) {
+            let mut notes: Vec<(&ProblemType, Vec<&str>)> = Vec::new();
+            for a in table
+                .clone()
+                .filter(|a| answers(path, operation, a.answered))
+            {
+                match notes.iter_mut().find(|(kind, _)| *kind == a.kind) {
+                    Some((_, those)) => those.push(a.note),
+                    None => notes.push((a.kind, vec![a.note])),
+                }
+            }
+            for (kind, those) in notes {
+                let text = format!("`{}`: {}", kind.slug, those.join(", "));
+                let status = kind.status.to_string();
+                let responses = &mut operation.responses.responses;
+                match responses.get_mut(&status) {
+                    Some(RefOr::T(response)) => add_to(response, kind, &text),
+                    _ => {
+                        responses.insert(status, RefOr::T(problem_response(kind, text)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+    [
+        &mut item.get,
+        &mut item.put,
+        &mut item.post,
+        &mut item.delete,
+        &mut item.patch,
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// A problem+json response for one problem type.
+fn problem_response(kind: &ProblemType, description: String) -> Response {
+    let mut response = ResponseBuilder::new()
+        .description(description)
+        .content(
+            CONTENT_TYPE,
+            Content::new(Some(Ref::from_schema_name("Problem"))),
+        )
+        .build();
+    add_to(&mut response, kind, "");
+    response
+}
+
+/// Another problem type under the same status.
+fn add_to(response: &mut Response, kind: &ProblemType, text: &str) {
+    if !text.is_empty() {
+        response.description = format!("{}; {text}", response.description);
+    }
+    if retries_after(kind) && !response.headers.contains_key("Retry-After") {
+        let seconds = ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(0));
+        let header = HeaderBuilder::new()
+            .schema(seconds)
+            .description(Some("seconds"));
+        response
+            .headers
+            .insert("Retry-After".to_owned(), header.build());
+    }
+}
+
 /// The document, with the retention period this server actually uses, and
-/// exactly what this server accepts and answers (see [`exact`]).
+/// the demo's parts when the demo is mounted.
 pub fn build(state: &AppState, demo: bool) -> Value {
     let mut doc = ApiDoc::openapi();
     let secs = state.settings.idempotency_ttl.as_secs();
@@ -88,218 +229,28 @@ pub fn build(state: &AppState, demo: bool) -> Value {
         .info
         .description
         .map(|d| d.replace("24 hours by default", &format!("{ttl} on this server")));
-    if demo {
-        if let Some(scheme) = doc
-            .components
-            .as_mut()
-            .and_then(|c| c.security_schemes.get_mut("api_key"))
-            && let SecurityScheme::Http(http) = scheme
-        {
-            http.description = Some(
-                "`Authorization: Bearer <api key>`; in demo mode the demo account's key is `sk_test_demo`"
-                    .to_owned(),
-            );
-        }
+    let demo_answers: &[Answer] = if demo {
+        crate::demo::openapi::add(&mut doc);
+        crate::demo::openapi::ANSWERS
     } else {
-        // Nothing of demo mode is routed: none of it is documented.
-        doc.paths
-            .paths
-            .retain(|path, _| !path.starts_with("/demo/"));
-        if let Some(tags) = doc.tags.as_mut() {
-            tags.retain(|t| t.name != "demo");
-        }
-    }
+        &[]
+    };
+    document_problems(&mut doc, ANSWERS.iter().chain(demo_answers));
     let mut doc = serde_json::to_value(doc).expect("the document serializes");
-    exact(&mut doc, demo);
+    // What a client does next with a charge: the links the stateful tests
+    // follow. (utoipa 5.5 writes a link's `operationId` as `operation_id`.)
+    let link = |id: &str, what: &str| serde_json::json!({"operationId": id, "parameters": {"id": "$response.body#/id"}, "description": what});
+    doc["paths"]["/charges"]["post"]["responses"]["201"]["links"] = serde_json::json!({
+        "GetChargeById": link("get", "The charge just created (or replayed)."),
+        "RefundCharge": link("create_refund", "Refund part of it."),
+        "ListRefunds": link("list_refunds", "Its refunds."),
+        "SetDescription": link("set_description", "Set its description."),
+    });
+    // The problem types `/problems/{slug}` serves.
+    let slugs: Vec<&str> = TYPES.iter().map(|t| t.slug).collect();
+    doc["paths"]["/problems/{slug}"]["get"]["parameters"][0]["schema"] =
+        serde_json::json!({"type": "string", "enum": slugs});
     doc
-}
-
-/// What the annotations cannot say, written from the code's own rules and
-/// constants, so that the document is the contract a client can test
-/// against: every field's limits, the key's grammar, every status an
-/// operation can answer.
-fn exact(doc: &mut Value, demo: bool) {
-    doc["components"]["schemas"]["ChargeRequestBody"] = json!({
-        "type": "object",
-        "description": "The body of `POST /charges`. An unknown member, or a member given twice, is a 400.",
-        "additionalProperties": false,
-        "required": ["amount", "currency"],
-        "properties": {
-            "amount": {
-                "type": "integer",
-                "minimum": MIN_AMOUNT,
-                "maximum": MAX_AMOUNT,
-                "description": "In the currency's minor unit (yen for `jpy`, cents for `usd`). A whole number, as its decimal text says, not the nearest double: `1000.0` and `1e3` are read as 1000; `1000.5` and `0.99999999999999999` are a 400.",
-                "examples": [1000],
-            },
-            "currency": {
-                "type": "string",
-                "enum": CURRENCIES,
-                "description": "A lowercase ISO 4217 code from this list.",
-                "examples": ["jpy"],
-            },
-            "description": {
-                "type": ["string", "null"],
-                "maxLength": MAX_DESCRIPTION_CHARS,
-                "pattern": DESCRIPTION_PATTERN,
-                "description": "At most 500 characters; no control characters but tab and line feed.",
-                "examples": ["a book"],
-            },
-        },
-    });
-    doc["components"]["schemas"]["RefundRequestBody"] = json!({
-        "type": "object",
-        "description": "The body of `POST /charges/{id}/refunds`. An unknown member, or a member given twice, is a 400.",
-        "additionalProperties": false,
-        "required": ["amount"],
-        "properties": {
-            "amount": {
-                "type": "integer",
-                "minimum": MIN_AMOUNT,
-                "maximum": MAX_AMOUNT,
-                "description": "In the charge's currency's minor unit, a whole number as for a charge (`100.0` is 100, `99.99999999999999999` is a 400); more than is left of the charge is a 400 `refund-exceeds-charge`.",
-                "examples": [100],
-            },
-        },
-    });
-    doc["components"]["schemas"]["DescriptionBody"] = json!({
-        "type": "object",
-        "description": "The body of `PUT /charges/{id}/description`: the whole new value. An unknown member, or a member given twice, is a 400.",
-        "additionalProperties": false,
-        "required": ["description"],
-        "properties": {
-            "description": {
-                "type": ["string", "null"],
-                "maxLength": MAX_DESCRIPTION_CHARS,
-                "pattern": DESCRIPTION_PATTERN,
-                "description": "At most 500 characters; no control characters but tab and line feed; `null` removes it.",
-                "examples": ["a book, gift-wrapped"],
-            },
-        },
-    });
-    let problem = |description: &str| {
-        json!({
-            "description": description,
-            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
-        })
-    };
-    let unavailable = problem(
-        "`service-unavailable`: the database is unreachable or busy; `deadline-exceeded`: the database did not answer within REQUEST_TIMEOUT, the outcome is unknown; `network-unavailable` (creating a charge): the card network did not answer, nothing was stored. Retry after `Retry-After` seconds, with the same Idempotency-Key",
-    );
-    let internal = problem("`internal`: nothing was changed; retrying is safe");
-    let mut rate_limited = problem(
-        "`rate-limited`: this client address (RATE_LIMIT_PER_CLIENT) or account (RATE_LIMIT_PER_ACCOUNT) sent more requests than it may; nothing was done or stored; retry after `Retry-After` seconds",
-    );
-    rate_limited["headers"] =
-        json!({"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}});
-    let Some(paths) = doc["paths"].as_object_mut() else {
-        return;
-    };
-    for (path, item) in paths.iter_mut() {
-        for (method, operation) in item.as_object_mut().into_iter().flatten() {
-            let responses = &mut operation["responses"];
-            // Every route is behind the client's rate limit.
-            responses["429"] = rate_limited.clone();
-            if demo && path.starts_with("/demo/") && method == "post" {
-                responses["403"] = problem(
-                    "`cross-site-request`: a browser's request from a page on another site (the demo's routes take no credentials)",
-                );
-            }
-            // Every operation that touches the database.
-            if path.starts_with("/charges") || path.starts_with("/demo/") || path == "/readyz" {
-                responses["500"] = internal.clone();
-                responses["503"] = unavailable.clone();
-            }
-            if path.starts_with("/charges") {
-                responses["400"] = problem(if path.ends_with("/refunds") && method == "post" {
-                    "`invalid-request` (a field, the JSON, or a header given twice), `invalid-idempotency-key`, `refund-exceeds-charge` (more than is left of the charge; stored under the key like a 201), or (demo mode) `demo-account-only`"
-                } else if method == "post" {
-                    "`invalid-request` (a field, the JSON, or a header given twice), `invalid-idempotency-key`, or (demo mode) `demo-account-only`"
-                } else if method == "put" {
-                    "`invalid-request` (the description, the JSON, or a header given twice), or (demo mode) `demo-account-only`"
-                } else if path == "/charges" {
-                    "`invalid-request`: `limit` out of range, an unknown query parameter, or a header given twice"
-                } else {
-                    "`invalid-request`: a header given twice"
-                });
-            }
-        }
-    }
-    let writes = [
-        ("/charges", "post"),
-        ("/charges/{id}/refunds", "post"),
-        ("/charges/{id}/description", "put"),
-    ];
-    for (path, method) in writes {
-        let operation = &mut paths[path][method];
-        if let Some(key) = operation["parameters"]
-            .as_array_mut()
-            .and_then(|ps| ps.iter_mut().find(|p| p["name"] == "Idempotency-Key"))
-        {
-            key["schema"] = json!({
-                "type": "string",
-                "minLength": 1,
-                // A quoted key of 255 characters, each escaped.
-                "maxLength": 2 * MAX_LEN + 2,
-                "pattern": HEADER_PATTERN,
-            });
-        }
-        operation["responses"]["415"] = problem(
-            "`unsupported-media-type`: the body is not `application/json` (UTF-8); `unsupported-content-encoding`: the body is compressed (the answer carries `Accept-Encoding: identity`)",
-        );
-        if demo {
-            operation["responses"]["504"] = problem(
-                "Demo mode, `Demo-Fault: lose-response`, `abandon` only: `simulated-lost-response`; the work was done (or, for `abandon`, left half done), only the answer was thrown away",
-            );
-        }
-    }
-    // What a client does next with a charge: the links the stateful tests follow.
-    let by_id = json!({"id": "$response.body#/id"});
-    paths["/charges"]["post"]["responses"]["201"]["links"] = json!({
-        "GetChargeById": {"operationId": "get", "parameters": by_id, "description": "The charge just created (or replayed)."},
-        "RefundCharge": {"operationId": "create_refund", "parameters": by_id, "description": "Refund part of it."},
-        "ListRefunds": {"operationId": "list_refunds", "parameters": by_id, "description": "Its refunds."},
-        "SetDescription": {"operationId": "set_description", "parameters": by_id, "description": "Set its description."},
-    });
-    let charge_id = json!({
-        "type": "string",
-        "format": "uuid",
-        "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-        "description": "As the API gives it out: lowercase, hyphenated. Any other spelling is a 404.",
-    });
-    for (path, methods) in [
-        ("/charges/{id}", &["get"][..]),
-        ("/charges/{id}/refunds", &["get", "post"][..]),
-        ("/charges/{id}/description", &["put"][..]),
-    ] {
-        for method in methods {
-            for param in paths[path][*method]["parameters"]
-                .as_array_mut()
-                .into_iter()
-                .flatten()
-                .filter(|p| p["name"] == "id")
-            {
-                param["schema"] = charge_id.clone();
-            }
-        }
-    }
-    for param in paths["/problems/{slug}"]["get"]["parameters"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-    {
-        let slugs: Vec<&str> = crate::http::problem::TYPES.iter().map(|t| t.slug).collect();
-        param["schema"] = json!({"type": "string", "enum": slugs});
-    }
-    if let Some(expire) = paths.get_mut("/demo/keys/{key}/expire") {
-        for param in expire["post"]["parameters"]
-            .as_array_mut()
-            .into_iter()
-            .flatten()
-        {
-            param["schema"] = json!({"type": "string", "minLength": 1, "maxLength": MAX_LEN, "pattern": VALUE_PATTERN});
-        }
-    }
 }
 
 /// This OpenAPI 3.1 document.

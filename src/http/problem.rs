@@ -81,6 +81,40 @@ pub fn find(slug: &str) -> Option<&'static ProblemType> {
     TYPES.iter().copied().find(|t| t.slug == slug)
 }
 
+/// Which operations of the OpenAPI document answer a problem type, told by
+/// what the operation is (so a new route is documented by what it does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+    /// Every operation: the client's rate limit comes before the route.
+    Everywhere,
+    /// Every operation that reads the database: all but the static ones.
+    ByTheDatabase,
+    /// Every operation that takes an API key.
+    Authenticated,
+    /// Every operation that reads a JSON body.
+    WithABody,
+    /// Every operation that reads an `Idempotency-Key`.
+    Keyed,
+    /// Every operation on one charge (its path names `{id}`).
+    OnACharge,
+    /// The operations with these `operationId`s.
+    By(&'static [&'static str]),
+}
+
+/// One line of the contract: where a problem type is answered, and what it
+/// means there. The OpenAPI document lists them per operation and status.
+#[derive(Debug)]
+pub struct Answer {
+    pub kind: &'static ProblemType,
+    pub answered: Answered,
+    pub note: &'static str,
+}
+
+/// The problem types whose answer carries `Retry-After`.
+pub fn retries_after(kind: &ProblemType) -> bool {
+    matches!(kind.status, 409 | 429 | 503)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("invalid request: {detail}")]

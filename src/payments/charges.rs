@@ -9,21 +9,27 @@ use std::sync::Arc;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
+use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+use utoipa::openapi::{KnownFormat, RefOr, Schema, SchemaFormat};
+use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
-use crate::http::problem::{ApiError, Problem};
+use crate::http::problem::ApiError;
 use crate::http::requests::{self, JsonRequest, KeyUse, json_response, record_outcome, respond};
 use crate::http::state::AppState;
 use crate::idempotency::hooks::RequestHooks;
 use crate::idempotency::hooks::write_alone;
+use crate::idempotency::key::{HEADER_PATTERN, MAX_LEN};
 use crate::idempotency::{self, IdempotencyKey, Operation, SavedResponse};
 use crate::network::client::{self, NetworkClient};
-use crate::payments::domain::{Description, NewCharge, NewDescription};
+use crate::payments::domain::{
+    CURRENCIES, DESCRIPTION_PATTERN, Description, MAX_AMOUNT, MAX_DESCRIPTION_CHARS, MIN_AMOUNT,
+    NewCharge, NewDescription,
+};
 use crate::store::{AccountStore, Charge, ChargeStore, Store, now_micros, time_text};
 
 pub const PATH: &str = "/charges";
-pub const IDEMPOTENCY_KEY_DOC: &str = "A Structured Field string (IETF draft-ietf-httpapi-idempotency-key-header-07), e.g. `\"8e03978e-40d5-43e8-bc93-6894a57f9324\"`; an unquoted value is accepted too and taken literally. Either way 1 to 255 printable ASCII characters (space to `~`); a quoted one escapes `\\\"` and `\\\\` and has no parameters. Generate one UUID per operation and reuse it for every retry. Keys are remembered for 24 hours by default (IDEMPOTENCY_TTL); within that window the same key with the same request replays the stored response, with a different request (body or endpoint) it is a 422.";
 pub const DEFAULT_LIST_LIMIT: i64 = 20;
 pub const MAX_LIST_LIMIT: i64 = 100;
 
@@ -209,23 +215,13 @@ pub fn parse_new_charge(body: &Value) -> Result<NewCharge, ApiError> {
 #[utoipa::path(
     post, path = "/charges", tag = "charges",
     request_body(content = ChargeRequestBody, content_type = "application/json"),
-    params(
-        ("Idempotency-Key" = Option<String>, Header, description = IDEMPOTENCY_KEY_DOC),
-    ),
+    params(KeyParam),
     responses(
         (status = 201, description = "Created now, or replayed from the key (then with `Idempotent-Replayed: true`); the replay is byte-identical.", body = ChargeView,
             headers(
                 ("Location" = String, description = "`/charges/{id}`"),
                 ("Idempotent-Replayed" = String, description = "`true` when this response was stored earlier for the same key and request"),
             )),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "`account-revoked`: the account was revoked while the charge waited on the card network (or was left unfinished by a crash): nothing charged, the network's authorization voided; stored under the key", body = Problem, content_type = "application/problem+json"),
-        (status = 408, description = "`request-timeout`: the body did not arrive within BODY_TIMEOUT (10 s by default)", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency-key-in-flight`: the key's first request is still running (key-first mode; atomic mode only when it still runs at this request's deadline, or took the key over while the card network was asked); retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "seconds"))),
-        (status = 413, description = "`payload-too-large`: over 16 KiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`idempotency-key-reused`: the key was used with a different request (body or endpoint)", body = Problem, content_type = "application/problem+json"),
     ),
     security(("api_key" = []))
 )]
@@ -265,11 +261,9 @@ pub struct ChargeView {
     /// Always `"charge"`.
     #[schema(example = "charge")]
     pub object: &'static str,
-    /// In the currency's minor unit (yen for `jpy`, cents for `usd`).
-    #[schema(example = 1000, minimum = 1, maximum = 99_999_999)]
+    #[schema(schema_with = shown_amount)]
     pub amount: i64,
-    /// The sum of the charge's refunds; never more than `amount`.
-    #[schema(example = 0, minimum = 0, maximum = 99_999_999)]
+    #[schema(schema_with = amount_refunded)]
     pub amount_refunded: i64,
     /// The card network's authorization of it (`null` on a server without a network).
     pub authorization_id: Option<Uuid>,
@@ -281,29 +275,139 @@ pub struct ChargeView {
     pub created_at: String,
 }
 
-/// The body of `POST /charges`. Unknown fields are rejected.
+/// The body of `POST /charges`. An unknown member, or a member given twice, is a 400.
 #[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Documentation only: the body is parsed by `NewCharge::parse`.
 pub struct ChargeRequestBody {
-    /// In the currency's minor unit; never a float.
-    #[schema(example = 1000, minimum = 1, maximum = 99_999_999)]
+    #[schema(schema_with = charge_amount)]
     amount: i64,
-    /// Lowercase ISO 4217 code from the allow-list.
-    #[schema(example = "jpy", pattern = "^[a-z]{3}$")]
+    #[schema(schema_with = currency)]
     currency: String,
-    /// At most 500 characters.
-    #[schema(example = "a book", max_length = 500)]
+    #[schema(schema_with = charge_description)]
     description: Option<String>,
 }
 
-/// The body of `PUT /charges/{id}/description`: the whole new value.
+/// The body of `PUT /charges/{id}/description`: the whole new value. An unknown member, or a member given twice, is a 400.
 #[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Documentation only: parsed by `NewDescription::parse`.
 pub struct DescriptionBody {
-    /// At most 500 characters; `null` removes it.
-    #[schema(example = "a book, gift-wrapped", max_length = 500)]
+    #[schema(schema_with = new_description, required = true)]
     description: Option<String>,
 }
+
+/// An amount's schema: the domain's range, a whole number.
+pub(crate) fn amount(description: &str, example: i64) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .minimum(Some(MIN_AMOUNT as f64))
+        .maximum(Some(MAX_AMOUNT as f64))
+        .description(Some(description))
+        .examples([json!(example)])
+}
+
+/// An amount as the API shows it (an `i64`).
+pub(crate) fn shown(amount: ObjectBuilder) -> ObjectBuilder {
+    amount.format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+}
+
+fn shown_amount() -> ObjectBuilder {
+    shown(self::amount(
+        "In the currency's minor unit (yen for `jpy`, cents for `usd`).",
+        1000,
+    ))
+}
+
+fn amount_refunded() -> ObjectBuilder {
+    let amount = self::amount(
+        "The sum of the charge's refunds; never more than `amount`.",
+        0,
+    );
+    shown(amount.minimum(Some(0.0)))
+}
+
+fn charge_amount() -> ObjectBuilder {
+    amount(
+        "In the currency's minor unit (yen for `jpy`, cents for `usd`). A whole number, as its decimal text says, not the nearest double: `1000.0` and `1e3` are read as 1000; `1000.5` and `0.99999999999999999` are a 400.",
+        1000,
+    )
+}
+
+fn currency() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(CURRENCIES.iter().copied()))
+        .description(Some("A lowercase ISO 4217 code from this list."))
+        .examples([json!("jpy")])
+}
+
+/// A description's schema: the domain's length and characters, or `null`.
+fn description(note: &str, example: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .max_length(Some(MAX_DESCRIPTION_CHARS))
+        .pattern(Some(DESCRIPTION_PATTERN))
+        .description(Some(format!(
+            "At most {MAX_DESCRIPTION_CHARS} characters; no control characters but tab and line feed{note}."
+        )))
+        .examples([json!(example)])
+}
+
+fn charge_description() -> ObjectBuilder {
+    description("", "a book")
+}
+
+fn new_description() -> ObjectBuilder {
+    description("; `null` removes it", "a book, gift-wrapped")
+}
+
+/// The `Idempotency-Key` header of a keyed write.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // Documentation only: read by `requests::read_json`.
+pub struct KeyParam {
+    /// A Structured Field string (IETF draft-ietf-httpapi-idempotency-key-header-07), e.g. `"8e03978e-40d5-43e8-bc93-6894a57f9324"`; an unquoted value is accepted too and taken literally. Either way 1 to 255 printable ASCII characters (space to `~`); a quoted one escapes `\"` and `\\` and has no parameters. Generate one UUID per operation and reuse it for every retry. Keys are remembered for 24 hours by default (IDEMPOTENCY_TTL); within that window the same key with the same request replays the stored response, with a different request (body or endpoint) it is a 422.
+    #[param(rename = "Idempotency-Key", inline, nullable = false)]
+    idempotency_key: Option<KeyHeader>,
+}
+
+/// The `Idempotency-Key` header's schema: a string (never null) with the
+/// parser's grammar; a quoted key of 255 characters, each escaped, at most.
+pub struct KeyHeader;
+
+impl PartialSchema for KeyHeader {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(2 * MAX_LEN + 2))
+            .pattern(Some(HEADER_PATTERN))
+            .into()
+    }
+}
+
+impl ToSchema for KeyHeader {}
+
+/// A charge's id in its one URI.
+pub struct ChargeId;
+
+impl PartialSchema for ChargeId {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Uuid)))
+            .pattern(Some(
+                "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            ))
+            .description(Some(
+                "As the API gives it out: lowercase, hyphenated. Any other spelling is a 404.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for ChargeId {}
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ChargeList {
@@ -353,7 +457,6 @@ pub struct ListQuery {
     params(("limit" = Option<i64>, Query, description = "1 to 100, default 20", minimum = 1, maximum = 100)),
     responses(
         (status = 200, body = ChargeList),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
     ),
     security(("api_key" = []))
 )]
@@ -383,11 +486,9 @@ pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRe
 /// One of the caller's charges.
 #[utoipa::path(
     get, path = "/charges/{id}", tag = "charges",
-    params(("id" = Uuid, Path)),
+    params(("id" = inline(ChargeId), Path)),
     responses(
         (status = 200, body = ChargeView),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not-found` (also another account's charge)", body = Problem, content_type = "application/problem+json"),
     ),
     security(("api_key" = []))
 )]
@@ -410,15 +511,10 @@ pub async fn get(
 /// and it needs no `Idempotency-Key` (one sent is not read).
 #[utoipa::path(
     put, path = "/charges/{id}/description", tag = "charges",
-    params(("id" = Uuid, Path)),
+    params(("id" = inline(ChargeId), Path)),
     request_body(content = DescriptionBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The charge, with the description as set", body = ChargeView),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not-found` (also another account's charge)", body = Problem, content_type = "application/problem+json"),
-        (status = 408, description = "`request-timeout`", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "`payload-too-large`: over 16 KiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
     ),
     security(("api_key" = []))
 )]

@@ -33,8 +33,7 @@ pub struct RefundView {
     #[schema(example = "refund")]
     pub object: &'static str,
     pub charge_id: Uuid,
-    /// In the charge's currency's minor unit.
-    #[schema(example = 100, minimum = 1, maximum = 99_999_999)]
+    #[schema(schema_with = shown_amount)]
     pub amount: i64,
     #[schema(example = "jpy")]
     pub currency: String,
@@ -64,12 +63,12 @@ pub struct RefundList {
     pub data: Vec<RefundView>,
 }
 
-/// The body of `POST /charges/{id}/refunds`. Unknown fields are rejected.
+/// The body of `POST /charges/{id}/refunds`. An unknown member, or a member given twice, is a 400.
 #[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Documentation only: parsed by `NewRefund::parse`.
 pub struct RefundRequestBody {
-    /// In the charge's currency's minor unit; at most what is left of it.
-    #[schema(example = 100, minimum = 1, maximum = 99_999_999)]
+    #[schema(schema_with = refund_amount)]
     amount: i64,
 }
 
@@ -85,6 +84,18 @@ impl<Tx: ChargeStore + ?Sized> Operation<Tx> for CreateRefund {
     fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
         refund(tx, self.account_id, self.charge, self.amount)
     }
+}
+
+fn shown_amount() -> utoipa::openapi::schema::ObjectBuilder {
+    let amount = crate::payments::charges::amount("In the charge's currency's minor unit.", 100);
+    crate::payments::charges::shown(amount)
+}
+
+fn refund_amount() -> utoipa::openapi::schema::ObjectBuilder {
+    crate::payments::charges::amount(
+        "In the charge's currency's minor unit, a whole number as for a charge (`100.0` is 100, `99.99999999999999999` is a 400); more than is left of the charge is a 400 `refund-exceeds-charge`.",
+        100,
+    )
 }
 
 /// The refund operation: reserve the amount on the charge (one conditional
@@ -144,8 +155,8 @@ fn problem(kind: &ProblemType, detail: impl Into<String>) -> SavedResponse {
 #[utoipa::path(
     post, path = "/charges/{id}/refunds", tag = "charges", operation_id = "create_refund",
     params(
-        ("id" = Uuid, Path),
-        ("Idempotency-Key" = Option<String>, Header, description = crate::payments::charges::IDEMPOTENCY_KEY_DOC),
+        ("id" = inline(crate::payments::charges::ChargeId), Path),
+        crate::payments::charges::KeyParam,
     ),
     request_body(content = RefundRequestBody, content_type = "application/json"),
     responses(
@@ -154,14 +165,6 @@ fn problem(kind: &ProblemType, detail: impl Into<String>) -> SavedResponse {
                 ("Location" = String, description = "`/charges/{id}/refunds/{refund_id}`"),
                 ("Idempotent-Replayed" = String, description = "`true` when this response was stored earlier for the same key and request"),
             )),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not-found`: no such charge for this account (stored under the key, like every answer of the operation)", body = Problem, content_type = "application/problem+json"),
-        (status = 408, description = "`request-timeout`", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency-key-in-flight` (key-first mode); retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "seconds"))),
-        (status = 413, description = "`payload-too-large`: over 16 KiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`idempotency-key-reused`: the key was used with a different request (body or endpoint)", body = Problem, content_type = "application/problem+json"),
     ),
     security(("api_key" = []))
 )]
@@ -210,11 +213,9 @@ pub async fn create(
 /// A charge's refunds, newest first.
 #[utoipa::path(
     get, path = "/charges/{id}/refunds", tag = "charges", operation_id = "list_refunds",
-    params(("id" = Uuid, Path)),
+    params(("id" = inline(crate::payments::charges::ChargeId), Path)),
     responses(
         (status = 200, body = RefundList),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not-found` (also another account's charge)", body = Problem, content_type = "application/problem+json"),
     ),
     security(("api_key" = []))
 )]

@@ -1,0 +1,75 @@
+//! The demo's part of the OpenAPI document, added only when the demo is
+//! mounted: its routes, its problems on the API's routes, and its key.
+
+use utoipa::OpenApi;
+use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::openapi::security::SecurityScheme;
+
+use crate::http::problem::Answered::{Authenticated, By, WithABody};
+use crate::http::problem::{
+    Answer, CROSS_SITE_REQUEST, DEMO_ACCOUNT_ONLY, SIMULATED_LOST_RESPONSE,
+};
+use crate::idempotency::key::{MAX_LEN, VALUE_PATTERN};
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(
+        super::routes::config,
+        super::routes::state,
+        super::routes::reset,
+        super::routes::expire,
+        super::routes::purge,
+    ),
+    tags((name = "demo", description = "Demo mode only (DEMO=true): the teaching page's views of the database")),
+)]
+struct DemoDoc;
+
+/// Where the demo's problem types are answered (see
+/// [`crate::http::openapi::ANSWERS`]).
+pub const ANSWERS: &[Answer] = &[
+    Answer {
+        kind: &DEMO_ACCOUNT_ONLY,
+        answered: Authenticated,
+        note: "(demo mode) a `Demo-*` header on another account's request",
+    },
+    Answer {
+        kind: &CROSS_SITE_REQUEST,
+        answered: By(&["reset", "expire", "purge"]),
+        note: "a browser's request from a page on another site (the demo's routes take no credentials)",
+    },
+    Answer {
+        kind: &SIMULATED_LOST_RESPONSE,
+        answered: WithABody,
+        note: "demo mode, `Demo-Fault: lose-response` or `abandon` only: the work was done (or, for `abandon`, left half done), only the answer was thrown away",
+    },
+];
+
+/// Adds the demo's routes, and says what the demo account's key is.
+pub fn add(doc: &mut utoipa::openapi::OpenApi) {
+    let mut demo = DemoDoc::openapi();
+    // The key a demo route names: any value an Idempotency-Key can have.
+    for item in demo.paths.paths.values_mut() {
+        for p in item
+            .post
+            .iter_mut()
+            .flat_map(|o| o.parameters.iter_mut().flatten())
+        {
+            let key = ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1));
+            p.schema = Some(
+                key.max_length(Some(MAX_LEN))
+                    .pattern(Some(VALUE_PATTERN))
+                    .into(),
+            );
+        }
+    }
+    doc.merge(demo);
+    let schemes = doc.components.as_mut().map(|c| &mut c.security_schemes);
+    if let Some(SecurityScheme::Http(http)) = schemes.and_then(|s| s.get_mut("api_key")) {
+        http.description = Some(
+            "`Authorization: Bearer <api key>`; in demo mode the demo account's key is `sk_test_demo`"
+                .to_owned(),
+        );
+    }
+}

@@ -20,11 +20,12 @@ fn fingerprint_of(body: &Value) -> String {
         .to_owned()
 }
 
-/// A row as a worker that died between the two transactions leaves it.
-fn insert_stuck_key(app: &TestApp, key: &str, body: &Value, lease_left_secs: i64) {
+/// A row of `account`'s as a worker that died between the two transactions
+/// leaves it.
+fn insert_stuck_key(app: &TestApp, account: &str, key: &str, body: &Value, lease_left_secs: i64) {
     app.execute(&format!(
         "INSERT INTO idempotency_keys (account_id, key, fingerprint, status, created_at, expires_at, locked_until, lease_token) \
-         SELECT id, '{key}', '{}', 'in_progress', {}, {}, {}, '{}' FROM accounts WHERE name = 'Demo account'",
+         SELECT id, '{key}', '{}', 'in_progress', {}, {}, {}, '{}' FROM accounts WHERE name = '{account}'",
         fingerprint_of(body),
         app.at(0),
         app.at(86_400),
@@ -101,7 +102,7 @@ crate::on_both_backends! {
     async fn a_stuck_key_is_409_while_its_lease_lives_and_is_reclaimed_after() {
         let app = spawn_app().await;
         let body = charge_body();
-        insert_stuck_key(&app, "k-stuck", &body, 3600);
+        insert_stuck_key(&app, "Demo account", "k-stuck", &body, 3600);
         for mode in ["key-first", "atomic"] {
             let r = app.demo().charge_with("k-stuck", &body, &[("demo-mode", mode)]).await;
             r.assert_problem(409, "idempotency-key-in-flight");
@@ -127,11 +128,11 @@ crate::on_both_backends! {
     }
 
     async fn of_many_concurrent_reclaimers_exactly_one_charges() {
-        let app = spawn_app().await;
+        let app = spawn_app_with(|s| s.idempotency_mode = charges::idempotency::Mode::KeyFirst).await;
         let body = charge_body();
-        insert_stuck_key(&app, "k-reclaim", &body, -1);
+        insert_stuck_key(&app, TEST_ACCOUNT, "k-reclaim", &body, -1);
         let requests = (0..20).map(|_| async {
-            app.demo().charge_with("k-reclaim", &body, &[KEY_FIRST]).await
+            app.charge("k-reclaim", &body).await
             .status
         });
         let statuses = futures::future::join_all(requests).await;

@@ -8,8 +8,8 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::support::{
-    AppClient, Captured, DEMO_KEY, TestApp, TestBackend, TestDatabase, charge_body, spawn_app,
-    spawn_app_with,
+    AppClient, Captured, DEMO_KEY, TEST_ACCOUNT, TEST_KEY, TestApp, TestBackend, TestDatabase,
+    charge_body, spawn_app, spawn_app_with,
 };
 
 const SHOP_KEY: &str = "sk_live_shop_for_problem_tests";
@@ -20,7 +20,7 @@ crate::on_both_backends! {
         let created = app.charge("k-get", &charge_body()).await;
         let location = created.header("location").unwrap().to_owned();
 
-        let fetched = app.get_as(DEMO_KEY, &location).await;
+        let fetched = app.get_as(TEST_KEY, &location).await;
         assert_eq!(fetched.status, 200);
         assert_eq!(fetched.json(), created.json());
     }
@@ -41,7 +41,7 @@ crate::on_both_backends! {
     async fn unknown_and_malformed_charge_ids_are_not_found() {
         let app = spawn_app().await;
         for id in ["00000000-0000-0000-0000-000000000000", "not-a-uuid"] {
-            app.get_as(DEMO_KEY, &format!("/charges/{id}"))
+            app.get_as(TEST_KEY, &format!("/charges/{id}"))
                 .await
                 .assert_problem(404, "not-found");
         }
@@ -52,7 +52,7 @@ crate::on_both_backends! {
         for amount in [1, 2, 3] {
             app.charge(None, &json!({"amount": amount, "currency": "usd"})).await;
         }
-        let list = app.get_as(DEMO_KEY, "/charges?limit=2").await;
+        let list = app.get_as(TEST_KEY, "/charges?limit=2").await;
         assert_eq!(list.status, 200);
         let amounts: Vec<i64> = list.json()["data"]
             .as_array()
@@ -63,7 +63,7 @@ crate::on_both_backends! {
         assert_eq!(amounts, [3, 2]);
 
         for bad in ["0", "101", "abc"] {
-            app.get_as(DEMO_KEY, &format!("/charges?limit={bad}"))
+            app.get_as(TEST_KEY, &format!("/charges?limit={bad}"))
                 .await
                 .assert_problem(400, "invalid-request");
         }
@@ -87,7 +87,7 @@ crate::on_both_backends! {
     async fn unknown_paths_and_methods_are_problems() {
         let app = spawn_app().await;
         app.get("/nowhere").await.assert_problem(404, "not-found");
-        app.send(app.request(Method::DELETE, "/charges").bearer_auth(DEMO_KEY))
+        app.send(app.request(Method::DELETE, "/charges").bearer_auth(TEST_KEY))
             .await
             .assert_problem(405, "method-not-allowed");
     }
@@ -98,7 +98,7 @@ crate::on_both_backends! {
     /// of them: a new type needs a case in `provoke_every_problem_type`.
     async fn every_problem_type_is_documented_at_its_uri() {
         let (app, provoked) = provoke_every_problem_type().await;
-        let listed: BTreeSet<String> = app.get_json("/demo/config").await["problem_types"]
+        let listed: BTreeSet<String> = app.demo().get_json("/demo/config").await["problem_types"]
             .as_array()
             .unwrap()
             .iter()
@@ -128,7 +128,7 @@ crate::on_both_backends! {
         // Authenticate once, so the API key is cached and needs no connection.
         app.get_as(DEMO_KEY, "/charges").await;
         let body = charge_body();
-        let holder = app.charge_with(
+        let holder = app.demo().charge_with(
             "k-hold",
             &body,
             &[("demo-fault", "delay-commit=1500")],
@@ -136,7 +136,7 @@ crate::on_both_backends! {
         let starved = async {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             let started = std::time::Instant::now();
-            let r = app.charge("k-starved", &body).await;
+            let r = app.demo().charge("k-starved", &body).await;
             (r, started.elapsed())
         };
         let (holder, (starved, waited)) = tokio::join!(holder, starved);
@@ -153,7 +153,7 @@ crate::on_both_backends! {
             "nothing was stored for it"
         );
         // The same request succeeds once a connection is free.
-        assert_eq!(app.charge("k-starved", &body).await.status, 201);
+        assert_eq!(app.demo().charge("k-starved", &body).await.status, 201);
     }
 }
 
@@ -237,7 +237,7 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
         .await;
 
     let r = app
-        .get_as(DEMO_KEY, "/charges/00000000-0000-0000-0000-000000000000")
+        .get_as(TEST_KEY, "/charges/00000000-0000-0000-0000-000000000000")
         .await;
     provoked
         .check(&app, "an unknown charge id", r, 404, "not-found")
@@ -269,6 +269,7 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
     })
     .await;
     let r = networked
+        .demo()
         .charge_with("k-network-down", &body, &[("demo-fault", "network-down")])
         .await;
     provoked
@@ -315,7 +316,7 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
     let fingerprint = charges::idempotency::Fingerprint::of("POST", "/%63harges", &body);
     slow.execute(&format!(
         "INSERT INTO idempotency_keys (account_id, key, fingerprint, status, created_at, expires_at, locked_until, lease_token, request_path, request_body) \
-         SELECT id, 'k-unrecoverable', '{}', 'in_progress', {}, {}, {}, '{}', '/%63harges', '{body}' FROM accounts WHERE name = 'Demo account'",
+         SELECT id, 'k-unrecoverable', '{}', 'in_progress', {}, {}, {}, '{}', '/%63harges', '{body}' FROM accounts WHERE name = '{TEST_ACCOUNT}'",
         fingerprint.as_str(),
         slow.at(-10),
         slow.at(86_400),
@@ -328,7 +329,7 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
     }
     let retry = slow
         .request(Method::POST, "/%63harges")
-        .bearer_auth(DEMO_KEY)
+        .bearer_auth(TEST_KEY)
         .header("content-type", "application/json")
         .header("idempotency-key", "\"k-unrecoverable\"")
         .body(body.to_string());
@@ -346,12 +347,12 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
 
     // One account over its rate limit: 429, before anything runs.
     let limited = spawn_app_with(|s| s.rate_limit_per_account = 1).await;
-    let mut r = limited.get_as(DEMO_KEY, "/charges").await;
+    let mut r = limited.get_as(TEST_KEY, "/charges").await;
     for _ in 0..5 {
         if r.status == 429 {
             break;
         }
-        r = limited.get_as(DEMO_KEY, "/charges").await;
+        r = limited.get_as(TEST_KEY, "/charges").await;
     }
     assert!(r.header("retry-after").is_some());
     provoked
@@ -400,7 +401,7 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
     let r = app
         .send(
             app.request(Method::DELETE, "/charges")
-                .bearer_auth(DEMO_KEY),
+                .bearer_auth(TEST_KEY),
         )
         .await;
     provoked
@@ -410,7 +411,7 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
     // One byte every 200 ms: the body is not there within 500 ms.
     let raw = app
         .send_slowly(
-            "POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk_test_demo\r\n\
+            "POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk_live_test_account\r\n\
              Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
             &[b' '; 20],
             Duration::from_millis(200),
@@ -435,7 +436,7 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
     let r = app
         .send(
             app.request(Method::POST, "/charges")
-                .bearer_auth(DEMO_KEY)
+                .bearer_auth(TEST_KEY)
                 .header("content-type", "text/plain")
                 .body(body.to_string()),
         )
@@ -446,7 +447,7 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
     let r = app
         .send(
             app.request(Method::POST, "/charges")
-                .bearer_auth(DEMO_KEY)
+                .bearer_auth(TEST_KEY)
                 .header("content-type", "application/json")
                 .header("content-encoding", "gzip")
                 .body(body.to_string()),
@@ -465,14 +466,16 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
 
     // Key-first: the key commits first, so a retry meanwhile hears 409.
     let key_first = ("demo-mode", "key-first");
-    let first = app.charge_with(
+    let first = app.demo().charge_with(
         "k-in-flight",
         &body,
         &[key_first, ("demo-fault", "delay-commit=1500")],
     );
     let retry = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        app.charge_with("k-in-flight", &body, &[key_first]).await
+        app.demo()
+            .charge_with("k-in-flight", &body, &[key_first])
+            .await
     };
     let (first, retry) = tokio::join!(first, retry);
     assert_eq!(first.status, 201, "{}", first.body);
@@ -500,6 +503,7 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
         .await;
 
     let r = app
+        .demo()
         .charge_with("k-internal", &body, &[("demo-fault", "fail-before-commit")])
         .await;
     provoked
@@ -525,6 +529,7 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
         .await;
 
     let r = app
+        .demo()
         .charge_with("k-lost", &body, &[("demo-fault", "lose-response")])
         .await;
     provoked
@@ -540,10 +545,13 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
     // PostgreSQL only: on SQLite a second delayed transaction waits for the
     // write lock of the first rather than reach the cap.
     if app.backend() == TestBackend::Postgres {
-        let held = app.charge_with("k-held", &body, &[("demo-fault", "delay-commit=1500")]);
+        let held = app
+            .demo()
+            .charge_with("k-held", &body, &[("demo-fault", "delay-commit=1500")]);
         let over = async {
             app.until_held(1).await;
-            app.charge_with("k-over-cap", &body, &[("demo-fault", "delay-commit=100")])
+            app.demo()
+                .charge_with("k-over-cap", &body, &[("demo-fault", "delay-commit=100")])
                 .await
         };
         let (held, over) = tokio::join!(held, over);
@@ -596,10 +604,13 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
             "service-unavailable",
         )
         .await;
-    let holder = starved.charge_with("k-holder", &body, &[("demo-fault", "delay-commit=1500")]);
+    let holder =
+        starved
+            .demo()
+            .charge_with("k-holder", &body, &[("demo-fault", "delay-commit=1500")]);
     let no_place = async {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        starved.charge("k-no-place", &body).await
+        starved.demo().charge("k-no-place", &body).await
     };
     let (holder, no_place) = tokio::join!(holder, no_place);
     assert_eq!(holder.status, 201, "{}", holder.body);

@@ -12,12 +12,13 @@ crate::on_both_backends! {
     async fn lose_response_commits_the_charge_but_answers_504_and_the_retry_replays_the_real_201() {
         let app = spawn_app().await;
         let lost = app
+            .demo()
             .charge_with("k-lost", &charge_body(), &[("demo-fault", "lose-response")])
             .await;
         lost.assert_problem(504, "simulated-lost-response");
         // Its type is documented at its URI, with the title the response had.
         let uri = lost.json()["type"].as_str().unwrap().to_owned();
-        let documented = app.get_json(&uri).await;
+        let documented = app.demo().get_json(&uri).await;
         assert_eq!(documented["status"], 504);
         assert_eq!(documented["title"], lost.json()["title"]);
         assert_ne!(documented["title"], "Error");
@@ -28,7 +29,7 @@ crate::on_both_backends! {
             "the real 201 is stored"
         );
 
-        let retry = app.charge("k-lost", &charge_body()).await;
+        let retry = app.demo().charge("k-lost", &charge_body()).await;
         assert_eq!(retry.status, 201);
         assert_eq!(retry.header("idempotent-replayed"), Some("true"));
         assert_eq!(app.charges(), 1);
@@ -38,6 +39,7 @@ crate::on_both_backends! {
         let app = spawn_app().await;
         let body = charge_body();
         let first = app
+            .demo()
             .charge_with("k-forgotten", &body, &[("demo-fault", "forget-commit")])
             .await;
         assert_eq!(first.status, 201, "{}", first.body);
@@ -47,16 +49,17 @@ crate::on_both_backends! {
         app.get_as(crate::support::DEMO_KEY, &format!("/charges/{held}"))
             .await
             .assert_problem(404, "not-found");
-        let state = app.get_json("/demo/state").await;
+        let state = app.demo().get_json("/demo/state").await;
         assert_eq!(state["charges"].as_array().unwrap().len(), 0);
         // To the key, the charge never happened: its retry is a first charge.
-        let retry = app.charge("k-forgotten", &body).await;
+        let retry = app.demo().charge("k-forgotten", &body).await;
         assert_eq!(retry.status, 201);
         assert!(!retry.replayed());
         assert_ne!(retry.charge_id(), held);
         assert_eq!((app.charges(), app.keys()), (1, 1));
         // Only where a commit can be forgotten.
         let refused = app
+            .demo()
             .refund_with(
                 "k-forget-refund",
                 &retry.charge_id().to_string(),
@@ -72,6 +75,7 @@ crate::on_both_backends! {
         let body = charge_body();
         let key_first = ("demo-mode", "key-first");
         let abandoned = app
+            .demo()
             .charge_with(
                 "k-abandoned",
                 &body,
@@ -85,26 +89,26 @@ crate::on_both_backends! {
             1,
             "the key stays in progress, as after a crash"
         );
-        let state = app.get_json("/demo/state").await;
+        let state = app.demo().get_json("/demo/state").await;
         assert_eq!(state["idempotency_keys"][0]["lease_live"], true);
         // While the lease holds, a retry hears 409 (in either design).
-        app.charge_with("k-abandoned", &body, &[key_first])
+        app.demo().charge_with("k-abandoned", &body, &[key_first])
             .await
             .assert_problem(409, "idempotency-key-in-flight");
-        app.charge("k-abandoned", &body)
+        app.demo().charge("k-abandoned", &body)
             .await
             .assert_problem(409, "idempotency-key-in-flight");
         tokio::time::sleep(Duration::from_millis(1700)).await;
-        let taken_over = app.charge_with("k-abandoned", &body, &[key_first]).await;
+        let taken_over = app.demo().charge_with("k-abandoned", &body, &[key_first]).await;
         assert_eq!(taken_over.status, 201, "{}", taken_over.body);
         assert!(!taken_over.replayed());
         assert_eq!((app.charges(), app.keys()), (1, 1));
-        assert_eq!(app.charge("k-abandoned", &body).await.charge_id(), taken_over.charge_id());
+        assert_eq!(app.demo().charge("k-abandoned", &body).await.charge_id(), taken_over.charge_id());
         // abandon and lease are key-first's.
-        app.charge_with("k-atomic", &body, &[("demo-fault", "abandon")])
+        app.demo().charge_with("k-atomic", &body, &[("demo-fault", "abandon")])
             .await
             .assert_problem(400, "invalid-request");
-        app.charge_with("k-lease", &body, &[key_first, ("demo-fault", "lease=500")])
+        app.demo().charge_with("k-lease", &body, &[key_first, ("demo-fault", "lease=500")])
             .await
             .assert_problem(400, "invalid-request");
     }
@@ -116,7 +120,7 @@ crate::on_both_backends! {
             s.demo_max_delayed = 3;
         })
         .await;
-        let config = app.get_json("/demo/config").await;
+        let config = app.demo().get_json("/demo/config").await;
         let backend = match app.backend() {
             crate::support::TestBackend::Postgres => ("postgresql", "PostgreSQL"),
             crate::support::TestBackend::Sqlite => ("sqlite", "SQLite"),
@@ -151,16 +155,16 @@ crate::on_both_backends! {
         let types = config["problem_types"].as_array().unwrap();
         assert!(types.len() >= 14, "{types:?}");
         for listed in types {
-            let served = app.get_json(listed["type"].as_str().unwrap()).await;
+            let served = app.demo().get_json(listed["type"].as_str().unwrap()).await;
             assert_eq!(&served, listed);
         }
     }
 
     async fn lose_response_without_a_key_leads_to_a_double_charge_on_retry() {
         let app = spawn_app().await;
-        let lost = app.charge_with(None, &charge_body(), &[("demo-fault", "lose-response")]).await;
+        let lost = app.demo().charge_with(None, &charge_body(), &[("demo-fault", "lose-response")]).await;
         assert_eq!(lost.status, 504);
-        assert_eq!(app.charge(None, &charge_body()).await.status, 201);
+        assert_eq!(app.demo().charge(None, &charge_body()).await.status, 201);
         assert_eq!(app.charges(), 2);
     }
 
@@ -168,6 +172,7 @@ crate::on_both_backends! {
         let app = spawn_app().await;
         let started = Instant::now();
         let r = app
+            .demo()
             .charge_with("k-delay", &charge_body(), &[("demo-fault", "delay-commit=700")])
             .await;
         assert_eq!(r.status, 201);
@@ -177,6 +182,7 @@ crate::on_both_backends! {
     async fn fail_before_commit_without_a_key_rolls_the_charge_back() {
         let app = spawn_app().await;
         let r = app
+            .demo()
             .charge_with(None, &charge_body(), &[("demo-fault", "fail-before-commit")])
             .await;
         r.assert_problem(500, "internal");
@@ -191,7 +197,7 @@ crate::on_both_backends! {
             ("demo-fault", "delay-commit=soon"),
             ("demo-mode", "optimistic"),
         ] {
-            let r = app.charge_with("k-x", &charge_body(), &[(header, value)]).await;
+            let r = app.demo().charge_with("k-x", &charge_body(), &[(header, value)]).await;
             r.assert_problem(400, "invalid-request");
         }
         assert_eq!((app.charges(), app.keys()), (0, 0));
@@ -201,8 +207,8 @@ crate::on_both_backends! {
         let app = spawn_app().await;
         let naive = [("demo-mode", "check-then-insert")];
         let (a, b) = tokio::join!(
-            app.charge_with("k-race", &charge_body(), &naive),
-            app.charge_with("k-race", &charge_body(), &naive),
+            app.demo().charge_with("k-race", &charge_body(), &naive),
+            app.demo().charge_with("k-race", &charge_body(), &naive),
         );
         assert_eq!((a.status, b.status), (201, 201));
         assert_eq!(app.charges(), 2, "the race charged twice");
@@ -211,8 +217,8 @@ crate::on_both_backends! {
 
         // The same two with the unique constraint: one charge.
         let (a, b) = tokio::join!(
-            app.charge("k-race-2", &charge_body()),
-            app.charge("k-race-2", &charge_body()),
+            app.demo().charge("k-race-2", &charge_body()),
+            app.demo().charge("k-race-2", &charge_body()),
         );
         assert_eq!((a.status, b.status), (201, 201));
         assert_eq!(app.charges(), 3);
@@ -221,8 +227,8 @@ crate::on_both_backends! {
     async fn check_then_insert_replays_when_it_is_not_raced() {
         let app = spawn_app().await;
         let naive = [("demo-mode", "check-then-insert")];
-        let first = app.charge_with("k-seq", &charge_body(), &naive).await;
-        let second = app.charge_with("k-seq", &charge_body(), &naive).await;
+        let first = app.demo().charge_with("k-seq", &charge_body(), &naive).await;
+        let second = app.demo().charge_with("k-seq", &charge_body(), &naive).await;
         assert_eq!(second.header("idempotent-replayed"), Some("true"));
         assert_eq!(second.body, first.body);
         assert_eq!(app.charges(), 1);
@@ -230,8 +236,8 @@ crate::on_both_backends! {
 
     async fn the_state_view_shows_the_tables_and_reset_and_expire_change_them() {
         let app = spawn_app().await;
-        app.charge("k-view", &charge_body()).await;
-        let state: Value = app.get_json("/demo/state").await;
+        app.demo().charge("k-view", &charge_body()).await;
+        let state: Value = app.demo().get_json("/demo/state").await;
         let backend = match app.backend() {
             crate::support::TestBackend::Postgres => "postgresql",
             crate::support::TestBackend::Sqlite => "sqlite",
@@ -251,7 +257,7 @@ crate::on_both_backends! {
         assert_eq!(expired.status, 200);
         assert_eq!(expired.json(), serde_json::json!({"key": "k-view", "expired": 1}));
         assert!(expired.body.len() < 1024, "{} bytes", expired.body.len());
-        let after: Value = app.get_json("/demo/state").await;
+        let after: Value = app.demo().get_json("/demo/state").await;
         assert_eq!(after["idempotency_keys"][0]["expired"], true);
         let missing = app.post("/demo/keys/nope/expire").await;
         missing.assert_problem(404, "not-found");
@@ -307,7 +313,7 @@ crate::on_both_backends! {
             anonymous.assert_problem(401, "unauthorized");
             let refused = app.charge_as(SHOP_KEY, "k-x", &charge_body(), &headers).await;
             refused.assert_problem(400, "demo-account-only");
-            let documented = app.get_json("/problems/demo-account-only").await;
+            let documented = app.demo().get_json("/problems/demo-account-only").await;
             assert_eq!(documented["title"], refused.json()["title"]);
         }
         assert_eq!((app.charges(), app.keys()), (0, 0), "nothing ran");
@@ -324,13 +330,14 @@ crate::on_both_backends! {
     async fn crash_after_key_is_refused_unless_the_server_allows_it() {
         let app = spawn_app_with(|s| s.idempotency_mode = charges::idempotency::Mode::KeyFirst).await;
         let r = app
+            .demo()
             .charge_with("k-crash", &charge_body(), &[("demo-fault", "crash-after-key")])
             .await;
         r.assert_problem(400, "invalid-request");
         assert!(r.json()["detail"].as_str().unwrap().contains("DEMO_ALLOW_CRASH"));
         assert_eq!((app.charges(), app.keys()), (0, 0));
         // Still alive.
-        assert_eq!(app.charge("k-after", &charge_body()).await.status, 201);
+        assert_eq!(app.demo().charge("k-after", &charge_body()).await.status, 201);
     }
 
     async fn expire_with_a_value_no_key_can_have_is_400_not_500() {
@@ -356,7 +363,7 @@ crate::on_both_backends! {
     async fn the_demo_purge_deletes_only_the_demo_accounts_expired_keys() {
         let app = spawn_app().await;
         app.create_account("Shop", SHOP_KEY);
-        assert_eq!(app.charge("k-demo", &charge_body()).await.status, 201);
+        assert_eq!(app.demo().charge("k-demo", &charge_body()).await.status, 201);
         assert_eq!(app.charge_as(SHOP_KEY, "k-shop", &charge_body(), &[]).await.status, 201);
         app.execute(&format!("UPDATE idempotency_keys SET expires_at = {}", app.at(-5)));
         // The purge answers the rows it deleted, and nothing else (not the tables).
@@ -369,7 +376,7 @@ crate::on_both_backends! {
 
     async fn with_demo_mode_off_the_demo_key_is_refused_and_nothing_mentions_it() {
         let app = spawn_app_with(|s| s.demo = Some(false)).await;
-        let r = app.charge("k", &charge_body()).await;
+        let r = app.demo().charge("k", &charge_body()).await;
         r.assert_problem(401, "unauthorized");
         assert!(!r.body.contains("sk_test_demo"), "{}", r.body);
         let doc = app.get("/openapi.json").await.body;
@@ -383,7 +390,7 @@ crate::on_both_backends! {
 
     async fn with_demo_mode_on_the_document_lists_the_demo_routes() {
         let app = spawn_app().await;
-        let doc = app.get_json("/openapi.json").await;
+        let doc = app.demo().get_json("/openapi.json").await;
         assert!(doc["paths"]["/demo/state"].is_object());
     }
 }
@@ -402,9 +409,9 @@ crate::on_both_backends! {
                 app.get(path).await.assert_problem(404, "not-found");
             }
             assert_eq!(app.post("/demo/reset").await.status, 404);
-            app.charge("k-net", &charge_body()).await.assert_problem(401, "unauthorized");
+            app.demo().charge("k-net", &charge_body()).await.assert_problem(401, "unauthorized");
             let naive = [("demo-mode", "check-then-insert"), ("demo-fault", "crash-after-key")];
-            app.charge_with("k-net", &charge_body(), &naive).await.assert_problem(401, "unauthorized");
+            app.demo().charge_with("k-net", &charge_body(), &naive).await.assert_problem(401, "unauthorized");
             let doc = app.get("/openapi.json").await.body;
             assert!(!doc.contains("/demo/") && !doc.contains("sk_test_demo"), "the document offers demo powers");
             assert_eq!(db.count("accounts"), 0, "no demo account is seeded");
@@ -425,7 +432,7 @@ crate::on_both_backends! {
         }
         assert!(server.logs().contains("DEMO=true on an address"), "{}", server.logs());
         let app = crate::support::AppClient::new(&format!("http://{}", server.addr()));
-        assert_eq!(app.charge("k-net", &charge_body()).await.status, 201, "told, it is a demo");
+        assert_eq!(app.demo().charge("k-net", &charge_body()).await.status, 201, "told, it is a demo");
         assert_eq!(db.count("accounts WHERE demo"), 1);
     }
 }
@@ -443,17 +450,18 @@ async fn delayed_transactions_beyond_the_cap_get_503_and_other_accounts_do_not_w
             let body = charge_body();
             let started = Instant::now();
             let (a, b, (c, other)) = tokio::join!(
-                app.charge_with("k-d1", &charge_body(), &held),
-                app.charge_with("k-d2", &charge_body(), &held),
+                app.demo().charge_with("k-d1", &charge_body(), &held),
+                app.demo().charge_with("k-d2", &charge_body(), &held),
                 async {
                     app.until_held(2).await;
                     // The third is sent before the waiters below, which would
                     // otherwise take the demo account's in-flight places first
                     // and make it wait until a place is free again.
-                    let c = app.charge_with("k-d3", &charge_body(), &held).await;
+                    let c = app.demo().charge_with("k-d3", &charge_body(), &held).await;
                     // While the cap is full, and ten of the demo's requests wait
                     // on one held key, another account is served at once.
-                    let waiters: Vec<_> = (0..10).map(|_| app.charge("k-d1", &body)).collect();
+                    let waiters: Vec<_> =
+                        (0..10).map(|_| app.demo().charge("k-d1", &body)).collect();
                     let waiting = futures::future::join_all(waiters);
                     let other = async {
                         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -490,7 +498,7 @@ async fn delayed_transactions_beyond_the_cap_get_503_and_other_accounts_do_not_w
             );
             assert_eq!(app.count("idempotency_keys WHERE key = 'k-d3'"), 0);
             // Its retry, once a place is free, runs.
-            let retry = app.charge_with("k-d3", &charge_body(), &held).await;
+            let retry = app.demo().charge_with("k-d3", &charge_body(), &held).await;
             assert_eq!(retry.status, 201);
         })
         .await
@@ -508,15 +516,18 @@ async fn on_sqlite_delays_go_one_at_a_time_and_another_account_waits_for_one_at_
     const HOLD_MS: u64 = 2500;
     let held = [("demo-fault", "delay-commit=2500")];
     let started = Instant::now();
-    let (first, (others, shop)) =
-        tokio::join!(app.charge_with("k-d0", &charge_body(), &held), async {
+    let (first, (others, shop)) = tokio::join!(
+        app.demo().charge_with("k-d0", &charge_body(), &held),
+        async {
             tokio::time::sleep(Duration::from_millis(300)).await;
             // Four more delays queue for the write lock behind the first…
             let app = &app;
             let others: Vec<_> = (1..=4)
                 .map(|i| async move {
                     let key = format!("k-d{i}");
-                    app.charge_with(key.as_str(), &charge_body(), &held).await
+                    app.demo()
+                        .charge_with(key.as_str(), &charge_body(), &held)
+                        .await
                 })
                 .collect();
             let others = futures::future::join_all(others);
@@ -528,7 +539,8 @@ async fn on_sqlite_delays_go_one_at_a_time_and_another_account_waits_for_one_at_
                 (r.status, sent.elapsed())
             };
             tokio::join!(others, shop)
-        },);
+        },
+    );
     assert_eq!(first.status, 201);
     assert_eq!(shop.0, 201, "another account's write is not refused");
     assert!(

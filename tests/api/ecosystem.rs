@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use reqwest::Method;
 
-use crate::support::{DEMO_KEY, ServerProcess, TestDatabase, charge_body, spawn_app};
+use crate::support::{DEMO_KEY, ServerProcess, TEST_KEY, TestDatabase, charge_body, spawn_app};
 
 crate::on_both_backends! {
     async fn metrics_count_requests_idempotency_outcomes_and_the_pool() {
@@ -64,6 +64,7 @@ crate::on_both_backends! {
     async fn json_logs_carry_the_request_id_and_outcome_but_never_the_api_key_or_body() {
         let db = TestDatabase::create();
         let server = ServerProcess::start(&db.url, &[("LOG_FORMAT", "json"), ("RUST_LOG", "info")]);
+        db.create_test_account();
         let api = server.client();
         let body = serde_json::json!(
             {"amount": 1000, "currency": "jpy", "description": "secret-description"}
@@ -88,7 +89,7 @@ crate::on_both_backends! {
         assert_eq!(finished[0]["span"]["idempotency"], "executed");
         assert_eq!(finished[1]["span"]["idempotency"], "replayed");
         assert!(
-            !logs.contains(DEMO_KEY) && !logs.contains("secret-description"),
+            !logs.contains(TEST_KEY) && !logs.contains("secret-description"),
             "{logs}"
         );
     }
@@ -96,6 +97,7 @@ crate::on_both_backends! {
     async fn human_logs_written_to_a_file_carry_no_colour_codes() {
         let db = TestDatabase::create();
         let server = ServerProcess::start(&db.url, &[("RUST_LOG", "info")]);
+        db.create_test_account();
         let body = serde_json::json!({"amount": 1000, "currency": "jpy"});
         let r = server
             .client()

@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::support::{DEMO_KEY, charge_body, spawn_app, spawn_app_with};
+use crate::support::{DEMO_KEY, TEST_KEY, charge_body, spawn_app, spawn_app_with};
 
 /// `POST /charges` as the demo account with a raw body and content type.
 fn raw_charge(
@@ -16,7 +16,7 @@ fn raw_charge(
     body: &str,
 ) -> reqwest::RequestBuilder {
     app.request(Method::POST, "/charges")
-        .bearer_auth(DEMO_KEY)
+        .bearer_auth(TEST_KEY)
         .header("content-type", content_type)
         .body(body.to_owned())
 }
@@ -180,7 +180,7 @@ crate::on_both_backends! {
             .await;
         two_keys.assert_problem(400, "invalid-idempotency-key");
         let two_callers = app
-            .send(raw_charge(&app, "application/json", &body).header("authorization", "Bearer sk_test_demo"))
+            .send(raw_charge(&app, "application/json", &body).header("authorization", "Bearer sk_live_test_account"))
             .await;
         two_callers.assert_problem(400, "invalid-request");
         assert_eq!(app.charges(), 0);
@@ -189,26 +189,26 @@ crate::on_both_backends! {
     async fn the_frameworks_own_rejections_are_problems_too() {
         let app = spawn_app().await;
         for path in ["/charges?limit=abc", "/charges?_=1", "/charges?limit=1&limit=2"] {
-            let r = app.get_as(DEMO_KEY, path).await;
+            let r = app.get_as(TEST_KEY, path).await;
             r.assert_problem(400, "invalid-request");
         }
-        app.get_as(DEMO_KEY, "/charges/not-a-uuid").await.assert_problem(404, "not-found");
+        app.get_as(TEST_KEY, "/charges/not-a-uuid").await.assert_problem(404, "not-found");
         // Authentication comes first: an unknown caller hears 401, not about the query.
         app.get("/charges?limit=abc").await.assert_problem(401, "unauthorized");
-        app.get_as(DEMO_KEY, "/nothing/here").await.assert_problem(404, "not-found");
+        app.get_as(TEST_KEY, "/nothing/here").await.assert_problem(404, "not-found");
     }
 
     async fn a_charge_has_one_uri() {
         let app = spawn_app().await;
         let id = app.charge(None, &charge_body()).await.charge_id();
-        assert_eq!(app.get_as(DEMO_KEY, &format!("/charges/{id}")).await.status, 200);
+        assert_eq!(app.get_as(TEST_KEY, &format!("/charges/{id}")).await.status, 200);
         for other in [
             id.hyphenated().to_string().to_uppercase(),
             id.simple().to_string(),
             id.braced().to_string(),
             id.urn().to_string(),
         ] {
-            app.get_as(DEMO_KEY, &format!("/charges/{other}")).await.assert_problem(404, "not-found");
+            app.get_as(TEST_KEY, &format!("/charges/{other}")).await.assert_problem(404, "not-found");
         }
     }
 
@@ -221,7 +221,7 @@ crate::on_both_backends! {
                 continue;
             }
             let path = path.replace("{id}", &id.to_string()).replace("{slug}", "not-found");
-            let request = |method: Method| app.request(method, &path).bearer_auth(DEMO_KEY);
+            let request = |method: Method| app.request(method, &path).bearer_auth(TEST_KEY);
             let get = app.send(request(Method::GET)).await;
             let head = app.send(request(Method::HEAD)).await;
             assert_eq!(head.status, get.status, "HEAD {path}");
@@ -232,7 +232,7 @@ crate::on_both_backends! {
             }
             assert!(head.body.is_empty(), "HEAD {path} has no body");
         }
-        let refused = app.send(app.request(Method::DELETE, "/charges").bearer_auth(DEMO_KEY)).await;
+        let refused = app.send(app.request(Method::DELETE, "/charges").bearer_auth(TEST_KEY)).await;
         assert_eq!(refused.header("allow"), Some("GET, HEAD, POST"));
     }
 
@@ -243,7 +243,7 @@ crate::on_both_backends! {
         let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
         stream
             .write_all(
-                b"POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk_test_demo\r\n\
+                b"POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk_live_test_account\r\n\
                   Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"amo\r\n",
             )
             .await
@@ -270,7 +270,7 @@ crate::on_both_backends! {
         })
         .await;
         let doc = app.get_json("/openapi.json").await;
-        let held = app.charge_with("k-held", &charge_body(), &[("demo-fault", "delay-commit=1500")]);
+        let held = app.demo().charge_with("k-held", &charge_body(), &[("demo-fault", "delay-commit=1500")]);
         let reads = async {
             tokio::time::sleep(Duration::from_millis(300)).await;
             (app.get_as(DEMO_KEY, "/charges").await, app.get_as(DEMO_KEY, "/charges/00000000-0000-0000-0000-000000000000").await)
@@ -298,7 +298,7 @@ crate::on_both_backends! {
         // The demo's 504 only where demo mode is on.
         assert!(doc["paths"]["/charges"]["post"]["responses"]["504"].is_object());
         let off = spawn_app_with(|s| s.demo = Some(false)).await;
-        let doc = off.get_json("/openapi.json").await;
+        let doc = off.demo().get_json("/openapi.json").await;
         assert!(doc["paths"]["/charges"]["post"]["responses"]["504"].is_null());
         assert!(doc["paths"].as_object().unwrap().keys().all(|p| !p.starts_with("/demo/")));
     }

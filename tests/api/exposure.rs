@@ -18,23 +18,9 @@ use reqwest::Method;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{AppClient, DEMO_KEY, ServerProcess, TestDatabase, free_port};
+use crate::support::{AppClient, ServerProcess, TEST_KEY, TestDatabase, free_port};
 
 const SHOP_KEY: &str = "sk_live_shop_round_three";
-
-/// A client whose connections come from `source` (any of 127.0.0.0/8).
-fn client_from(source: &str, address: &str) -> AppClient {
-    let ip: IpAddr = source.parse().unwrap();
-    AppClient {
-        address: address.to_owned(),
-        http: reqwest::Client::builder()
-            .no_proxy()
-            .local_address(ip)
-            .timeout(Duration::from_secs(30))
-            .build()
-            .unwrap(),
-    }
-}
 
 /// The demo server (the default command) with a card network of its own.
 fn demo_with_network(db: &TestDatabase, network: &TestDatabase) -> ServerProcess {
@@ -67,6 +53,7 @@ async fn the_demo_s_view_holds_no_other_account_s_authorization() {
         .unwrap()
         .to_owned();
     let ours = app
+        .demo()
         .charge("k-demo", &json!({"amount": 100, "currency": "jpy"}))
         .await;
     assert_eq!(ours.status, 201, "{}", ours.body);
@@ -75,6 +62,7 @@ async fn the_demo_s_view_holds_no_other_account_s_authorization() {
     // its answer was lost, so no charge of ours names it; the demo's view
     // still shows it, as the demo's.
     let orphaned = app
+        .demo()
         .charge_with(
             "k-orphan",
             &json!({"amount": 7, "currency": "jpy"}),
@@ -84,7 +72,7 @@ async fn the_demo_s_view_holds_no_other_account_s_authorization() {
     assert_eq!(orphaned.status, 503, "{}", orphaned.body);
     assert_eq!(network.count("authorizations"), 3);
 
-    let state = app.get_json("/demo/state").await;
+    let state = app.demo().get_json("/demo/state").await;
     let shown: Vec<&str> = state["network"]["authorizations"]
         .as_array()
         .unwrap()
@@ -114,6 +102,7 @@ async fn the_demo_s_view_holds_no_other_account_s_authorization() {
 async fn the_in_process_network_refuses_the_well_known_key() {
     let (db, network) = (TestDatabase::create(), TestDatabase::create());
     let server = demo_with_network(&db, &network);
+    db.create_test_account();
     let app = server.client();
     assert_eq!(
         app.charge("k-1", &json!({"amount": 1, "currency": "jpy"}))
@@ -121,7 +110,7 @@ async fn the_in_process_network_refuses_the_well_known_key() {
             .status,
         201
     );
-    let url = app.get_json("/demo/config").await["network"]
+    let url = app.demo().get_json("/demo/config").await["network"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -219,12 +208,7 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
         .stdin(Stdio::null())
         .output()
         .expect("run charges");
-    let printed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), printed)
+    (out.status.success(), crate::support::printed(&out))
 }
 
 #[test]
@@ -295,6 +279,7 @@ async fn the_network_s_credentials_and_its_bodies_reach_no_output_and_no_client(
             ("NETWORK_API_KEY", "sk_network_a_wrong_one"),
         ],
     );
+    db.create_test_account();
     let app = server.client();
     let refused = app
         .charge("k-wrong-key", &json!({"amount": 5, "currency": "jpy"}))
@@ -351,7 +336,7 @@ async fn five_thousand_429s_from_one_address_grow_the_log_by_kilobytes() {
             ("LOG_FORMAT", "json"),
         ],
     );
-    let app = client_from("127.0.0.7", &server.address);
+    let app = AppClient::from_source(&server.address, "127.0.0.7");
     let before = log_size(&server);
     let mut refused = 0;
     // Waves of 50 concurrent requests, 100 of them.
@@ -433,6 +418,7 @@ async fn connections_held_idle_from_four_addresses_do_not_keep_a_fifth_waiting()
             ("MAX_CONNECTIONS_PER_PEER", "30"),
         ],
     );
+    db.create_test_account();
     let to = server.addr();
     let answered = Arc::new(AtomicUsize::new(0));
     let mut hoarders = Vec::new();
@@ -449,7 +435,7 @@ async fn connections_held_idle_from_four_addresses_do_not_keep_a_fifth_waiting()
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let active = client_from("127.0.0.6", &server.address);
+    let active = AppClient::from_source(&server.address, "127.0.0.6");
     let mut slowest = Duration::ZERO;
     // Three seconds of an active client, a request every 100 ms.
     for _ in 0..30 {
@@ -458,7 +444,7 @@ async fn connections_held_idle_from_four_addresses_do_not_keep_a_fifth_waiting()
             .send(
                 active
                     .request(Method::GET, "/charges")
-                    .bearer_auth(DEMO_KEY),
+                    .bearer_auth(TEST_KEY),
             )
             .await;
         assert_eq!(r.status, 200, "{}", r.body);

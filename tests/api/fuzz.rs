@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{Map, Value, json};
 
-use crate::support::{DEMO_KEY, spawn_app};
+use crate::support::{TEST_KEY, spawn_app};
 
 fn json_scalar() -> impl Strategy<Value = Value> {
     prop_oneof![
@@ -151,7 +151,7 @@ fn no_malformed_request_gets_a_5xx_and_a_rejected_one_changes_nothing() {
             let before = (app.charges(), app.keys());
             let mut request = app
                 .request(reqwest::Method::POST, "/charges")
-                .bearer_auth(DEMO_KEY)
+                .bearer_auth(TEST_KEY)
                 .body(case.body.clone());
             if let Some(ct) = case.content_type {
                 request = request.header("content-type", ct);

@@ -68,7 +68,7 @@ crate::on_both_backends! {
         let r = app
             .send(
                 app.request(Method::POST, "/charges")
-                    .header("authorization", "Bearer sk_test_demo")
+                    .header("authorization", "Bearer sk_live_test_account")
                     .header("authorization", "Bearer sk_live_someone_else")
                     .header("content-type", "application/json")
                     .body(charge_body().to_string()),
@@ -107,7 +107,7 @@ crate::on_both_backends! {
         // One byte every 300 ms: the body never completes in time.
         let answer = app
             .send_slowly(
-                "POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk_test_demo\r\n\
+                "POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk_live_test_account\r\n\
                  Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
                 &[b' '; 20],
                 Duration::from_millis(300),
@@ -132,7 +132,7 @@ crate::on_both_backends! {
         let address = app.url("").trim_start_matches("http://").trim_end_matches('/').to_owned();
         let healthz = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
         // A request in flight: its head, and half its body (read within BODY_TIMEOUT).
-        let busy = b"POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk_test_demo\r\n\
+        let busy = b"POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk_live_test_account\r\n\
                      Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{";
         // Reads until one whole (small) answer is in, or `limit` passes.
         async fn answer(stream: &mut tokio::net::TcpStream, limit: Duration) -> Option<String> {

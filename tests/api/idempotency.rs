@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::json;
 
-use crate::support::{DEMO_KEY, charge_body, spawn_app};
+use crate::support::{TEST_KEY, charge_body, spawn_app};
 
 crate::on_both_backends! {
     async fn the_first_request_with_a_key_creates_the_charge_and_stores_its_201() {
@@ -55,7 +55,7 @@ crate::on_both_backends! {
         let retry = app
             .send(
                 app.request(Method::POST, "/charges")
-                    .bearer_auth(DEMO_KEY)
+                    .bearer_auth(TEST_KEY)
                     .header("content-type", "application/json; charset=utf-8")
                     .header("idempotency-key", "k-same")
                     .body("{ \"description\": \"a book\",\n  \"currency\": \"jpy\", \"amount\": 1000 }"),
@@ -107,7 +107,7 @@ crate::on_both_backends! {
         let body = other.to_string();
         let response = app
             .send_raw(&format!(
-                "POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {DEMO_KEY}\r\n\
+                "POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TEST_KEY}\r\n\
                  Content-Type: application/json\r\nIdempotency-Key: \"k-reuse\"\r\n\
                  Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
@@ -179,7 +179,7 @@ crate::on_both_backends! {
         let app = spawn_app().await;
         let started = Instant::now();
         let body = charge_body();
-        let first = app.charge_with(
+        let first = app.demo().charge_with(
             "k-slow",
             &body,
             &[("demo-fault", "delay-commit=1500")],
@@ -187,7 +187,7 @@ crate::on_both_backends! {
         let second = async {
             tokio::time::sleep(Duration::from_millis(300)).await;
             let sent = Instant::now();
-            let response = app.charge("k-slow", &charge_body()).await;
+            let response = app.demo().charge("k-slow", &charge_body()).await;
             (response, sent.elapsed())
         };
         let (first, (second, waited)) = tokio::join!(first, second);
@@ -207,14 +207,14 @@ crate::on_both_backends! {
     async fn a_concurrent_retry_runs_as_the_first_when_the_first_rolls_back() {
         let app = spawn_app().await;
         let body = charge_body();
-        let first = app.charge_with(
+        let first = app.demo().charge_with(
             "k-rollback",
             &body,
             &[("demo-fault", "delay-commit=1000, fail-before-commit")],
         );
         let second = async {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            app.charge("k-rollback", &charge_body()).await
+            app.demo().charge("k-rollback", &charge_body()).await
         };
         let (first, second) = tokio::join!(first, second);
 
@@ -233,6 +233,7 @@ crate::on_both_backends! {
     async fn a_failure_inside_the_transaction_leaves_no_key_and_no_charge_so_the_retry_runs_as_the_first() {
         let app = spawn_app().await;
         let failed = app
+            .demo()
             .charge_with("k-fail", &charge_body(), &[("demo-fault", "fail-before-commit")])
             .await;
         failed.assert_problem(500, "internal");
@@ -243,7 +244,7 @@ crate::on_both_backends! {
         );
         assert_eq!((app.charges(), app.keys()), (0, 0));
 
-        let retry = app.charge("k-fail", &charge_body()).await;
+        let retry = app.demo().charge("k-fail", &charge_body()).await;
         assert_eq!(retry.status, 201);
         assert_eq!(retry.header("idempotent-replayed"), None);
         assert_eq!((app.charges(), app.keys()), (1, 1));

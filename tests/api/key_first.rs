@@ -8,8 +8,8 @@ use charges::idempotency::Fingerprint;
 use serde_json::Value;
 
 use crate::support::{
-    DEMO_KEY, ServerProcess, TestApp, TestBackend, TestDatabase, charge_body, spawn_app,
-    spawn_app_with,
+    DEMO_KEY, ServerProcess, TEST_ACCOUNT, TestApp, TestBackend, TestDatabase, charge_body,
+    spawn_app, spawn_app_with,
 };
 
 const KEY_FIRST: (&str, &str) = ("demo-mode", "key-first");
@@ -20,11 +20,12 @@ fn fingerprint_of(body: &Value) -> String {
         .to_owned()
 }
 
-/// A row as a worker that died between the two transactions leaves it.
-fn insert_stuck_key(app: &TestApp, key: &str, body: &Value, lease_left_secs: i64) {
+/// A row of `account`'s as a worker that died between the two transactions
+/// leaves it.
+fn insert_stuck_key(app: &TestApp, account: &str, key: &str, body: &Value, lease_left_secs: i64) {
     app.execute(&format!(
         "INSERT INTO idempotency_keys (account_id, key, fingerprint, status, created_at, expires_at, locked_until, lease_token) \
-         SELECT id, '{key}', '{}', 'in_progress', {}, {}, {}, '{}' FROM accounts WHERE name = 'Demo account'",
+         SELECT id, '{key}', '{}', 'in_progress', {}, {}, {}, '{}' FROM accounts WHERE name = '{account}'",
         fingerprint_of(body),
         app.at(0),
         app.at(86_400),
@@ -37,7 +38,7 @@ crate::on_both_backends! {
     async fn a_retry_while_the_first_is_in_flight_gets_409_at_once_and_later_the_stored_201() {
         let app = spawn_app().await;
         let body = charge_body();
-        let first = app.charge_with(
+        let first = app.demo().charge_with(
             "k-kf",
             &body,
             &[KEY_FIRST, ("demo-fault", "delay-commit=1500")],
@@ -45,7 +46,7 @@ crate::on_both_backends! {
         let retry = async {
             tokio::time::sleep(Duration::from_millis(300)).await;
             let sent = Instant::now();
-            let r = app.charge_with("k-kf", &body, &[KEY_FIRST]).await;
+            let r = app.demo().charge_with("k-kf", &body, &[KEY_FIRST]).await;
             (r, sent.elapsed())
         };
         let (first, (retry, took)) = tokio::join!(first, retry);
@@ -58,7 +59,7 @@ crate::on_both_backends! {
         );
         assert_eq!(first.status, 201);
 
-        let later = app.charge_with("k-kf", &body, &[KEY_FIRST]).await;
+        let later = app.demo().charge_with("k-kf", &body, &[KEY_FIRST]).await;
         assert_eq!(later.status, 201);
         assert_eq!(later.header("idempotent-replayed"), Some("true"));
         assert_eq!(later.body, first.body);
@@ -80,6 +81,7 @@ crate::on_both_backends! {
     async fn a_business_failure_releases_the_key_so_the_retry_runs_as_the_first() {
         let app = spawn_app().await;
         let failed = app
+            .demo()
             .charge_with(
                 "k-kf-fail",
                 &charge_body(),
@@ -92,7 +94,7 @@ crate::on_both_backends! {
             (0, 0),
             "the key row was released"
         );
-        let retry = app.charge_with("k-kf-fail", &charge_body(), &[KEY_FIRST]).await;
+        let retry = app.demo().charge_with("k-kf-fail", &charge_body(), &[KEY_FIRST]).await;
         assert_eq!(retry.status, 201);
         assert_eq!(retry.header("idempotent-replayed"), None);
     }
@@ -100,19 +102,19 @@ crate::on_both_backends! {
     async fn a_stuck_key_is_409_while_its_lease_lives_and_is_reclaimed_after() {
         let app = spawn_app().await;
         let body = charge_body();
-        insert_stuck_key(&app, "k-stuck", &body, 3600);
+        insert_stuck_key(&app, "Demo account", "k-stuck", &body, 3600);
         for mode in ["key-first", "atomic"] {
-            let r = app.charge_with("k-stuck", &body, &[("demo-mode", mode)]).await;
+            let r = app.demo().charge_with("k-stuck", &body, &[("demo-mode", mode)]).await;
             r.assert_problem(409, "idempotency-key-in-flight");
         }
         assert_eq!(app.charges(), 0);
 
         app.execute(&format!("UPDATE idempotency_keys SET locked_until = {}", app.at(-1)));
         let other = serde_json::json!({"amount": 7, "currency": "usd"});
-        let mismatch = app.charge_with("k-stuck", &other, &[KEY_FIRST]).await;
+        let mismatch = app.demo().charge_with("k-stuck", &other, &[KEY_FIRST]).await;
         mismatch.assert_problem(422, "idempotency-key-reused");
 
-        let reclaimed = app.charge_with("k-stuck", &body, &[KEY_FIRST]).await;
+        let reclaimed = app.demo().charge_with("k-stuck", &body, &[KEY_FIRST]).await;
         assert_eq!(reclaimed.status, 201);
         assert_eq!(reclaimed.header("idempotent-replayed"), None);
         assert_eq!((app.charges(), app.keys()), (1, 1));
@@ -126,11 +128,11 @@ crate::on_both_backends! {
     }
 
     async fn of_many_concurrent_reclaimers_exactly_one_charges() {
-        let app = spawn_app().await;
+        let app = spawn_app_with(|s| s.idempotency_mode = charges::idempotency::Mode::KeyFirst).await;
         let body = charge_body();
-        insert_stuck_key(&app, "k-reclaim", &body, -1);
+        insert_stuck_key(&app, TEST_ACCOUNT, "k-reclaim", &body, -1);
         let requests = (0..20).map(|_| async {
-            app.charge_with("k-reclaim", &body, &[KEY_FIRST]).await
+            app.charge("k-reclaim", &body).await
             .status
         });
         let statuses = futures::future::join_all(requests).await;
@@ -148,7 +150,7 @@ crate::on_both_backends! {
             let body = charge_body();
             let headers = [("demo-mode", mode), ("demo-fault", "delay-commit=200")];
             let requests = (0..50).map(|_| async {
-                app.charge_with("k-50", &body, &headers).await
+                app.demo().charge_with("k-50", &body, &headers).await
             });
             let responses = futures::future::join_all(requests).await;
             let created: Vec<_> = responses.iter().filter(|r| r.status == 201).collect();
@@ -164,7 +166,7 @@ crate::on_both_backends! {
             );
             assert_eq!(app.charges(), 1, "{mode}");
             // Every client converges on the same 201 once the first has finished.
-            let retry = app.charge_with("k-50", &body, &[("demo-mode", mode)]).await;
+            let retry = app.demo().charge_with("k-50", &body, &[("demo-mode", mode)]).await;
             assert_eq!(retry.body, created[0].body, "{mode}");
         }
     }
@@ -172,7 +174,7 @@ crate::on_both_backends! {
     async fn the_purge_removes_exactly_the_expired_keys_and_a_retry_after_it_is_new() {
         let app = spawn_app().await;
         for key in ["k-p1", "k-p2", "k-p3"] {
-            app.charge(key, &charge_body()).await;
+            app.demo().charge(key, &charge_body()).await;
         }
         app.execute(&format!(
             "UPDATE idempotency_keys SET expires_at = {} WHERE key IN ('k-p1', 'k-p2')",
@@ -184,7 +186,7 @@ crate::on_both_backends! {
         assert_eq!(app.count("idempotency_keys WHERE key = 'k-p3'"), 1);
         assert_eq!(app.charges(), 3, "the purge deletes keys, never charges");
 
-        let retry = app.charge("k-p1", &charge_body()).await;
+        let retry = app.demo().charge("k-p1", &charge_body()).await;
         assert_eq!(retry.status, 201);
         assert_eq!(retry.header("idempotent-replayed"), None);
         assert_eq!(app.charges(), 4);
@@ -201,7 +203,7 @@ crate::on_both_backends! {
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500) \
              INSERT INTO idempotency_keys (account_id, key, fingerprint, status, created_at, expires_at, locked_until, lease_token) \
              SELECT a.id, 'old-' || n.i, 'sha256:x', 'in_progress', {past}, {past}, {past}, {token} \
-             FROM accounts a, n WHERE a.name = 'Demo account'"
+             FROM accounts a, n WHERE a.name = '{TEST_ACCOUNT}'"
         ));
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_charges"))
             .args([
@@ -228,6 +230,7 @@ crate::on_both_backends! {
         // The purger in `serve`, on a short interval.
         let db = TestDatabase::create();
         let server = ServerProcess::start(&db.url, &[("PURGE_INTERVAL", "200ms")]);
+        db.create_test_account();
         assert_eq!(server.client().charge("k-bg", &charge_body()).await.status, 201);
         db.execute(&format!("UPDATE idempotency_keys SET expires_at = {}", db.at(-1)));
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -246,14 +249,14 @@ crate::on_both_backends! {
         let app = spawn_app_with(|s| s.idempotency_lease = Duration::from_millis(300)).await;
         let body = charge_body();
         // A: slow, outlives its 300 ms lease. B: arrives after the lease ran out.
-        let slow = app.charge_with(
+        let slow = app.demo().charge_with(
             "k-lease",
             &body,
             &[KEY_FIRST, ("demo-fault", "delay-commit=1500")],
         );
         let late = async {
             tokio::time::sleep(Duration::from_millis(600)).await;
-            app.charge_with("k-lease", &body, &[KEY_FIRST]).await
+            app.demo().charge_with("k-lease", &body, &[KEY_FIRST]).await
         };
         let (slow, late) = tokio::join!(slow, late);
 
@@ -303,14 +306,14 @@ crate::on_both_backends! {
 
         let restarted = ServerProcess::start(&db.url, &env);
         let api = restarted.client();
-        let in_flight = api.charge("k-crash", &charge_body()).await;
+        let in_flight = api.demo().charge("k-crash", &charge_body()).await;
         in_flight.assert_problem(409, "idempotency-key-in-flight");
 
         tokio::time::sleep(Duration::from_millis(2100)).await;
-        let after_lease = api.charge("k-crash", &charge_body()).await;
+        let after_lease = api.demo().charge("k-crash", &charge_body()).await;
         assert_eq!(after_lease.status, 201, "{}", after_lease.body);
         assert_eq!(after_lease.header("idempotent-replayed"), None);
-        let replay = api.charge("k-crash", &charge_body()).await;
+        let replay = api.demo().charge("k-crash", &charge_body()).await;
         assert_eq!(replay.body, after_lease.body);
 
         assert_eq!(db.count("charges"), 1);

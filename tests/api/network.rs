@@ -62,17 +62,17 @@ crate::on_both_backends! {
     async fn a_keyed_charge_is_authorized_once_and_its_retry_replays_the_authorization() {
         let network = TestDatabase::create();
         let app = with_network(&network, None).await;
-        let first = app.charge("k-net", &charge_body()).await;
+        let first = app.demo().charge("k-net", &charge_body()).await;
         assert_eq!(first.status, 201, "{}", first.body);
         let auth = first.json()["authorization_id"].as_str().unwrap().to_owned();
-        let again = app.charge("k-net", &charge_body()).await;
+        let again = app.demo().charge("k-net", &charge_body()).await;
         assert!(again.replayed());
         assert_eq!(again.json()["authorization_id"], auth.as_str());
         assert_eq!(authorizations(&network), 1);
-        let state = app.get_json("/demo/state").await;
+        let state = app.demo().get_json("/demo/state").await;
         assert_eq!(state["network"]["authorizations"][0]["id"], auth.as_str());
         assert_ledgers_agree(&app, &network, &state);
-        let config = app.get_json("/demo/config").await;
+        let config = app.demo().get_json("/demo/config").await;
         assert!(config["network"].as_str().unwrap().starts_with("http://127.0.0.1:"));
     }
 
@@ -80,18 +80,19 @@ crate::on_both_backends! {
         let network = TestDatabase::create();
         let app = with_network(&network, None).await;
         let lost = app
+            .demo()
             .charge_with("k-lost-answer", &charge_body(), &[("demo-fault", "network-lose-answer")])
             .await;
         lost.assert_problem(503, "network-unavailable");
         assert_eq!(lost.header("retry-after"), Some("1"));
         // The network authorized; we stored nothing, and the key is free.
         assert_eq!((authorizations(&network), app.charges(), app.keys()), (1, 0, 0));
-        let retry = app.charge("k-lost-answer", &charge_body()).await;
+        let retry = app.demo().charge("k-lost-answer", &charge_body()).await;
         assert_eq!(retry.status, 201);
         assert!(!retry.replayed(), "a first run for us");
         // ... and a replay at the network: still one authorization.
         assert_eq!(authorizations(&network), 1);
-        assert_ledgers_agree(&app, &network, &app.get_json("/demo/state").await);
+        assert_ledgers_agree(&app, &network, &app.demo().get_json("/demo/state").await);
     }
 
     async fn a_key_reused_after_a_lost_network_answer_is_a_422_and_the_first_request_still_completes() {
@@ -99,19 +100,21 @@ crate::on_both_backends! {
         let app = with_network(&network, None).await;
         let first = json!({"amount": 1000, "currency": "jpy"});
         let lost = app
+            .demo()
             .charge_with("k-reused", &first, &[("demo-fault", "network-lose-answer")])
             .await;
         lost.assert_problem(503, "network-unavailable");
         // Only the network saw the first use; the same key with another
         // body is the client's mistake, as it would be here.
         let other = app
+            .demo()
             .charge("k-reused", &json!({"amount": 2000, "currency": "jpy"}))
             .await;
         other.assert_problem(422, "idempotency-key-reused");
         assert!(other.json()["detail"].as_str().unwrap().contains("card network"));
         assert_eq!((app.charges(), app.keys()), (0, 0));
         // Nothing was stored under the key: the first request's retry completes it.
-        let retry = app.charge("k-reused", &first).await;
+        let retry = app.demo().charge("k-reused", &first).await;
         assert_eq!(retry.status, 201, "{}", retry.body);
         assert_eq!((app.charges(), authorizations(&network)), (1, 1));
     }
@@ -120,12 +123,13 @@ crate::on_both_backends! {
         let network = TestDatabase::create();
         let app = with_network(&network, None).await;
         let fresh = ("demo-fault", "network-fresh-key, network-lose-answer");
-        let lost = app.charge_with("k-not-passed", &charge_body(), &[fresh]).await;
+        let lost = app.demo().charge_with("k-not-passed", &charge_body(), &[fresh]).await;
         lost.assert_problem(503, "network-unavailable");
         // The detail's promise of the derived key is taken back under this fault.
         let detail = lost.json()["detail"].as_str().unwrap().to_owned();
         assert!(detail.contains("did not pass your key on"), "{detail}");
         let retry = app
+            .demo()
             .charge_with("k-not-passed", &charge_body(), &[("demo-fault", "network-fresh-key")])
             .await;
         assert_eq!(retry.status, 201);
@@ -137,12 +141,13 @@ crate::on_both_backends! {
         let network = TestDatabase::create();
         let app = with_network(&network, None).await;
         let lost = app
+            .demo()
             .charge_with(None, &charge_body(), &[("demo-fault", "lose-response")])
             .await;
         lost.assert_problem(504, "simulated-lost-response");
-        assert_eq!(app.charge(None, &charge_body()).await.status, 201);
+        assert_eq!(app.demo().charge(None, &charge_body()).await.status, 201);
         assert_eq!((app.charges(), authorizations(&network)), (2, 2));
-        assert_ledgers_agree(&app, &network, &app.get_json("/demo/state").await);
+        assert_ledgers_agree(&app, &network, &app.demo().get_json("/demo/state").await);
     }
 
     async fn a_network_that_is_down_is_a_503_that_stores_nothing_and_frees_the_key() {
@@ -151,11 +156,12 @@ crate::on_both_backends! {
         for mode in ["atomic", "key-first"] {
             let key = format!("k-down-{mode}");
             let down = app
+                .demo()
                 .charge_with(key.as_str(), &charge_body(), &[("demo-fault", "network-down"), ("demo-mode", mode)])
                 .await;
             down.assert_problem(503, "network-unavailable");
             assert_eq!(app.count(&format!("idempotency_keys WHERE key = '{key}'")), 0, "{mode}");
-            assert_eq!(app.charge(key.as_str(), &charge_body()).await.status, 201, "{mode}");
+            assert_eq!(app.demo().charge(key.as_str(), &charge_body()).await.status, 201, "{mode}");
         }
         assert_eq!((app.charges(), authorizations(&network)), (2, 2));
     }
@@ -163,10 +169,10 @@ crate::on_both_backends! {
     async fn a_slow_network_holds_the_key_and_a_concurrent_duplicate_waits_for_it() {
         let network = TestDatabase::create();
         let app = with_network(&network, None).await;
-        let first = app.charge_with("k-slow-net", &charge_body(), &[("demo-fault", "network-delay=1500")]);
+        let first = app.demo().charge_with("k-slow-net", &charge_body(), &[("demo-fault", "network-delay=1500")]);
         let duplicate = async {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            app.charge("k-slow-net", &charge_body()).await
+            app.demo().charge("k-slow-net", &charge_body()).await
         };
         let (first, duplicate) = tokio::join!(first, duplicate);
         assert_eq!(first.status, 201);
@@ -181,6 +187,7 @@ crate::on_both_backends! {
         let app = with_network(&network, Some(Duration::from_secs(30))).await;
         let key_first = ("demo-mode", "key-first");
         let abandoned = app
+            .demo()
             .charge_with(
                 "k-abandoned-net",
                 &charge_body(),
@@ -196,7 +203,7 @@ crate::on_both_backends! {
             1
         );
         assert_eq!((authorizations(&network), app.charges()), (1, 0));
-        app.charge_with("k-abandoned-net", &charge_body(), &[key_first])
+        app.demo().charge_with("k-abandoned-net", &charge_body(), &[key_first])
             .await
             .assert_problem(409, "idempotency-key-in-flight");
         // After the lease, the recovery task finishes it (no client needed).
@@ -206,11 +213,11 @@ crate::on_both_backends! {
             tokio::time::sleep(Duration::from_millis(100)).await;
             waited += Duration::from_millis(100);
         }
-        let replay = app.charge_with("k-abandoned-net", &charge_body(), &[key_first]).await;
+        let replay = app.demo().charge_with("k-abandoned-net", &charge_body(), &[key_first]).await;
         assert_eq!(replay.status, 201);
         assert!(replay.replayed(), "the recovered charge, replayed");
         assert_eq!((app.charges(), authorizations(&network)), (1, 1), "no orphaned authorization");
-        assert_ledgers_agree(&app, &network, &app.get_json("/demo/state").await);
+        assert_ledgers_agree(&app, &network, &app.demo().get_json("/demo/state").await);
         // (The registry is the process's: other tests' recoveries count too.)
         let metrics = app.metrics().await;
         let recovered: u64 = metrics
@@ -224,7 +231,7 @@ crate::on_both_backends! {
     async fn the_network_puts_its_own_endpoint_under_the_same_protocol() {
         let network = TestDatabase::create();
         let app = with_network_keyed(&network, None, Some(NETWORK_KEY)).await;
-        let url = app.get_json("/demo/config").await["network"].as_str().unwrap().to_owned();
+        let url = app.demo().get_json("/demo/config").await["network"].as_str().unwrap().to_owned();
         let http = reqwest::Client::new();
         let authorize = |key: Option<&str>, amount: i64| {
             let mut r = http

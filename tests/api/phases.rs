@@ -207,12 +207,12 @@ crate::on_both_backends! {
             // On SQLite the demo spaces its delays (DEMO's gap after one).
             tokio::time::sleep(Duration::from_millis(500)).await;
             let key = format!("k-lesson-4-{mode}");
-            let a = app.charge_with(
+            let a = app.demo().charge_with(
                 key.as_str(),
                 &charge_body(),
                 &[("demo-mode", mode), ("demo-fault", "delay-commit=1500")],
             );
-            let b = app.charge_with(key.as_str(), &charge_body(), &[("demo-mode", mode)]);
+            let b = app.demo().charge_with(key.as_str(), &charge_body(), &[("demo-mode", mode)]);
             let b = async {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 timed(b).await

@@ -6,12 +6,12 @@ use std::collections::BTreeSet;
 
 use serde_json::json;
 
-use crate::support::{TestApp, charge_body, spawn_app};
+use crate::support::{AppClient, TestApp, charge_body, spawn_app};
 
 const SHOP_KEY: &str = "sk_live_shop_for_refund_tests";
 
 /// A charge of `amount` jpy, made without a key; its id.
-async fn a_charge_of(app: &TestApp, amount: i64) -> String {
+async fn a_charge_of(app: &AppClient, amount: i64) -> String {
     let made = app
         .charge(None, &json!({"amount": amount, "currency": "jpy"}))
         .await;
@@ -20,7 +20,7 @@ async fn a_charge_of(app: &TestApp, amount: i64) -> String {
 }
 
 /// The charge as `GET /charges/{id}` shows it.
-async fn charge(app: &TestApp, id: &str) -> serde_json::Value {
+async fn charge(app: &AppClient, id: &str) -> serde_json::Value {
     app.get_json(&format!("/charges/{id}")).await
 }
 
@@ -185,19 +185,22 @@ crate::on_both_backends! {
 
     async fn refunds_run_under_the_key_first_design_too() {
         let app = spawn_app().await;
-        let id = a_charge_of(&app, 500).await;
+        let id = a_charge_of(&app.demo(), 500).await;
         let key_first = [("demo-mode", "key-first")];
         let first = app
+            .demo()
             .refund_with("k-kf", &id, &json!({"amount": 100}), &key_first)
             .await;
         assert_eq!(first.status, 201, "{}", first.body);
         let again = app
+            .demo()
             .refund_with("k-kf", &id, &json!({"amount": 100}), &key_first)
             .await;
         assert!(again.replayed());
         assert_eq!(again.body, first.body);
         // A refund that fails inside its transaction releases the key.
         let failed = app
+            .demo()
             .refund_with(
                 "k-kf-fail",
                 &id,
@@ -207,20 +210,21 @@ crate::on_both_backends! {
             .await;
         failed.assert_problem(500, "internal");
         assert_eq!(app.count("idempotency_keys WHERE key = 'k-kf-fail'"), 0);
-        assert_eq!(charge(&app, &id).await["amount_refunded"], 100);
+        assert_eq!(charge(&app.demo(), &id).await["amount_refunded"], 100);
     }
 
     async fn a_refund_whose_answer_was_lost_is_replayed_by_its_retry() {
         let app = spawn_app().await;
-        let id = a_charge_of(&app, 500).await;
+        let id = a_charge_of(&app.demo(), 500).await;
         let lost = app
+            .demo()
             .refund_with("k-lost", &id, &json!({"amount": 100}), &[("demo-fault", "lose-response")])
             .await;
         lost.assert_problem(504, "simulated-lost-response");
-        let retry = app.refund("k-lost", &id, 100).await;
+        let retry = app.demo().refund("k-lost", &id, 100).await;
         assert_eq!(retry.status, 201);
         assert!(retry.replayed());
-        assert_eq!(charge(&app, &id).await["amount_refunded"], 100);
+        assert_eq!(charge(&app.demo(), &id).await["amount_refunded"], 100);
     }
 
     async fn refunds_are_per_account() {

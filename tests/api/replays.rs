@@ -57,13 +57,13 @@ crate::on_both_backends! {
 
     async fn a_key_completed_here_then_expired_by_the_demo_is_not_replayed_from_memory() {
         let app = spawn_app().await;
-        let first = app.charge("k-hinted-expired", &charge_body()).await;
-        let replay = app.charge("k-hinted-expired", &charge_body()).await;
+        let first = app.demo().charge("k-hinted-expired", &charge_body()).await;
+        let replay = app.demo().charge("k-hinted-expired", &charge_body()).await;
         assert_eq!(replay.header("idempotent-replayed"), Some("true"));
 
         let expired = app.post("/demo/keys/k-hinted-expired/expire").await;
         assert_eq!(expired.status, 200, "{}", expired.body);
-        let after = app.charge("k-hinted-expired", &charge_body()).await;
+        let after = app.demo().charge("k-hinted-expired", &charge_body()).await;
 
         assert_eq!(after.status, 201, "{}", after.body);
         assert_eq!(after.header("idempotent-replayed"), None, "an expired key is new");

@@ -15,12 +15,7 @@ fn charges_with_url(url: &str, args: &[&str]) -> (bool, String) {
         .env("RUST_LOG", "info")
         .output()
         .expect("run the charges binary");
-    let printed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), printed)
+    (out.status.success(), crate::support::printed(&out))
 }
 
 #[test]

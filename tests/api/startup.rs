@@ -115,6 +115,7 @@ async fn the_default_lease_starts_with_the_in_process_network_and_charges() {
         ("NETWORK_DATABASE_URL", network.url.as_str()),
     ];
     let server = crate::support::ServerProcess::start(&db.url, &env);
+    db.create_test_account();
     let r = server
         .client()
         .charge("k-default-lease", &crate::support::charge_body())
@@ -205,11 +206,7 @@ fn without_database_url_it_serves_from_charges_db_in_the_working_directory() {
 #[tokio::test]
 async fn a_multi_host_url_reaches_the_host_that_answers() {
     let db = TestDatabase::create_for(crate::support::TestBackend::Postgres);
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed = crate::support::free_port();
     let at = db.url.find('@').expect("a user in TEST_DATABASE_URL") + 1;
     let url = format!(
         "{}127.0.0.1:{closed},{}?target_session_attrs=read-write",
@@ -222,6 +219,7 @@ async fn a_multi_host_url_reaches_the_host_that_answers() {
     settings.network_url = charges::config::NETWORK_OFF.into();
     let app = Application::build(settings).expect("starts on the second host");
     assert_eq!(app.pool().backend().as_str(), "postgresql");
+    db.create_test_account();
     let client = crate::support::AppClient::new(&app.url());
     tokio::spawn(app.run_until_stopped());
     let r = client
@@ -254,14 +252,11 @@ async fn serve_with_every_default_on_a_two_host_url_creates_both_databases_and_c
     let db = TestDatabase::reserve_for(crate::support::TestBackend::Postgres);
     let name = db.url.rsplit('/').next().unwrap().to_owned();
     let _network_db = DropNetworkDatabase(format!("{name}_network"));
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed = crate::support::free_port();
     let at = db.url.find('@').expect("a user in TEST_DATABASE_URL") + 1;
     let url = format!("{}127.0.0.1:{closed},{}", &db.url[..at], &db.url[at..]);
     let server = crate::support::ServerProcess::start(&url, &[("NETWORK_URL", "in-process")]);
+    db.create_test_account();
     let r = server
         .client()
         .charge("k-two-hosts", &crate::support::charge_body())

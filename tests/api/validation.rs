@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use crate::support::{
-    Captured, DEMO_KEY, TestApp, TestBackend, charge_body, spawn_app, spawn_app_with,
+    Captured, TEST_KEY, TestApp, TestBackend, charge_body, spawn_app, spawn_app_with,
 };
 
 /// One raw request: (what it tests, auth, idempotency-key header values, content type, body).
@@ -20,7 +20,7 @@ struct Bad {
 fn bad(name: &'static str, status: u16, slug: &'static str) -> Bad {
     Bad {
         name,
-        auth: Some(DEMO_KEY),
+        auth: Some(TEST_KEY),
         keys: vec!["\"k-bad\"".to_owned()],
         content_type: Some("application/json"),
         body: charge_body().to_string(),
@@ -185,7 +185,7 @@ crate::on_both_backends! {
         let post = |path: String, key: &'static str, body: String| {
             app.send(
                 app.request(reqwest::Method::POST, &path)
-                    .bearer_auth(DEMO_KEY)
+                    .bearer_auth(TEST_KEY)
                     .header("content-type", "application/json")
                     .header("idempotency-key", key)
                     .body(body),

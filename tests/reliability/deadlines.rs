@@ -317,7 +317,9 @@ async fn a_duplicate_waiting_on_its_key_past_lock_timeout_hears_409_and_the_firs
     let client: AppClient = server.client();
     let body = client::body();
     // The first holds its transaction, and so its key's index entry, 3 s.
-    let first = client.charge_with("k-held", &body, &[("demo-fault", "delay-commit=3000")]);
+    let first = client
+        .demo()
+        .charge_with("k-held", &body, &[("demo-fault", "delay-commit=3000")]);
     let duplicate = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let started = Instant::now();
@@ -333,7 +335,7 @@ async fn a_duplicate_waiting_on_its_key_past_lock_timeout_hears_409_and_the_firs
         "the duplicate waited {waited:?}: about lock_timeout (1 s), not the first's 3 s"
     );
     // Retried after Retry-After: the first's charge, replayed.
-    let retry = client.charge("k-held", &body).await;
+    let retry = client.demo().charge("k-held", &body).await;
     assert!(retry.replayed());
     assert_eq!(retry.charge_id(), first.charge_id());
     assert_eq!((db.charges(), db.keys()), (1, 1));

@@ -55,11 +55,7 @@ impl Drop for NetworkProcess {
 }
 
 fn start_network(db: &TestDatabase) -> NetworkProcess {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_charges"))
         .arg("network")
         .env("NETWORK_DATABASE_URL", &db.url)
@@ -77,6 +73,23 @@ fn start_network(db: &TestDatabase) -> NetworkProcess {
         std::thread::sleep(Duration::from_millis(50));
     }
     NetworkProcess { child, addr }
+}
+
+/// The API's database and the network's, on PostgreSQL, and `charges
+/// network` on the second: what every test here starts from.
+fn databases_and_network() -> (TestDatabase, TestDatabase, NetworkProcess) {
+    let api_db = TestDatabase::create_for(TestBackend::Postgres);
+    let network_db = TestDatabase::create_for(TestBackend::Postgres);
+    let network = start_network(&network_db);
+    (api_db, network_db, network)
+}
+
+/// [`start_api`] the first time, then the shop's account, which every
+/// request here is made as (a restart finds it in the database).
+fn start_shop(db: &TestDatabase, network_url: &str, extra: &[(&str, &str)]) -> ServerProcess {
+    let api = start_api(db, network_url, extra);
+    db.create_account("Shop", ACCOUNT_KEY);
+    api
 }
 
 fn start_api(db: &TestDatabase, network_url: &str, extra: &[(&str, &str)]) -> ServerProcess {
@@ -230,15 +243,10 @@ async fn kill_between_the_network_and_the_commit(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_between_the_networks_answer_and_our_commit_leaves_one_authorization_per_key() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let (api_db, network_db) = (
-        TestDatabase::create_for(TestBackend::Postgres),
-        TestDatabase::create_for(TestBackend::Postgres),
-    );
-    let network = start_network(&network_db);
+    let (api_db, network_db, network) = databases_and_network();
     let proxy = PausableProxy::start(network.addr).await;
     let url = format!("http://{}", proxy.addr);
-    let mut api = start_api(&api_db, &url, &[]);
-    api_db.create_account("Shop", ACCOUNT_KEY);
+    let mut api = start_shop(&api_db, &url, &[]);
     let keys = kill_between_the_network_and_the_commit(&mut api, &proxy, &network_db, 50).await;
     // Atomic: no charge of ours committed; the network has all 50; the keys
     // were registered in progress (phase 1) before the network was asked.
@@ -273,19 +281,14 @@ async fn a_crash_between_the_networks_answer_and_our_commit_leaves_one_authoriza
 #[tokio::test(flavor = "multi_thread")]
 async fn key_first_keys_left_by_a_crash_after_the_network_are_recovered_without_orphans() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let (api_db, network_db) = (
-        TestDatabase::create_for(TestBackend::Postgres),
-        TestDatabase::create_for(TestBackend::Postgres),
-    );
-    let network = start_network(&network_db);
+    let (api_db, network_db, network) = databases_and_network();
     let proxy = PausableProxy::start(network.addr).await;
     let url = format!("http://{}", proxy.addr);
     let key_first = short_lease(&[
         ("IDEMPOTENCY_MODE", "key-first"),
         ("RECOVERY_INTERVAL", "500ms"),
     ]);
-    let mut api = start_api(&api_db, &url, &key_first);
-    api_db.create_account("Shop", ACCOUNT_KEY);
+    let mut api = start_shop(&api_db, &url, &key_first);
     let keys = kill_between_the_network_and_the_commit(&mut api, &proxy, &network_db, 50).await;
     // Key-first: the keys are committed in progress, no charge yet.
     assert_eq!(
@@ -341,15 +344,10 @@ async fn a_crash_between_the_networks_answer_and_phase_3_leaves_one_authorizatio
  {
     let _one = ONE_AT_A_TIME.lock().await;
     for mode in ["atomic", "key-first"] {
-        let (api_db, network_db) = (
-            TestDatabase::create_for(TestBackend::Postgres),
-            TestDatabase::create_for(TestBackend::Postgres),
-        );
-        let network = start_network(&network_db);
+        let (api_db, network_db, network) = databases_and_network();
         let url = format!("http://{}", network.addr);
         let first = short_lease(&[("IDEMPOTENCY_MODE", mode), ("RECOVERY_INTERVAL", "0s")]);
-        let mut api = start_api(&api_db, &url, &first);
-        api_db.create_account("Shop", ACCOUNT_KEY);
+        let mut api = start_shop(&api_db, &url, &first);
         let hold = api_db.hold_charge_writes();
         let client = api.client();
         let keys: Vec<String> = (0..20).map(|i| format!("k-phase-3-{i}")).collect();
@@ -406,18 +404,13 @@ async fn a_crash_between_the_networks_answer_and_phase_3_leaves_one_authorizatio
 async fn a_revoked_accounts_keys_left_in_phase_2_are_not_charged_by_recovery_and_their_authorizations_are_voided()
  {
     let _one = ONE_AT_A_TIME.lock().await;
-    let (api_db, network_db) = (
-        TestDatabase::create_for(TestBackend::Postgres),
-        TestDatabase::create_for(TestBackend::Postgres),
-    );
-    let network = start_network(&network_db);
+    let (api_db, network_db, network) = databases_and_network();
     let proxy = PausableProxy::start(network.addr).await;
     let url = format!("http://{}", proxy.addr);
     // A short lease (no recovery task before the kill), so that the keys
     // are the recovery task's soon after the restart.
     let short = short_lease(&[("RECOVERY_INTERVAL", "0s")]);
-    let mut api = start_api(&api_db, &url, &short);
-    api_db.create_account("Shop", ACCOUNT_KEY);
+    let mut api = start_shop(&api_db, &url, &short);
     kill_between_the_network_and_the_commit(&mut api, &proxy, &network_db, 10).await;
     api_db.execute("UPDATE accounts SET revoked_at = now() WHERE name = 'Shop'");
     let recovery = short_lease(&[("RECOVERY_INTERVAL", "500ms")]);
@@ -461,16 +454,11 @@ async fn a_revoked_accounts_keys_left_in_phase_2_are_not_charged_by_recovery_and
 async fn a_network_paused_past_its_timeout_answers_nothing_was_stored_and_that_stays_true() {
     let _one = ONE_AT_A_TIME.lock().await;
     for mode in ["key-first", "atomic"] {
-        let (api_db, network_db) = (
-            TestDatabase::create_for(TestBackend::Postgres),
-            TestDatabase::create_for(TestBackend::Postgres),
-        );
-        let network = start_network(&network_db);
+        let (api_db, network_db, network) = databases_and_network();
         let proxy = PausableProxy::start(network.addr).await;
         let url = format!("http://{}", proxy.addr);
         let env = short_lease(&[("IDEMPOTENCY_MODE", mode), ("RECOVERY_INTERVAL", "500ms")]);
-        let api = start_api(&api_db, &url, &env);
-        api_db.create_account("Shop", ACCOUNT_KEY);
+        let api = start_shop(&api_db, &url, &env);
         proxy.pause_answers();
         let client = api.client();
         let first = charge(&client, "k-paused");
@@ -510,11 +498,7 @@ async fn a_key_taken_over_while_phase_3_waits_answers_the_new_holders_answer_nev
  {
     let _one = ONE_AT_A_TIME.lock().await;
     for mode in ["key-first", "atomic"] {
-        let (api_db, network_db) = (
-            TestDatabase::create_for(TestBackend::Postgres),
-            TestDatabase::create_for(TestBackend::Postgres),
-        );
-        let network = start_network(&network_db);
+        let (api_db, network_db, network) = databases_and_network();
         let url = format!("http://{}", network.addr);
         // The shortest legal lease (1 s + 1 s + 1 s), and lock waits longer
         // than the test holds its lock.
@@ -527,8 +511,7 @@ async fn a_key_taken_over_while_phase_3_waits_answers_the_new_holders_answer_nev
             ("DB_STATEMENT_TIMEOUT", "16s"),
             ("RECOVERY_INTERVAL", "500ms"),
         ];
-        let api = start_api(&api_db, &url, &env);
-        api_db.create_account("Shop", ACCOUNT_KEY);
+        let api = start_shop(&api_db, &url, &env);
         let hold = api_db.hold_charge_writes();
         let client = api.client();
         let first = tokio::spawn({
@@ -582,14 +565,9 @@ async fn a_key_taken_over_while_phase_3_waits_answers_the_new_holders_answer_nev
 async fn a_path_that_drops_a_third_of_the_networks_answers_still_authorizes_once_per_key() {
     let _one = ONE_AT_A_TIME.lock().await;
     const KEYS: usize = 100;
-    let (api_db, network_db) = (
-        TestDatabase::create_for(TestBackend::Postgres),
-        TestDatabase::create_for(TestBackend::Postgres),
-    );
-    let network = start_network(&network_db);
+    let (api_db, network_db, network) = databases_and_network();
     let lossy = LossyHttpProxy::start(network.addr, 300, 22).await;
-    let api = start_api(&api_db, &lossy.url, &[("NETWORK_TIMEOUT", "1s")]);
-    api_db.create_account("Shop", ACCOUNT_KEY);
+    let api = start_shop(&api_db, &lossy.url, &[("NETWORK_TIMEOUT", "1s")]);
     let client = api.client();
     let keys: Vec<String> = (0..KEYS).map(|i| format!("k-lossy-{i}")).collect();
     let held: BTreeMap<String, Captured> = within(

@@ -1,5 +1,6 @@
 //! `spawn_app`: a fresh database and the real application in this process,
-//! on port 0, with two workers.
+//! on port 0, with two workers, and the test account ([`TEST_KEY`]) its
+//! requests are made as unless a test says otherwise.
 
 use std::ops::Deref;
 use std::time::{Duration, Instant};
@@ -8,7 +9,7 @@ use charges::app::Application;
 use charges::config::Settings;
 
 use super::TestBackend;
-use super::client::AppClient;
+use super::client::{AppClient, TEST_KEY};
 use super::db::TestDatabase;
 
 /// The running app: a client of it (every [`AppClient`] method works on a
@@ -48,12 +49,14 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     settings.max_connections_per_peer = 0;
     // No card network unless a test starts one (tests/api/network.rs).
     settings.network_url = charges::config::NETWORK_OFF.to_owned();
-    // The teaching page's server (`charges demo`): most tests drive the demo
-    // account; the ones about a server without it say so.
+    // The teaching page's server (`charges demo`): the demo's tests drive
+    // its account (`app.demo()`); the ones about a server without it say so.
     settings.demo = Some(true);
     settings.metrics_bind = "127.0.0.1:0".to_owned();
     configure(&mut settings);
     let app = Application::build(settings).expect("the app starts");
+    // Migrated now: the real account the tests' requests are made as.
+    db.create_test_account();
     let client = AppClient::new(&app.url());
     let metrics_url = app.metrics_url();
     tokio::spawn(app.run_until_stopped());

@@ -3,6 +3,12 @@
 //! `app.charge_as(api_key, key, &body, &headers)`, `app.get(path)` — and
 //! answers with a [`Captured`] response: status, headers and the exact body.
 //!
+//! Whose requests: a client's own account ([`AppClient::api_key`]), by
+//! default the test account ([`TEST_KEY`], a real account that
+//! `spawn_app` creates), so that a test runs on the production path unless
+//! it says otherwise. A test of the demo says so at the call site:
+//! `app.demo().charge_with(key, &body, &[("demo-fault", "lose-response")])`.
+//!
 //! Where a test needs the request itself (a raw header, a transport error, a
 //! response it reads as a stream), [`AppClient::charge_request`] and
 //! [`AppClient::request`] give the `reqwest::RequestBuilder`, and
@@ -18,9 +24,16 @@ use reqwest::{Method, RequestBuilder, Response};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// The demo account's public API key: what requests authenticate with
-/// unless a test says otherwise.
+/// The demo account's public API key: what [`AppClient::demo`] sends.
 pub const DEMO_KEY: &str = "sk_test_demo";
+
+/// The test account's API key: a real (non-demo) account that `spawn_app`
+/// creates ([`TEST_ACCOUNT`]); what requests authenticate with unless a
+/// test says otherwise.
+pub const TEST_KEY: &str = "sk_live_test_account";
+
+/// The test account's name, for SQL that picks its rows.
+pub const TEST_ACCOUNT: &str = "Test account";
 
 /// No test request may take longer: a hang is a failure, not a stuck run.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
@@ -35,6 +48,10 @@ pub struct AppClient {
     /// `http://127.0.0.1:PORT`
     pub address: String,
     pub http: reqwest::Client,
+    /// The account whose requests `charge`, `refund`, `set_description` and
+    /// `get_json` send: [`TEST_KEY`] unless made with [`AppClient::demo`]
+    /// or [`AppClient::as_account`].
+    pub api_key: String,
 }
 
 fn builder() -> reqwest::ClientBuilder {
@@ -52,6 +69,37 @@ impl AppClient {
         AppClient {
             address: address.to_owned(),
             http: builder().build().unwrap(),
+            api_key: TEST_KEY.to_owned(),
+        }
+    }
+
+    /// A client whose connections come from `source` (any of 127.0.0.0/8,
+    /// the per-client limits tell them apart), with a longer timeout for the
+    /// storms these tests send.
+    pub fn from_source(address: &str, source: &str) -> AppClient {
+        let ip: std::net::IpAddr = source.parse().unwrap();
+        AppClient {
+            address: address.to_owned(),
+            http: builder()
+                .local_address(ip)
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            api_key: TEST_KEY.to_owned(),
+        }
+    }
+
+    /// This client as the demo account ([`DEMO_KEY`]): for the tests of
+    /// the demo (`Demo-*` headers, the demo account's rows and views).
+    pub fn demo(&self) -> AppClient {
+        self.as_account(DEMO_KEY)
+    }
+
+    /// This client as the account whose key is `api_key`.
+    pub fn as_account(&self, api_key: &str) -> AppClient {
+        AppClient {
+            api_key: api_key.to_owned(),
+            ..self.clone()
         }
     }
 
@@ -63,6 +111,7 @@ impl AppClient {
         AppClient {
             address: address.to_owned(),
             http: builder().pool_max_idle_per_host(0).build().unwrap(),
+            api_key: TEST_KEY.to_owned(),
         }
     }
 
@@ -114,75 +163,75 @@ impl AppClient {
         request
     }
 
-    /// `POST /charges` as the demo account. Built now and sent when awaited,
+    /// `POST /charges` as this client's account. Built now and sent when awaited,
     /// so the future borrows nothing and can be raced with others.
-    pub fn charge<'k>(
+    pub fn charge<'k, K: Into<Option<&'k str>>>(
         &self,
-        key: impl Into<Option<&'k str>>,
+        key: K,
         body: &Value,
-    ) -> impl Future<Output = Captured> + 'static {
-        self.charge_as(DEMO_KEY, key, body, &[])
+    ) -> impl Future<Output = Captured> + 'static + use<'k, K> {
+        self.charge_as(&self.api_key, key, body, &[])
     }
 
     /// [`AppClient::charge`] with more headers (`Demo-Fault`, `Demo-Mode`, …).
-    pub fn charge_with<'k>(
+    pub fn charge_with<'k, K: Into<Option<&'k str>>>(
         &self,
-        key: impl Into<Option<&'k str>>,
+        key: K,
         body: &Value,
         headers: &[(&str, &str)],
-    ) -> impl Future<Output = Captured> + 'static {
-        self.charge_as(DEMO_KEY, key, body, headers)
+    ) -> impl Future<Output = Captured> + 'static + use<'k, K> {
+        self.charge_as(&self.api_key, key, body, headers)
     }
 
     /// [`AppClient::charge_with`] as the account whose key is `api_key`.
-    pub fn charge_as<'k>(
+    pub fn charge_as<'k, K: Into<Option<&'k str>>>(
         &self,
         api_key: &str,
-        key: impl Into<Option<&'k str>>,
+        key: K,
         body: &Value,
         headers: &[(&str, &str)],
-    ) -> impl Future<Output = Captured> + 'static {
+    ) -> impl Future<Output = Captured> + 'static + use<'k, K> {
         let request = self.charge_request(api_key, key, body, headers);
         async move { Captured::read(request.send().await.expect("request sent")).await }
     }
 
-    /// `POST /charges/{charge}/refunds {"amount": amount}` as the demo
-    /// account. Built now and sent when awaited, like [`AppClient::charge`].
-    pub fn refund<'k>(
+    /// `POST /charges/{charge}/refunds {"amount": amount}` as this
+    /// client's account. Built now and sent when awaited, like [`AppClient::charge`].
+    pub fn refund<'k, K: Into<Option<&'k str>>>(
         &self,
-        key: impl Into<Option<&'k str>>,
+        key: K,
         charge: &str,
         amount: i64,
-    ) -> impl Future<Output = Captured> + 'static {
+    ) -> impl Future<Output = Captured> + 'static + use<'k, K> {
         let path = format!("/charges/{charge}/refunds");
         let body = serde_json::json!({ "amount": amount });
-        let request = self.write_request(Method::POST, &path, DEMO_KEY, key, &body, &[]);
+        let request = self.write_request(Method::POST, &path, &self.api_key, key, &body, &[]);
         async move { Captured::read(request.send().await.expect("request sent")).await }
     }
 
     /// [`AppClient::refund`] with any body and more headers.
-    pub fn refund_with<'k>(
+    pub fn refund_with<'k, K: Into<Option<&'k str>>>(
         &self,
-        key: impl Into<Option<&'k str>>,
+        key: K,
         charge: &str,
         body: &Value,
         headers: &[(&str, &str)],
-    ) -> impl Future<Output = Captured> + 'static {
+    ) -> impl Future<Output = Captured> + 'static + use<'k, K> {
         let path = format!("/charges/{charge}/refunds");
-        let request = self.write_request(Method::POST, &path, DEMO_KEY, key, body, headers);
+        let request = self.write_request(Method::POST, &path, &self.api_key, key, body, headers);
         async move { Captured::read(request.send().await.expect("request sent")).await }
     }
 
-    /// `PUT /charges/{charge}/description {"description": value}` as the
-    /// demo account.
+    /// `PUT /charges/{charge}/description {"description": value}` as this
+    /// client's account.
     pub fn set_description(
         &self,
         charge: &str,
         value: Option<&str>,
-    ) -> impl Future<Output = Captured> + 'static {
+    ) -> impl Future<Output = Captured> + 'static + use<> {
         let path = format!("/charges/{charge}/description");
         let body = serde_json::json!({ "description": value });
-        let request = self.write_request(Method::PUT, &path, DEMO_KEY, None, &body, &[]);
+        let request = self.write_request(Method::PUT, &path, &self.api_key, None, &body, &[]);
         async move { Captured::read(request.send().await.expect("request sent")).await }
     }
 
@@ -218,9 +267,9 @@ impl AppClient {
             .await
     }
 
-    /// `GET path` as the demo account, parsed as JSON.
+    /// `GET path` as this client's account, parsed as JSON.
     pub async fn get_json(&self, path: &str) -> Value {
-        self.get_as(DEMO_KEY, path).await.json()
+        self.get_as(&self.api_key, path).await.json()
     }
 
     /// `POST path` with no body and no credentials (the `/demo/*` actions).

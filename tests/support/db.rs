@@ -19,6 +19,7 @@ use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel::sqlite::Sqlite;
 use uuid::Uuid;
 
+use super::client::{TEST_ACCOUNT, TEST_KEY};
 use super::{TestBackend, backend};
 
 /// The PostgreSQL server the test databases are created on.
@@ -244,6 +245,14 @@ impl TestDatabase {
             self.at(0)
         );
         self.load::<Id>(&sql)[0].id
+    }
+
+    /// The test account ([`TEST_ACCOUNT`], key [`TEST_KEY`]): the real
+    /// account an [`AppClient`](super::AppClient) makes its requests as
+    /// unless told otherwise. `spawn_app` creates it; a test that starts
+    /// the binary itself creates it once the server has migrated.
+    pub fn create_test_account(&self) -> i64 {
+        self.create_account(TEST_ACCOUNT, TEST_KEY)
     }
 
     /// A transaction of the test's own that holds the key table's writes

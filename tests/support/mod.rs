@@ -10,7 +10,8 @@
 //! - [`server`]: [`ServerProcess`], the real `charges` binary as a child
 //!   process, killed on drop, its log printed when the test fails.
 //! - [`client`]: [`AppClient`], requests to the app that read as sentences
-//!   (`app.charge(key, &body)`), and [`Captured`], what came back.
+//!   (`app.charge(key, &body)` as the test account, a real one;
+//!   `app.demo().charge(..)` as the demo's), and [`Captured`], what came back.
 //!
 //! Which backend a test runs on is a task-local set by [`on_both_backends!`]
 //! (SQLite outside it).
@@ -24,7 +25,7 @@ pub mod db;
 pub mod server;
 
 pub use app::{TestApp, spawn_app, spawn_app_with};
-pub use client::{AppClient, Captured, DEMO_KEY, charge_body};
+pub use client::{AppClient, Captured, DEMO_KEY, TEST_ACCOUNT, TEST_KEY, charge_body};
 pub use db::{KeyRow, TestDatabase};
 pub use server::ServerProcess;
 
@@ -36,6 +37,15 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// What a child process printed, as text: its stdout, then its stderr.
+pub fn printed(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// Which database a test runs against. Every integration test of

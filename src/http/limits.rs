@@ -105,6 +105,7 @@ struct Open {
 /// another connection) and its state.
 struct Tracked {
     fd: std::os::fd::OwnedFd,
+    ip: IpAddr,
     state: Arc<ConnectionState>,
 }
 
@@ -193,7 +194,8 @@ impl Peers {
     /// `HttpServer::on_connect`: counts the connection for its peer, or,
     /// past the cap, shuts it at once (the client sees it closed before it
     /// sends anything; no slot of MAX_CONNECTIONS is held waiting for it).
-    /// Near MAX_CONNECTIONS, closes the connection idle the longest.
+    /// Near MAX_CONNECTIONS, closes an idle connection of the address that
+    /// holds the most (see [`close_longest_idle`]).
     pub fn on_connect(self: &Arc<Peers>, connection: &dyn Any, data: &mut Extensions) {
         use std::os::fd::{AsFd, AsRawFd};
         let Some(stream) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() else {
@@ -228,6 +230,7 @@ impl Peers {
             id,
             Tracked {
                 fd,
+                ip,
                 state: state.clone(),
             },
         );
@@ -247,16 +250,21 @@ impl Peers {
     }
 }
 
-/// Shuts down the connection idle the longest (none busy is touched).
+/// Shuts down an idle connection (none busy is touched): of the address
+/// holding the most connections, the one idle the longest. So a hoard from
+/// a few addresses churns among its own connections, and a client with one
+/// keep-alive connection is not the one closed because it happened to be
+/// idle longest while the hoard reconnected.
 fn close_longest_idle(open: &Open) {
     use std::os::fd::AsRawFd;
     let now = Instant::now();
-    let longest = open
+    let held = |ip: &IpAddr| open.per_ip.get(ip).copied().unwrap_or(0);
+    let chosen = open
         .connections
         .values()
-        .filter_map(|t| t.state.idle_for(now).map(|idle| (idle, t)))
-        .max_by_key(|(idle, _)| *idle);
-    if let Some((_, tracked)) = longest {
+        .filter_map(|t| t.state.idle_for(now).map(|idle| ((held(&t.ip), idle), t)))
+        .max_by_key(|(rank, _)| *rank);
+    if let Some((_, tracked)) = chosen {
         tracked.state.closing.store(true, Ordering::SeqCst);
         crate::metrics::METRICS.idle_connections_closed.inc();
         shut(tracked.fd.as_raw_fd());

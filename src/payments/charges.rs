@@ -99,7 +99,7 @@ impl CreateCharge {
             };
             NetworkCall {
                 client,
-                key: hooks.0.remote_key(derived),
+                key: derived,
                 hooks,
             }
         });

@@ -82,11 +82,11 @@ impl Application {
             tracing::warn!("{}", crate::config::DEMO_EXPOSED_WARNING);
         }
         let pool = DbPool::open(&settings.pool())?;
-        let sandbox = match demo {
-            true => Some(web::Data::new(
-                demo::Sandbox::open(&pool, &settings).map_err(StartupError::Demo)?,
-            )),
-            false => None,
+        let sandbox = if demo {
+            let sandbox = demo::Sandbox::open(&pool, &settings).map_err(StartupError::Demo)?;
+            Some(web::Data::new(sandbox))
+        } else {
+            None
         };
         let (network, network_server) = start_network(&mut settings)?;
         let network = network.map(|url| {

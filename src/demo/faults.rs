@@ -213,10 +213,6 @@ impl TxHooks for DemoHooks {
         }
         Ok(())
     }
-
-    fn acts_before_commit(&self) -> bool {
-        self.faults.delay_commit.is_some() || self.faults.fail_before_commit
-    }
 }
 
 fn has_demo_headers(req: &ServiceRequest) -> bool {
@@ -371,15 +367,22 @@ fn demo_state(state: &AppState, sandbox: &Sandbox, faults: Faults, mode: Mode) -
         .network
         .as_deref()
         .map(|network| Arc::new(sandbox.network_client(network, faults.network_fresh_key)));
+    // Without a fault the request runs as any other: with no hooks (a write
+    // that is one statement is then sent alone, as always).
+    let hooks = if faults == Faults::default() {
+        state.hooks.clone()
+    } else {
+        RequestHooks(Arc::new(DemoHooks {
+            faults,
+            delayed: sandbox.delayed.clone(),
+        }))
+    };
     AppState {
         pool: sandbox.pool.clone(),
         accounts: sandbox.accounts.clone(),
         network,
         settings: Arc::new(settings),
-        hooks: RequestHooks(Arc::new(DemoHooks {
-            faults,
-            delayed: sandbox.delayed.clone(),
-        })),
+        hooks,
         ..state.clone()
     }
 }

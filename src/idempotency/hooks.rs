@@ -31,7 +31,7 @@ pub enum HookFailure {
     Unavailable(String),
 }
 
-pub trait TxHooks: Send + Sync {
+pub trait TxHooks: Send + Sync + std::any::Any {
     /// Inside the transaction, after the operation's writes, before its
     /// response is stored and committed (the atomic design; a charge without
     /// a key; the key-first design's second transaction).
@@ -54,14 +54,6 @@ pub trait TxHooks: Send + Sync {
     /// After that call answered (the other service did its part).
     fn after_remote_call(&self) -> Result<(), HookFailure> {
         Ok(())
-    }
-
-    /// Whether [`before_commit`](TxHooks::before_commit) does anything. A
-    /// write that is one statement on its own (a charge without a key) is
-    /// then wrapped in a transaction for the hook to act in; otherwise it
-    /// is sent alone.
-    fn acts_before_commit(&self) -> bool {
-        false
     }
 }
 
@@ -89,14 +81,17 @@ pub enum WriteError {
 }
 
 /// Runs `write`, one statement that is atomic on its own (a charge without a
-/// key, a new description), alone; or, if a hook acts before commit, in a
-/// transaction with the hook after it.
+/// key, a new description), alone; or, when hooks other than [`NoHooks`]
+/// are installed, in a transaction with
+/// [`before_commit`](TxHooks::before_commit) after it, so that the hook has
+/// a transaction to act in as it has on every other write.
 pub fn write_alone<T>(
     store: &mut dyn Store,
     hooks: &dyn TxHooks,
     write: impl FnOnce(&mut dyn Store) -> Result<T, QueryError>,
 ) -> Result<T, WriteError> {
-    if !hooks.acts_before_commit() {
+    let hooked = !(hooks as &dyn std::any::Any).is::<NoHooks>();
+    if !hooked {
         return Ok(write(store)?);
     }
     store.transaction(|tx| {

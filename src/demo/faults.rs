@@ -52,7 +52,7 @@ pub struct Faults {
 }
 
 /// Every value `Demo-Fault` accepts (`src/demo/mod.rs` explains each).
-pub const KNOWN: &str = "lose-response, delay-commit=<ms>, fail-before-commit, crash-after-key, abandon, forget-commit, lease=<ms>, network-down, network-delay=<ms>, network-lose-answer, abandon-after-network, network-fresh-key";
+const KNOWN: &str = "lose-response, delay-commit=<ms>, fail-before-commit, crash-after-key, abandon, forget-commit, lease=<ms>, network-down, network-delay=<ms>, network-lose-answer, abandon-after-network, network-fresh-key";
 
 impl Faults {
     /// Parses the header; `max_delay` is the longest `delay-commit` accepted.

@@ -47,6 +47,12 @@
 //! [`routes`] the `/demo/*` handlers and the check-then-insert algorithm;
 //! [`queries`] the sandbox's own queries, none of which is the application's.
 //!
+//! Plugged in by `app` in demo mode, and nowhere else: [`gate`] in front of
+//! every route, [`faults`] once, on the scope of the charge routes, the
+//! check-then-insert route on `POST /charges`, and [`routes`]. The demo
+//! account's request is authenticated once, by [`faults`] (one charge of its
+//! rate limit): the state it hands the handler does not charge again.
+//!
 //! The sandbox's walls: a `Demo-*` header from any other account is a 400
 //! (after authentication, so 401 comes first); the demo account's requests
 //! and every `/demo/*` route run on connections of their own (half of

@@ -18,7 +18,7 @@ use crate::http::accounts::Authenticator;
 use crate::http::limits::{self, ClientLimits, KeyedLimit, Peers};
 use crate::http::problem::ApiError;
 use crate::http::state::AppState;
-use crate::http::{get, not_found, resource};
+use crate::http::{get, not_found, resource, resource_in};
 use crate::http::{openapi, ops};
 use crate::network::client::{DEFAULT_NETWORK_API_KEY, NetworkClient};
 use crate::network::simulator;
@@ -66,48 +66,28 @@ pub struct Application {
 impl Application {
     pub fn build(mut settings: Settings) -> Result<Application, StartupError> {
         settings.check_lease().map_err(StartupError::Settings)?;
-        let addr = settings.bind.clone();
+        let Listeners {
+            api,
+            local,
+            host,
+            metrics,
+            addr,
+        } = Listeners::bind(&settings)?;
         let bind_error = |source| StartupError::Bind {
             addr: addr.clone(),
             source,
-        };
-        // Bound first: a test asks for port 0 and reads the real one.
-        let listener = TcpListener::bind(&settings.bind).map_err(bind_error)?;
-        let local = listener.local_addr().map_err(bind_error)?;
-        let host = if local.ip().is_unspecified() {
-            "localhost".to_owned()
-        } else {
-            local.ip().to_string()
         };
         let demo = settings.demo_enabled();
         if demo && !local.ip().is_loopback() {
             tracing::warn!("{}", crate::config::DEMO_EXPOSED_WARNING);
         }
-        let metrics_listener = match settings.metrics_bind.as_str() {
-            crate::config::METRICS_OFF => None,
-            addr => Some(
-                TcpListener::bind(addr).map_err(|source| StartupError::Bind {
-                    addr: format!("{addr} (METRICS_BIND; `off` for no metrics)"),
-                    source,
-                })?,
-            ),
-        };
         let pool = DbPool::open(&settings.pool())?;
         let sandbox = if demo {
-            Some(web::Data::new(
-                demo::Sandbox::open(&pool, &settings).map_err(StartupError::Demo)?,
-            ))
+            let sandbox = demo::Sandbox::open(&pool, &settings).map_err(StartupError::Demo)?;
+            Some(web::Data::new(sandbox))
         } else {
             None
         };
-        let (purge_interval, purge_batch) = (settings.purge_interval, settings.purge_batch);
-        let request_timeout = settings.request_timeout;
-        let web_dir = settings.web_dir.clone();
-        let workers = settings
-            .workers
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-        // actix counts connections per worker.
-        let max_connections = settings.max_connections.div_ceil(workers).max(1);
         let (network, network_server) = start_network(&mut settings)?;
         let network = network.map(|url| {
             Arc::new(NetworkClient::new(
@@ -119,31 +99,13 @@ impl Application {
         if let (Some(sandbox), Some(network)) = (&sandbox, &network) {
             sandbox.watch(network);
         }
-        let recovery_interval = settings.recovery_interval;
         let client_limits = Arc::new(ClientLimits {
             per_client: KeyedLimit::new(settings.rate_limit_per_client),
             trusted_proxies: settings.trusted_proxies.clone(),
             keep_alive_lifetime: settings.keep_alive_lifetime,
         });
-        let peers = Peers::new(
-            settings.max_connections_per_peer,
-            settings.trusted_proxies.clone(),
-            settings.max_connections,
-        );
-        let state = web::Data::new(AppState {
-            pool: pool.clone(),
-            accounts: Authenticator::new(
-                settings.account_cache_ttl,
-                demo,
-                settings.request_timeout,
-                settings.rate_limit_per_account,
-            ),
-            demo,
-            network,
-            settings: Arc::new(settings),
-            recent_keys: Default::default(),
-        });
-        let (metrics_server, metrics_addr) = match metrics_listener {
+        let state = web::Data::new(app_state(pool.clone(), network, settings, demo));
+        let (metrics_server, metrics_addr) = match metrics {
             Some(listener) => {
                 let addr = listener.local_addr().map_err(bind_error)?;
                 let server = metrics_server(listener, pool.clone()).map_err(bind_error)?;
@@ -151,63 +113,24 @@ impl Application {
             }
             None => (None, None),
         };
-        let app_state = state.clone();
-        let app_limits = client_limits.clone();
-        let server = HttpServer::new(move || {
-            let (state, limits) = (app_state.clone(), app_limits.clone());
-            App::new()
-                // Inside the log: a request the gate refuses is logged too.
-                .wrap(Condition::new(demo, from_fn(demo::gate)))
-                // The client's rate limit and connection lifetime, before
-                // anything else that might cost something.
-                .wrap(from_fn(move |req, next| {
-                    limits::per_client(limits.clone(), req, next)
-                }))
-                .wrap(from_fn(telemetry::observe))
-                .app_data(state.clone())
-                .app_data(web::QueryConfig::default().error_handler(|e, _| {
-                    ApiError::invalid(format!("Bad query string: {e}.")).into()
-                }))
-                .app_data(
-                    web::PathConfig::default().error_handler(|_, _| ApiError::NotFound.into()),
-                )
-                .configure(|cfg| routes(cfg, demo))
-                .configure(|cfg| {
-                    if let Some(sandbox) = &sandbox {
-                        cfg.app_data(sandbox.clone());
-                        demo::routes(cfg);
-                        // Last: the teaching page and its assets.
-                        cfg.service(
-                            Files::new("/", &web_dir)
-                                .index_file("index.html")
-                                .default_handler(web::to(not_found)),
-                        );
-                    }
-                })
-                .default_service(web::to(not_found))
-        })
-        .on_connect(move |connection, data| peers.on_connect(connection, data))
-        .workers(workers)
-        .max_connections(max_connections)
-        .shutdown_timeout(10)
-        .listen(listener)
-        .map_err(bind_error)?
-        .run();
+        let server =
+            api_server(api, state.clone(), client_limits.clone(), sandbox).map_err(bind_error)?;
+        let settings = &state.settings;
         Ok(Application {
             port: local.port(),
             demo,
             host,
             server,
             pool,
-            purge_interval,
-            purge_batch,
-            request_timeout,
-            state,
+            purge_interval: settings.purge_interval,
+            purge_batch: settings.purge_batch,
+            request_timeout: settings.request_timeout,
             client_limits,
             network_server,
             metrics_server,
             metrics_addr,
-            recovery_interval,
+            recovery_interval: settings.recovery_interval,
+            state,
         })
     }
 
@@ -290,6 +213,131 @@ impl Application {
         }
         result
     }
+}
+
+/// The listeners, bound before anything else starts: a test asks for port
+/// 0 and reads the real one.
+struct Listeners {
+    api: TcpListener,
+    local: std::net::SocketAddr,
+    /// What the URL names: the address bound, or `localhost` for any.
+    host: String,
+    /// `/metrics`'s own (METRICS_BIND), unless it is `off`.
+    metrics: Option<TcpListener>,
+    /// BIND, as the operator wrote it (for an error).
+    addr: String,
+}
+
+impl Listeners {
+    fn bind(settings: &Settings) -> Result<Listeners, StartupError> {
+        let addr = settings.bind.clone();
+        let bind_error = |source| StartupError::Bind {
+            addr: addr.clone(),
+            source,
+        };
+        let api = TcpListener::bind(&settings.bind).map_err(bind_error)?;
+        let local = api.local_addr().map_err(bind_error)?;
+        let host = if local.ip().is_unspecified() {
+            "localhost".to_owned()
+        } else {
+            local.ip().to_string()
+        };
+        let metrics = match settings.metrics_bind.as_str() {
+            crate::config::METRICS_OFF => None,
+            addr => Some(
+                TcpListener::bind(addr).map_err(|source| StartupError::Bind {
+                    addr: format!("{addr} (METRICS_BIND; `off` for no metrics)"),
+                    source,
+                })?,
+            ),
+        };
+        Ok(Listeners {
+            api,
+            local,
+            host,
+            metrics,
+            addr,
+        })
+    }
+}
+
+/// What every handler shares (the demo's requests get a copy of their own:
+/// see `demo::faults`).
+fn app_state(
+    pool: DbPool,
+    network: Option<Arc<NetworkClient>>,
+    settings: Settings,
+    demo: bool,
+) -> AppState {
+    AppState {
+        pool,
+        accounts: Arc::new(Authenticator::new(
+            settings.account_cache_ttl,
+            demo,
+            settings.request_timeout,
+            settings.rate_limit_per_account,
+        )),
+        demo,
+        network,
+        settings: Arc::new(settings),
+        recent_keys: Default::default(),
+        hooks: Default::default(),
+    }
+}
+
+/// The API's server on `listener`: the client's limits, the log, the
+/// routes, and in demo mode (`sandbox`) the demo's parts.
+fn api_server(
+    listener: TcpListener,
+    state: web::Data<AppState>,
+    limits: Arc<ClientLimits>,
+    sandbox: Option<web::Data<demo::Sandbox>>,
+) -> std::io::Result<Server> {
+    let settings = state.settings.clone();
+    let workers = settings
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    // actix counts connections per worker.
+    let max_connections = settings.max_connections.div_ceil(workers).max(1);
+    let peers = Peers::new(
+        settings.max_connections_per_peer,
+        settings.trusted_proxies.clone(),
+        settings.max_connections,
+    );
+    let demo = sandbox.is_some();
+    let server = HttpServer::new(move || {
+        let (state, limits) = (state.clone(), limits.clone());
+        App::new()
+            // Inside the log: a request the gate refuses is logged too.
+            .wrap(Condition::new(demo, from_fn(demo::gate)))
+            // The client's rate limit and connection lifetime, before
+            // anything else that might cost something.
+            .wrap(from_fn(move |req, next| {
+                limits::per_client(limits.clone(), req, next)
+            }))
+            .wrap(from_fn(telemetry::observe))
+            .app_data(state)
+            .app_data(
+                web::QueryConfig::default().error_handler(|e, _| {
+                    ApiError::invalid(format!("Bad query string: {e}.")).into()
+                }),
+            )
+            .app_data(web::PathConfig::default().error_handler(|_, _| ApiError::NotFound.into()))
+            .configure(|cfg| routes(cfg, demo))
+            .configure(|cfg| {
+                if let Some(sandbox) = &sandbox {
+                    demo_routes(cfg, sandbox.clone(), &settings.web_dir);
+                }
+            })
+            .default_service(web::to(not_found))
+    })
+    .on_connect(move |connection, data| peers.on_connect(connection, data))
+    .workers(workers)
+    .max_connections(max_connections)
+    .shutdown_timeout(10)
+    .listen(listener)?
+    .run();
+    Ok(server)
 }
 
 /// The card network: one of this process's own on a loopback port (with a
@@ -389,38 +437,49 @@ async fn recover_periodically(state: web::Data<AppState>, interval: Duration) {
     }
 }
 
-/// The API's routes (the demo's are mounted by `demo::routes`).
+/// The API's routes. The charge routes are one scope: in demo mode the
+/// demo's middleware is mounted on it, once, and `POST /charges` has the
+/// demo's check-then-insert route besides.
 pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
-    let mut charges_resource = resource("/charges");
+    let at = |path| resource_in(charges::PATH, path);
+    let mut create = at("/charges");
     if demo {
-        charges_resource = charges_resource.route(demo::check_then_insert_route());
+        create = create.route(demo::check_then_insert_route());
     }
     cfg.service(
-        charges_resource
+        web::scope(charges::PATH)
             .wrap(Condition::new(demo, from_fn(demo::faults)))
-            .route(web::post().to(charges::create))
-            .route(get().to(charges::list)),
-    );
-    cfg.service(
-        resource("/charges/{id}")
-            .wrap(Condition::new(demo, from_fn(demo::faults)))
-            .route(get().to(charges::get)),
-    );
-    // The charge's other writes take the demo's faults too (lesson 2).
-    cfg.service(
-        resource("/charges/{id}/refunds")
-            .wrap(Condition::new(demo, from_fn(demo::faults)))
-            .route(web::post().to(refunds::create))
-            .route(get().to(refunds::list)),
-    );
-    cfg.service(
-        resource("/charges/{id}/description")
-            .wrap(Condition::new(demo, from_fn(demo::faults)))
-            .route(web::put().to(charges::set_description)),
+            .service(
+                create
+                    .route(web::post().to(charges::create))
+                    .route(get().to(charges::list)),
+            )
+            .service(at("/charges/{id}").route(get().to(charges::get)))
+            // The charge's other writes take the demo's faults too (lesson 2).
+            .service(
+                at("/charges/{id}/refunds")
+                    .route(web::post().to(refunds::create))
+                    .route(get().to(refunds::list)),
+            )
+            .service(
+                at("/charges/{id}/description").route(web::put().to(charges::set_description)),
+            ),
     );
     cfg.service(resource("/healthz").route(get().to(ops::healthz)));
     cfg.service(resource("/readyz").route(get().to(ops::readyz)));
     cfg.service(resource("/problems/{slug}").route(get().to(ops::problem_type)));
     cfg.service(resource("/openapi.json").route(get().to(openapi::document)));
     cfg.service(resource("/docs").route(get().to(openapi::reference_page)));
+}
+
+/// Demo mode's own: its sandbox, its routes, and last the teaching page and
+/// its assets.
+fn demo_routes(cfg: &mut web::ServiceConfig, sandbox: web::Data<demo::Sandbox>, web_dir: &str) {
+    cfg.app_data(sandbox);
+    demo::routes(cfg);
+    cfg.service(
+        Files::new("/", web_dir)
+            .index_file("index.html")
+            .default_handler(web::to(not_found)),
+    );
 }

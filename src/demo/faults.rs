@@ -1,16 +1,23 @@
 //! The `Demo-*` headers on the charge routes: checked, confined to the demo
-//! account, and turned into hooks at the named points of the request's
-//! transactions (or, for `lose-response`, `abandon` and `forget-commit`,
-//! into what happens to the answer after them).
+//! account, and turned into the demo's own `AppState` for the request (its
+//! pool, its mode and lease, its hooks at the named points of the request's
+//! transactions, its client of the card network), and, for
+//! `lose-response`, `abandon` and `forget-commit`, into what happens to the
+//! answer after the handler.
+//!
+//! The handler reads whichever `web::Data<AppState>` it is given: this
+//! middleware alone adds the demo's (a data container pushed onto the
+//! request, found before the server's), and only for the demo account.
 
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::body::{BoxBody, MessageBody};
-use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::dev::{Extensions, ServiceRequest, ServiceResponse};
 use actix_web::http::{Method, StatusCode, header};
 use actix_web::middleware::Next;
-use actix_web::{HttpMessage, web};
+use actix_web::{HttpResponse, web};
 
 use super::{
     CHECK_THEN_INSERT, DEMO_API_KEY, DelaySlots, FAULT_HEADER, HEADER_PREFIX, MAX_LEASE, MIN_LEASE,
@@ -18,9 +25,9 @@ use super::{
 };
 use crate::http::accounts;
 use crate::http::problem::{self, ApiError, DEMO_ACCOUNT_ONLY, SIMULATED_LOST_RESPONSE};
-use crate::http::state::{AppState, RequestPool};
+use crate::http::state::AppState;
 use crate::idempotency::hooks::{HookFailure, RequestHooks, TxHooks};
-use crate::idempotency::{IdempotencyKey, Lease, Mode};
+use crate::idempotency::{IdempotencyKey, Mode};
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Faults {
@@ -44,6 +51,7 @@ pub struct Faults {
     pub network_fresh_key: bool,
 }
 
+/// Every value `Demo-Fault` accepts (`src/demo/mod.rs` explains each).
 const KNOWN: &str = "lose-response, delay-commit=<ms>, fail-before-commit, crash-after-key, abandon, forget-commit, lease=<ms>, network-down, network-delay=<ms>, network-lose-answer, abandon-after-network, network-fresh-key";
 
 impl Faults {
@@ -122,12 +130,21 @@ impl DemoHooks {
     }
 }
 
-/// The transaction faults of one request, with the process's delay slots
-/// and the demo's record of its network keys.
+/// `abandon` and `abandon-after-network`: the worker stops here as a dead
+/// process would. Its thread unwinds (`resume_unwind`: without the panic
+/// hook, so nothing is printed), so nothing more of the request runs, not
+/// even the release of its key-first claim, which stays in progress until
+/// its lease runs out; the blocking task's end answers 500, and the
+/// middleware throws that answer away as a lost one. Nothing is killed.
+fn stop_as_a_dead_worker(fault: &'static str) -> ! {
+    tracing::info!("Demo-Fault: {fault}: this request's worker stops as a dead process would");
+    std::panic::resume_unwind(Box::new(fault))
+}
+
+/// The transaction faults of one request, with the process's delay slots.
 struct DemoHooks {
     faults: Faults,
     delayed: Arc<DelaySlots>,
-    ledger: Arc<std::sync::Mutex<super::Ledger>>,
 }
 
 impl TxHooks for DemoHooks {
@@ -167,7 +184,7 @@ impl TxHooks for DemoHooks {
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         }
         if self.faults.abandon {
-            return Err(HookFailure::Abandoned);
+            stop_as_a_dead_worker("abandon");
         }
         Ok(())
     }
@@ -192,24 +209,9 @@ impl TxHooks for DemoHooks {
             return Err(HookFailure::Unavailable(cause));
         }
         if self.faults.abandon_after_network {
-            return Err(HookFailure::Abandoned);
+            stop_as_a_dead_worker("abandon-after-network");
         }
         Ok(())
-    }
-
-    fn remote_key(&self, derived: String) -> String {
-        let key = if self.faults.network_fresh_key {
-            format!("fresh-{}", uuid::Uuid::new_v4())
-        } else {
-            derived
-        };
-        let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
-        ledger.keys.insert(key.clone());
-        key
-    }
-
-    fn acts_before_commit(&self) -> bool {
-        self.faults.delay_commit.is_some() || self.faults.fail_before_commit
     }
 }
 
@@ -219,26 +221,26 @@ fn has_demo_headers(req: &ServiceRequest) -> bool {
         .any(|name| name.as_str().starts_with(HEADER_PREFIX))
 }
 
-fn refuse(req: ServiceRequest, error: ApiError) -> ServiceResponse<BoxBody> {
-    req.error_response(error).map_into_boxed_body()
+/// A refusal before the handler: its response, the error kept in it.
+fn refusal(error: ApiError) -> HttpResponse {
+    HttpResponse::from_error(error)
 }
 
 /// Middleware on the charge routes. Requests of other accounts pass
 /// untouched unless they carry a `Demo-*` header (then 400). The demo
 /// account's requests take a place among its in-flight requests, have
-/// `Demo-Fault` and `Demo-Mode` read and handed to the handler (transaction
-/// faults through the hooks seam), and lose, or make the database forget,
-/// their response afterwards if asked.
+/// `Demo-Fault` and `Demo-Mode` read into the demo's state for this request,
+/// and lose, or make the database forget, their response afterwards if
+/// asked.
 pub async fn faults(
-    req: ServiceRequest,
+    mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let demo_headers = has_demo_headers(&req);
     let token = match accounts::bearer_token(req.request()) {
         Ok(token) => token,
-        Err(e) => return Ok(refuse(req, e)),
+        Err(e) => return Ok(req.into_response(refusal(e))),
     };
-    if !demo_headers && token != Some(DEMO_API_KEY) {
+    if !has_demo_headers(&req) && token != Some(DEMO_API_KEY) {
         // Not the demo's business: the handler authenticates as always.
         return Ok(next.call(req).await?.map_into_boxed_body());
     }
@@ -250,21 +252,7 @@ pub async fn faults(
             .expect("the app state")
             .clone(),
     );
-    // Authentication first: an unknown caller hears 401, not about demos.
-    let account = match state
-        .accounts
-        .authenticate(req.request(), &state.pool)
-        .await
-    {
-        Ok(account) => account,
-        Err(e) => return Ok(refuse(req, e)),
-    };
-    if account != sandbox.account_id {
-        let refused = problem::response(
-            &DEMO_ACCOUNT_ONLY,
-            "Demo-Fault and Demo-Mode act only on the demo account, the sandbox of the teaching page; this request is another account's. Send it without Demo-* headers.",
-            Vec::new(),
-        );
+    if let Err(refused) = admit(&req, &sandbox, &state).await {
         return Ok(req.into_response(refused));
     }
     let Ok(_place) = tokio::time::timeout(sandbox.wait, sandbox.in_flight.acquire()).await else {
@@ -272,29 +260,68 @@ pub async fn faults(
             "The demo account already has {} requests in flight on this server, the most it may (half the connection pool, so that the demo cannot take the database from other accounts). Retry after Retry-After.",
             sandbox.in_flight_limit
         );
-        return Ok(refuse(req, ApiError::Overloaded { detail }));
+        return Ok(req.into_response(refusal(ApiError::Overloaded { detail })));
     };
-    // From here on the request runs on the demo's own connections.
-    req.extensions_mut()
-        .insert(RequestPool(sandbox.pool.clone()));
+    let (faults, mode, key) = match read_headers(&req, &sandbox, &state) {
+        Ok(read) => read,
+        Err(e) => return Ok(req.into_response(refusal(e))),
+    };
+    let after = After {
+        lose_response: faults.lose_response || faults.abandon || faults.abandon_after_network,
+        forget_commit: faults.forget_commit,
+        key,
+    };
+    // From here on the request is the demo's: its handler reads this state.
+    let state = web::Data::new(demo_state(&state, &sandbox, faults, mode));
+    let mut container = Extensions::new();
+    container.insert(state.clone());
+    req.add_data_container(Rc::new(container));
+    let response = next.call(req).await?;
+    after.apply(response, &state, sandbox.account_id).await
+}
+
+/// Authentication first (an unknown caller hears 401, not about demos; one
+/// over its rate limit 429): the one that charges the account's rate limit.
+/// Then the account must be the demo's.
+async fn admit(
+    req: &ServiceRequest,
+    sandbox: &Sandbox,
+    state: &AppState,
+) -> Result<(), HttpResponse> {
+    let account = state
+        .accounts
+        .authenticate(req.request(), &state.pool)
+        .await
+        .map_err(refusal)?;
+    if account != sandbox.account_id {
+        return Err(problem::response(
+            &DEMO_ACCOUNT_ONLY,
+            "Demo-Fault and Demo-Mode act only on the demo account, the sandbox of the teaching page; this request is another account's. Send it without Demo-* headers.",
+            Vec::new(),
+        ));
+    }
+    Ok(())
+}
+
+/// `Demo-Fault` and `Demo-Mode`, checked against each other and the route,
+/// and the request's `Idempotency-Key` (for `forget-commit`).
+fn read_headers(
+    req: &ServiceRequest,
+    sandbox: &Sandbox,
+    state: &AppState,
+) -> Result<(Faults, Mode, Option<IdempotencyKey>), ApiError> {
     let header = req
         .headers()
         .get(FAULT_HEADER)
-        .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned());
-    let faults = match header
-        .as_deref()
+        .map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    let faults = header
         .map(|h| Faults::parse(h, sandbox.max_delay))
         .transpose()
-    {
-        Ok(f) => f.unwrap_or_default(),
-        Err(detail) => return Ok(refuse(req, ApiError::invalid(detail))),
-    };
+        .map_err(ApiError::invalid)?
+        .unwrap_or_default();
     if faults.crash_after_key && !sandbox.allow_crash {
-        return Ok(refuse(
-            req,
-            ApiError::invalid(
-                "Demo-Fault: crash-after-key kills the server process, so this server refuses it; it is for crash tests, on a server started with DEMO_ALLOW_CRASH=true. `abandon` leaves the same in-progress key behind without killing anything.",
-            ),
+        return Err(ApiError::invalid(
+            "Demo-Fault: crash-after-key kills the server process, so this server refuses it; it is for crash tests, on a server started with DEMO_ALLOW_CRASH=true. `abandon` leaves the same in-progress key behind without killing anything.",
         ));
     }
     let mode = match req.headers().get(MODE_HEADER).map(|v| v.as_bytes()) {
@@ -302,85 +329,114 @@ pub async fn faults(
         Some(b"atomic") => Mode::Atomic,
         Some(b"key-first") => Mode::KeyFirst,
         Some(other) => {
-            let detail = format!(
+            return Err(ApiError::invalid(format!(
                 "unknown Demo-Mode {:?} (known: atomic, key-first, {CHECK_THEN_INSERT})",
                 String::from_utf8_lossy(other)
-            );
-            return Ok(refuse(req, ApiError::invalid(detail)));
+            )));
         }
     };
     if (faults.abandon || faults.abandon_after_network || faults.lease.is_some())
         && mode != Mode::KeyFirst
     {
-        return Ok(refuse(
-            req,
-            ApiError::invalid(
-                "Demo-Fault: abandon, abandon-after-network and lease act on the key-first design only, where the key is committed before the operation; send Demo-Mode: key-first too.",
-            ),
+        return Err(ApiError::invalid(
+            "Demo-Fault: abandon, abandon-after-network and lease act on the key-first design only, where the key is committed before the operation; send Demo-Mode: key-first too.",
         ));
     }
     let keyed_post = req.method() == Method::POST;
     if faults.forget_commit && !(keyed_post && req.path() == crate::payments::charges::PATH) {
-        return Ok(refuse(
-            req,
-            ApiError::invalid("Demo-Fault: forget-commit acts on POST /charges only."),
+        return Err(ApiError::invalid(
+            "Demo-Fault: forget-commit acts on POST /charges only.",
         ));
     }
-    let key = match IdempotencyKey::from_headers(req.headers()) {
-        Ok(key) => key,
-        Err(e) => return Ok(refuse(req, e.into())),
-    };
-    req.extensions_mut().insert(mode);
+    let key = IdempotencyKey::from_headers(req.headers())?;
+    Ok((faults, mode, key))
+}
+
+/// The state the demo account's request runs with: the server's, on the
+/// demo's own connections, in `mode` (and `Demo-Fault: lease`'s lease), with
+/// the request's faults as its hooks and the demo's client of the card
+/// network. Its authenticator is the sandbox's, without a rate limit: this
+/// request was charged once already, by [`admit`].
+fn demo_state(state: &AppState, sandbox: &Sandbox, faults: Faults, mode: Mode) -> AppState {
+    let mut settings = (*state.settings).clone();
+    settings.idempotency_mode = mode;
     if let Some(lease) = faults.lease {
-        req.extensions_mut().insert(Lease(lease));
+        settings.idempotency_lease = lease;
     }
-    let (lose_response, forget_commit) = (
-        faults.lose_response || faults.abandon || faults.abandon_after_network,
-        faults.forget_commit,
-    );
-    req.extensions_mut()
-        .insert(RequestHooks(Arc::new(DemoHooks {
+    let network = state
+        .network
+        .as_deref()
+        .map(|network| Arc::new(sandbox.network_client(network, faults.network_fresh_key)));
+    // Without a fault the request runs as any other: with no hooks (a write
+    // that is one statement is then sent alone, as always).
+    let hooks = if faults == Faults::default() {
+        state.hooks.clone()
+    } else {
+        RequestHooks(Arc::new(DemoHooks {
             faults,
             delayed: sandbox.delayed.clone(),
-            ledger: sandbox.ledger.clone(),
-        })));
-    let response = next.call(req).await?;
-    let replayed = response
-        .headers()
-        .contains_key(crate::http::requests::IDEMPOTENT_REPLAYED);
-    if forget_commit && response.status() == StatusCode::CREATED && !replayed {
-        let charge = response
+        }))
+    };
+    AppState {
+        pool: sandbox.pool.clone(),
+        accounts: sandbox.accounts.clone(),
+        network,
+        settings: Arc::new(settings),
+        hooks,
+        ..state.clone()
+    }
+}
+
+/// What happens to the answer once the handler gave it.
+struct After {
+    lose_response: bool,
+    forget_commit: bool,
+    key: Option<IdempotencyKey>,
+}
+
+impl After {
+    async fn apply(
+        self,
+        response: ServiceResponse<impl MessageBody + 'static>,
+        state: &AppState,
+        account: i64,
+    ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+        let replayed = response
             .headers()
-            .get(header::LOCATION)
-            .and_then(|l| l.to_str().ok())
-            .and_then(|l| l.rsplit('/').next())
-            .and_then(|id| uuid::Uuid::parse_str(id).ok());
-        if let Some(charge) = charge {
-            let account = sandbox.account_id;
-            // The answer is out; then the database loses the commit.
-            let request = response.request().clone();
-            state
-                .db(&request, move |store| {
-                    Ok(super::queries::forget_charge(
-                        store,
-                        account,
-                        key.as_ref().map(IdempotencyKey::as_str),
-                        charge,
-                    )?)
-                })
-                .await?;
+            .contains_key(crate::http::requests::IDEMPOTENT_REPLAYED);
+        if self.forget_commit && response.status() == StatusCode::CREATED && !replayed {
+            let charge = response
+                .headers()
+                .get(header::LOCATION)
+                .and_then(|l| l.to_str().ok())
+                .and_then(|l| l.rsplit('/').next())
+                .and_then(|id| uuid::Uuid::parse_str(id).ok());
+            if let Some(charge) = charge {
+                // The answer is out; then the database loses the commit.
+                let (request, key) = (response.request().clone(), self.key);
+                state
+                    .db(&request, move |store| {
+                        Ok(super::queries::forget_charge(
+                            store,
+                            account,
+                            key.as_ref().map(IdempotencyKey::as_str),
+                            charge,
+                        )?)
+                    })
+                    .await?;
+            }
         }
+        if !self.lose_response {
+            return Ok(response.map_into_boxed_body());
+        }
+        // The work is done and committed (or, for `abandon`, left half done
+        // as a crash would); only the answer goes missing.
+        let (req, _) = response.into_parts();
+        let lost = problem::response(
+            &SIMULATED_LOST_RESPONSE,
+            "Demo-Fault: lose-response or abandon. The server processed this request as far as it got, but its response was thrown away, as a gateway that timed out would. Retry to find out what happened.",
+            Vec::new(),
+        );
+        Ok(ServiceResponse::new(req, lost))
     }
-    if !lose_response {
-        return Ok(response.map_into_boxed_body());
-    }
-    // The work is done and committed (or, for `abandon`, left half done as
-    // a crash would); only the answer goes missing.
-    let (req, _) = response.into_parts();
-    let lost = problem::response(
-        &SIMULATED_LOST_RESPONSE,
-        "Demo-Fault: lose-response or abandon. The server processed this request as far as it got, but its response was thrown away, as a gateway that timed out would. Retry to find out what happened.",
-        Vec::new(),
-    );
-    Ok(ServiceResponse::new(req, lost))
 }

@@ -4,20 +4,36 @@
 //! of it is routed, the demo account does not authenticate, and the `Demo-*`
 //! headers mean nothing.
 //!
-//! - `Demo-Fault` (on the charge routes, comma-separated): `lose-response`
-//!   (commit, then answer 504 as a timed-out gateway would),
-//!   `delay-commit=<ms>` (hold the transaction open before COMMIT),
-//!   `fail-before-commit` (fail inside the transaction: everything rolls back),
-//!   `abandon` (key-first: stop after the key's commit as a dead process
-//!   would, leaving it in progress, without killing anything; answered 504),
-//!   `lease=<ms>` (key-first: this request's lease),
-//!   `forget-commit` (`POST /charges`: answer the 201, then delete the charge
-//!   and its key row, as a database that lost an acknowledged commit would),
-//!   `crash-after-key` (key-first: SIGKILL this process between its two
-//!   transactions; only with `DEMO_ALLOW_CRASH=true`).
-//!   The transaction faults act through the `TxHooks` seam; `lose-response`,
-//!   `abandon`'s lost answer and `forget-commit` wrap the handler from
-//!   outside.
+//! - `Demo-Fault` (on the charge routes, comma-separated; all 12 values):
+//!   - `lose-response`: commit, then answer 504 as a timed-out gateway
+//!     would;
+//!   - `delay-commit=<ms>`: hold the transaction open before COMMIT;
+//!   - `fail-before-commit`: fail inside the transaction (everything rolls
+//!     back);
+//!   - `crash-after-key`: key-first: SIGKILL this process between its two
+//!     transactions (only with `DEMO_ALLOW_CRASH=true`);
+//!   - `abandon`: key-first: the worker stops after the key's commit as a
+//!     dead process would, leaving it in progress, without killing anything
+//!     (answered 504);
+//!   - `forget-commit`: `POST /charges`: answer the 201, then delete the
+//!     charge and its key row, as a database that lost an acknowledged
+//!     commit would;
+//!   - `lease=<ms>`: key-first: this request's lease;
+//!   - `network-down`: the card network does not answer (nothing is
+//!     authorized);
+//!   - `network-delay=<ms>`: the card network takes this long to answer;
+//!   - `network-lose-answer`: the network authorizes, and its answer is lost
+//!     on the way back;
+//!   - `abandon-after-network`: key-first: the worker stops after the
+//!     network authorized, as `abandon` does (answered 504);
+//!   - `network-fresh-key`: the network is asked under a new key each time,
+//!     as an integration that does not pass the key on would.
+//!
+//!   The transaction and network faults act through the `TxHooks` seam (an
+//!   abandoning worker unwinds there, as a dead one would stop); the key
+//!   the network is asked under through the demo's own client of it;
+//!   `lose-response`, `abandon`'s lost answer and `forget-commit` wrap the
+//!   handler from outside.
 //! - `Demo-Mode: atomic | key-first`: run this request in that design.
 //! - `Demo-Mode: check-then-insert`: the naive algorithm (look the key up,
 //!   then insert it) against a table without a unique constraint, to show
@@ -26,9 +42,16 @@
 //!   `POST /demo/purge`: the demo account's rows only.
 //!
 //! Files: this one holds the sandbox (the demo account, seeded here, and its
-//! limits); [`faults`] the `Demo-*` headers and the hooks they inject;
+//! limits); [`faults`] the `Demo-*` headers, read into the demo's own
+//! `AppState` for the request (pool, mode, lease, hooks, network client);
 //! [`routes`] the `/demo/*` handlers and the check-then-insert algorithm;
 //! [`queries`] the sandbox's own queries, none of which is the application's.
+//!
+//! Plugged in by `app` in demo mode, and nowhere else: [`gate`] in front of
+//! every route, [`faults`] once, on the scope of the charge routes, the
+//! check-then-insert route on `POST /charges`, and [`routes`]. The demo
+//! account's request is authenticated once, by [`faults`] (one charge of its
+//! rate limit): the state it hands the handler does not charge again.
 //!
 //! The sandbox's walls: a `Demo-*` header from any other account is a 400
 //! (after authentication, so 401 comes first); the demo account's requests
@@ -51,7 +74,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 use crate::config::Settings;
-use crate::http::accounts;
+use crate::http::accounts::{self, Authenticator};
+use crate::network::client::{NetworkClient, Watcher};
 use crate::store::{Backend, DbPool, Store};
 
 pub use faults::{Faults, faults};
@@ -101,6 +125,10 @@ pub struct Sandbox {
     /// nothing the demo holds or waits for can take a connection from
     /// another account.
     pub(crate) pool: DbPool,
+    /// Who the demo's state says its requests are: the demo account, whose
+    /// rate limit the server's authenticator charged once already (in
+    /// `faults`), so this one has none.
+    accounts: Arc<Authenticator>,
 }
 
 impl Sandbox {
@@ -150,6 +178,12 @@ impl Sandbox {
             .sibling(&own)
             .map_err(|e| format!("cannot open the demo's connections: {e}"))?;
         Ok(Sandbox {
+            accounts: Arc::new(Authenticator::new(
+                settings.account_cache_ttl,
+                true,
+                settings.request_timeout,
+                0,
+            )),
             ledger: Arc::default(),
             pool: own,
             account_id,
@@ -164,14 +198,38 @@ impl Sandbox {
 
     /// Records, from now on, each authorization `network` answers under a
     /// key the demo account's requests used (see [`Ledger`]).
-    pub fn watch(&self, network: &crate::network::client::NetworkClient) {
+    pub fn watch(&self, network: &NetworkClient) {
+        network.watch(self.watcher());
+    }
+
+    fn watcher(&self) -> Watcher {
         let ledger = self.ledger.clone();
-        network.watch(Box::new(move |key, id| {
+        Box::new(move |key, id| {
             let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
             if ledger.keys.contains(key) {
                 ledger.ids.insert(id);
             }
+        })
+    }
+
+    /// The demo's client of `network` for one request: it records each key
+    /// it asks under in the [`Ledger`], and with `fresh_key`
+    /// (`Demo-Fault: network-fresh-key`) asks under a new one each time
+    /// instead of the one derived from the client's.
+    fn network_client(&self, network: &NetworkClient, fresh_key: bool) -> NetworkClient {
+        let ledger = self.ledger.clone();
+        let client = network.rekeyed(Box::new(move |derived| {
+            let key = if fresh_key {
+                format!("fresh-{}", uuid::Uuid::new_v4())
+            } else {
+                derived.to_owned()
+            };
+            let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
+            ledger.keys.insert(key.clone());
+            key
         }));
+        client.watch(self.watcher());
+        client
     }
 }
 

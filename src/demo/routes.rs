@@ -111,27 +111,8 @@ fn snapshot(
     network: Option<(&NetworkClient, &Mutex<Ledger>)>,
 ) -> Result<Value, ApiError> {
     let charges = store.list_charges(account_id, LIMIT)?;
-    // The card network's own ledger, as the network shows it, but only the
-    // demo's authorizations: the network has one merchant for every account.
-    let network = network.map(|(n, ledger)| match n.list(LIMIT as u32) {
-        Ok(list) => {
-            let ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
-            let ours = |id: Option<uuid::Uuid>| {
-                id.is_some_and(|id| {
-                    ledger.ids.contains(&id)
-                        || charges.iter().any(|c| c.authorization_id == Some(id))
-                })
-            };
-            let authorizations: Vec<&Value> = list["data"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|a| ours(a["id"].as_str().and_then(|id| id.parse().ok())))
-                .collect();
-            json!({"url": redact(n.base_url()), "authorizations": authorizations})
-        }
-        Err(e) => json!({"url": redact(n.base_url()), "error": e.to_string()}),
-    });
+    let authorized: Vec<uuid::Uuid> = charges.iter().filter_map(|c| c.authorization_id).collect();
+    let network = network.map(|(n, ledger)| network_view(n, ledger, &authorized));
     let refunds = queries::refund_views(store, account_id, LIMIT)?;
     let keys = queries::key_views(store, account_id, LIMIT)?;
     let unguarded = queries::unguarded_views(store, account_id, LIMIT)?;
@@ -159,32 +140,7 @@ fn snapshot(
             "currency": currency,
             "created_at": created_at,
         })).collect::<Vec<_>>(),
-        "idempotency_keys": keys.into_iter().map(|k| {
-            let location = k.response_headers.as_ref()
-                .and_then(|h| h.get("location")).and_then(Value::as_str).map(str::to_owned);
-            // The charge the key's response is about: the one it created,
-            // or the one its refund is of.
-            let charge_id = k.response_body.as_ref().and_then(|b| match b.get("object").and_then(Value::as_str) {
-                Some("charge") => b.get("id").cloned(),
-                Some("refund") => b.get("charge_id").cloned(),
-                _ => None,
-            });
-            json!({
-                "key": k.key,
-                // Enough of the digest to tell two requests apart on screen.
-                "fingerprint": k.fingerprint.chars().take("sha256:".len() + 12).collect::<String>(),
-                "response_status": k.response_status,
-                "location": location,
-                "charge_id": charge_id,
-                "created_at": k.created_at,
-                "expires_at": k.expires_at,
-                "expired": k.expired,
-                // Key-first: an in-progress row is protected until then.
-                "locked_until": k.locked_until,
-                "lease_live": k.status == KeyStatus::InProgress.as_str() && k.lease_live,
-                "status": k.status,
-            })
-        }).collect::<Vec<_>>(),
+        "idempotency_keys": keys.into_iter().map(key_view).collect::<Vec<_>>(),
         "network": network,
         "unguarded_keys": unguarded.into_iter().map(|u| json!({
             "key": u.key,
@@ -192,6 +148,63 @@ fn snapshot(
             "created_at": u.created_at,
         })).collect::<Vec<_>>(),
     }))
+}
+
+/// One key row as the page shows it.
+fn key_view(k: queries::KeyView) -> Value {
+    let location = k
+        .response_headers
+        .as_ref()
+        .and_then(|h| h.get("location"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    // The charge the key's response is about: the one it created,
+    // or the one its refund is of.
+    let charge_id =
+        k.response_body
+            .as_ref()
+            .and_then(|b| match b.get("object").and_then(Value::as_str) {
+                Some("charge") => b.get("id").cloned(),
+                Some("refund") => b.get("charge_id").cloned(),
+                _ => None,
+            });
+    json!({
+        "key": k.key,
+        // Enough of the digest to tell two requests apart on screen.
+        "fingerprint": k.fingerprint.chars().take("sha256:".len() + 12).collect::<String>(),
+        "response_status": k.response_status,
+        "location": location,
+        "charge_id": charge_id,
+        "created_at": k.created_at,
+        "expires_at": k.expires_at,
+        "expired": k.expired,
+        // Key-first: an in-progress row is protected until then.
+        "locked_until": k.locked_until,
+        "lease_live": k.status == KeyStatus::InProgress.as_str() && k.lease_live,
+        "status": k.status,
+    })
+}
+
+/// The card network's own ledger, as the network shows it, but only the
+/// demo's authorizations (those its ledger recorded, and those its charges
+/// hold: `authorized`): the network has one merchant for every account.
+fn network_view(n: &NetworkClient, ledger: &Mutex<Ledger>, authorized: &[uuid::Uuid]) -> Value {
+    match n.list(LIMIT as u32) {
+        Ok(list) => {
+            let ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
+            let ours = |id: Option<uuid::Uuid>| {
+                id.is_some_and(|id| ledger.ids.contains(&id) || authorized.contains(&id))
+            };
+            let authorizations: Vec<&Value> = list["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|a| ours(a["id"].as_str().and_then(|id| id.parse().ok())))
+                .collect();
+            json!({"url": redact(n.base_url()), "authorizations": authorizations})
+        }
+        Err(e) => json!({"url": redact(n.base_url()), "error": e.to_string()}),
+    }
 }
 
 /// Runs `work` on a pooled connection with the demo account's id, then

@@ -55,12 +55,20 @@ pub fn is_demo_route(path: &str) -> bool {
 /// The resource for one of [`ROUTES`]: methods it has no route for answer
 /// 405 problem+json with `Allow` (RFC 9110).
 pub fn resource(path: &'static str) -> actix_web::Resource {
+    resource_in("", path)
+}
+
+/// As [`resource`], for a scope mounted at `scope` (the start of `path`).
+pub fn resource_in(scope: &str, path: &'static str) -> actix_web::Resource {
+    let within = path
+        .strip_prefix(scope)
+        .unwrap_or_else(|| panic!("route {path} is not under {scope}"));
     let allow = ROUTES
         .iter()
         .find(|(p, _)| *p == path)
         .unwrap_or_else(|| panic!("route {path} is not in http::ROUTES"))
         .1;
-    web::resource(path).default_service(web::to(move || async move {
+    web::resource(within).default_service(web::to(move || async move {
         let mut response = actix_web::ResponseError::error_response(&ApiError::MethodNotAllowed);
         response
             .headers_mut()

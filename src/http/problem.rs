@@ -421,7 +421,7 @@ impl From<HookFailure> for ApiError {
         match e {
             HookFailure::Overloaded(detail) => ApiError::Overloaded { detail },
             HookFailure::Unavailable(cause) => ApiError::Network(cause),
-            e @ (HookFailure::Injected(_) | HookFailure::Abandoned) => ApiError::internal(e),
+            e @ HookFailure::Injected(_) => ApiError::internal(e),
         }
     }
 }

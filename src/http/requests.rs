@@ -6,7 +6,7 @@
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderName, HeaderValue};
-use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt;
 use serde_json::Value;
 
@@ -14,7 +14,7 @@ use crate::http::problem::{ApiError, IN_FLIGHT_RETRY_AFTER_SECS};
 use crate::http::state::AppState;
 use crate::idempotency::hooks::RequestHooks;
 use crate::idempotency::{
-    self, Fingerprint, IdempotencyKey, KeyedRequest, Lease, Mode, Operation, Outcome, SavedResponse,
+    self, Fingerprint, IdempotencyKey, KeyedRequest, Operation, Outcome, SavedResponse,
 };
 use crate::metrics::METRICS;
 use crate::telemetry;
@@ -39,7 +39,7 @@ pub struct JsonRequest {
     pub key: Option<IdempotencyKey>,
     /// The body as parsed JSON: what the fingerprint is computed over.
     pub body: Value,
-    /// Faults injected for this request, if any (see `hooks`).
+    /// The state's hooks (`NoHooks` but in the demo's state).
     pub hooks: RequestHooks,
 }
 
@@ -81,11 +81,7 @@ pub async fn read_json(
         account_id,
         key,
         body,
-        hooks: req
-            .extensions()
-            .get::<RequestHooks>()
-            .cloned()
-            .unwrap_or_default(),
+        hooks: state.hooks.clone(),
     })
 }
 
@@ -101,18 +97,12 @@ pub async fn run_keyed(
     mut operation: impl Operation<dyn crate::store::Store> + Send + 'static,
 ) -> Result<HttpResponse, ApiError> {
     let fingerprint = request.fingerprint(req);
-    // A request may carry its own mode and lease (the demo compares both
-    // designs side by side, and lets a lease run out within seconds).
-    let ttl = state.settings.idempotency_ttl;
-    let mode = req
-        .extensions()
-        .get::<Mode>()
-        .copied()
-        .unwrap_or(state.settings.idempotency_mode);
-    let lease = req
-        .extensions()
-        .get::<Lease>()
-        .map_or(state.settings.idempotency_lease, |l| l.0);
+    let settings = &state.settings;
+    let (ttl, mode, lease) = (
+        settings.idempotency_ttl,
+        settings.idempotency_mode,
+        settings.idempotency_lease,
+    );
     let (account_id, hooks, body) = (request.account_id, request.hooks, request.body);
     // The route's path as routing decoded it (`/%63harges` is `/charges`):
     // what the recovery task rebuilds the request from.

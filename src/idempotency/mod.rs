@@ -100,11 +100,6 @@ pub enum Mode {
     KeyFirst,
 }
 
-/// How long a key-first claim is protected, when a request sets its own
-/// (the demo shows a lease running out within seconds).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lease(pub std::time::Duration);
-
 impl Mode {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -371,8 +366,6 @@ fn run_claimed<S: Transactional + ?Sized>(
         Ok(response) => Ok(Outcome::Executed(response)),
         // Someone else holds the row now: answer as they will.
         Err(Error::LeaseLost) => answer_after_lost_claim(store, request),
-        // As if the process had died: the key stays in progress.
-        Err(e @ Error::Hook(HookFailure::Abandoned)) => Err(e),
         Err(e) => {
             // If this fails too, the lease running out frees the key.
             if let Err(release_error) = store.release_key(claim) {

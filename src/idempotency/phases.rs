@@ -47,7 +47,7 @@ use super::{
     Outcome, Read, Registration, Transactional, answer_after_lost_claim, decide, register,
     run_and_store, with_transient_retries,
 };
-use crate::idempotency::hooks::{HookFailure, TxHooks};
+use crate::idempotency::hooks::TxHooks;
 
 /// A waiting duplicate's first pause, and its longest.
 const FIRST_POLL: Duration = Duration::from_millis(25);
@@ -142,17 +142,13 @@ pub(super) fn complete<C: Connections>(
 /// After a failure in phase 2 or 3: the key released if the lease is still
 /// ours, and the failure told (nothing was stored; the retry runs as the
 /// first). If it is not ours any more, someone else may still complete it:
-/// the answer is theirs. An abandoned worker does nothing more, as if its
-/// process had died.
+/// the answer is theirs.
 fn give_up<S: KeyStore + ?Sized>(
     store: &mut S,
     claim: &Claim,
     request: &KeyedRequest<'_>,
     error: Error,
 ) -> Result<Outcome, Error> {
-    if matches!(error, Error::Hook(HookFailure::Abandoned)) {
-        return Err(error);
-    }
     match store.release_key(claim) {
         Ok(0) => answer_after_lost_claim(store, request),
         Ok(_) => Err(error),

@@ -71,6 +71,9 @@ pub enum NetworkError {
 /// Told of each authorization the network answered: its key and id.
 pub type Watcher = Box<dyn Fn(&str, Uuid) + Send + Sync>;
 
+/// Makes the key an authorization is asked under from the one it was given.
+pub type Rekey = Box<dyn Fn(&str) -> String + Send + Sync>;
+
 /// One network and the merchant key the API holds there.
 pub struct NetworkClient {
     base: String,
@@ -79,6 +82,9 @@ pub struct NetworkClient {
     /// The demo's record of its own authorizations (its view of the
     /// network's ledger shows only those), if demo mode is on.
     watcher: std::sync::OnceLock<Watcher>,
+    /// The key each authorization is asked under, from the one it was
+    /// given: that one itself, but in a client of [`rekeyed`](Self::rekeyed).
+    rekey: Option<Rekey>,
 }
 
 #[derive(Deserialize)]
@@ -98,6 +104,21 @@ impl NetworkClient {
             api_key: api_key.to_owned(),
             agent,
             watcher: std::sync::OnceLock::new(),
+            rekey: None,
+        }
+    }
+
+    /// A client of the same network that asks each authorization under the
+    /// key `rekey` makes of the one it was given, told to no watcher yet
+    /// (the demo's: it records the keys its requests used, and may use a
+    /// new one each time, as an integration that does not pass the key on).
+    pub fn rekeyed(&self, rekey: Rekey) -> NetworkClient {
+        NetworkClient {
+            base: self.base.clone(),
+            api_key: self.api_key.clone(),
+            agent: self.agent.clone(),
+            watcher: std::sync::OnceLock::new(),
+            rekey: Some(rekey),
         }
     }
 
@@ -117,6 +138,10 @@ impl NetworkClient {
         amount: i64,
         currency: &str,
     ) -> Result<Authorized, NetworkError> {
+        let key = match &self.rekey {
+            Some(rekey) => std::borrow::Cow::Owned(rekey(key)),
+            None => std::borrow::Cow::Borrowed(key),
+        };
         let mut response = self
             .agent
             .post(format!("{}/authorizations", self.base))
@@ -146,7 +171,7 @@ impl NetworkClient {
             .read_json()
             .map_err(|e| NetworkError::Unreachable(format!("an unreadable answer: {e}")))?;
         if let Some(watcher) = self.watcher.get() {
-            watcher(key, body.id);
+            watcher(&key, body.id);
         }
         Ok(Authorized {
             id: body.id,

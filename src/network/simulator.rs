@@ -221,16 +221,17 @@ pub fn start(settings: Settings, listener: TcpListener) -> Result<Network, Strin
     seed_merchant(&pool, &settings.network_api_key)?;
     let state = web::Data::new(AppState {
         pool,
-        accounts: Authenticator::new(
+        accounts: Arc::new(Authenticator::new(
             settings.account_cache_ttl,
             false,
             settings.request_timeout,
             0,
-        ),
+        )),
         demo: false,
         network: None,
         settings: Arc::new(settings.clone()),
         recent_keys: Default::default(),
+        hooks: Default::default(),
     });
     let workers = settings.workers.unwrap_or(1);
     let server = HttpServer::new(move || {

@@ -105,7 +105,7 @@ impl CreateCharge {
             };
             NetworkCall {
                 client,
-                key: hooks.0.remote_key(derived),
+                key: derived,
                 hooks,
             }
         });

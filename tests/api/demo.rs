@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{charge_body, spawn_app, spawn_app_with};
+use crate::support::{DEMO_KEY, charge_body, spawn_app, spawn_app_with};
 
 const SHOP_KEY: &str = "sk_live_shop_for_tests";
 
@@ -325,6 +325,35 @@ crate::on_both_backends! {
         );
         assert_eq!((a.status, b.status), (201, 201));
         assert_eq!(app.charges(), 1, "idempotency cannot be switched off for it");
+    }
+
+    async fn a_demo_request_costs_the_demo_account_one_unit_of_its_rate_limit() {
+        // 2 a second, bursts of 4. The demo's middleware authenticates the
+        // demo account's request (its one charge of the limit), and the
+        // handler, handed the demo's state, does not charge it again: four
+        // requests in a row pass, where two did when each cost two.
+        let app = spawn_app_with(|s| s.rate_limit_per_account = 2).await;
+        let body = charge_body();
+        let key_first = [("demo-mode", "key-first")];
+        let answers = [
+            app.charge_as(DEMO_KEY, "k-rate-1", &body, &key_first).await,
+            app.charge_as(DEMO_KEY, "k-rate-2", &body, &[]).await,
+            app.get_as(DEMO_KEY, "/charges").await,
+            app.charge_as(DEMO_KEY, None, &body, &[("demo-fault", "delay-commit=1")]).await,
+        ];
+        let statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
+        assert_eq!(statuses, [201, 201, 200, 201], "{:?}", answers.iter().map(|a| a.summary()).collect::<Vec<_>>());
+        // And the limit still holds for the demo account: the bucket is empty.
+        let mut limited = None;
+        for _ in 0..10 {
+            let r = app.get_as(DEMO_KEY, "/charges").await;
+            if r.status == 429 {
+                limited = Some(r);
+                break;
+            }
+        }
+        limited.expect("the demo account's limit holds").assert_problem(429, "rate-limited");
+        assert_eq!(app.charges(), 3);
     }
 
     async fn crash_after_key_is_refused_unless_the_server_allows_it() {

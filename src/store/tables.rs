@@ -5,8 +5,8 @@
 //! PostgreSQL error or statement needs. Diesel cannot write one generic
 //! function over two schemas, so each macro below is the body of one
 //! `*Store` impl, and each backend instantiates it in its own file
-//! (`postgres/charges.rs`, `sqlite/charges.rs`, ...) over its own schema
-//! and these names, which its `mod.rs` defines:
+//! (`postgres/charges.rs`, `sqlite/charges.rs`, ...) over its own
+//! `schema` and these names, which its `mod.rs` defines:
 //!
 //! - `Id`, `encode_id(Uuid) -> Id`, `decode_id(Id) -> QueryResult<Uuid>`: a UUID
 //!   column;
@@ -23,6 +23,13 @@
 /// `impl AccountStore for $conn`: the `accounts` table.
 macro_rules! account_store {
     ($conn:ty) => {
+        use diesel::prelude::*;
+        use diesel::sql_types::Bool;
+
+        use super::schema::accounts;
+        use super::{Time, clock, decode_time, note};
+        use $crate::store::{AccountRecord, QueryResult, time_text};
+
         impl $crate::store::AccountStore for $conn {
             fn insert_account(
                 &mut self,
@@ -125,6 +132,13 @@ macro_rules! account_store {
 /// their row types checked against `$backend`.
 macro_rules! charge_store {
     ($conn:ty, $backend:ty) => {
+        use diesel::prelude::*;
+        use uuid::Uuid;
+
+        use super::schema::{charges, refunds};
+        use super::{Id, Time, cached, decode_id, decode_time, encode_id, encode_time, note};
+        use $crate::store::{Charge, QueryResult, Refund, RefundReservation};
+
         #[derive(Queryable, Selectable)]
         #[diesel(table_name = charges, check_for_backend($backend))]
         struct ChargeRow {
@@ -312,6 +326,13 @@ macro_rules! charge_store {
 /// `authorizations` table.
 macro_rules! authorization_store {
     ($conn:ty, $backend:ty) => {
+        use diesel::prelude::*;
+        use uuid::Uuid;
+
+        use super::schema::authorizations as auth;
+        use super::{Id, Time, clock, decode_id, decode_time, encode_id, encode_time, note};
+        use $crate::store::{Authorization, QueryResult};
+
         #[derive(Queryable, Selectable)]
         #[diesel(table_name = auth, check_for_backend($backend))]
         struct AuthorizationRow {

@@ -4,11 +4,7 @@
 //! [`account_store`]: crate::store::tables
 
 use diesel::pg::PgConnection;
-use diesel::prelude::*;
-use diesel::sql_types::Bool;
 
-use super::schema::accounts;
-use super::{Time, clock, decode_time, note};
-use crate::store::{AccountRecord, QueryResult, tables, time_text};
+use crate::store::tables;
 
 tables::account_store!(PgConnection);

@@ -3,12 +3,8 @@
 //!
 //! [`account_store`]: crate::store::tables
 
-use diesel::prelude::*;
-use diesel::sql_types::Bool;
 use diesel::sqlite::SqliteConnection;
 
-use super::schema::accounts;
-use super::{Time, clock, decode_time, note};
-use crate::store::{AccountRecord, QueryResult, tables, time_text};
+use crate::store::tables;
 
 tables::account_store!(SqliteConnection);

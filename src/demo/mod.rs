@@ -132,11 +132,14 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Seeds the demo account (if it is not there yet) and sizes the walls
-    /// from the pool.
+    /// Creates the demo's own tables and seeds the demo account (if they
+    /// are not there yet), and sizes the walls from the pool.
     pub fn open(pool: &DbPool, settings: &Settings) -> Result<Sandbox, String> {
-        let account_id = seed(pool.checkout().map_err(|e| e.to_string())?.store())
-            .map_err(|e| format!("cannot seed the demo account: {e}"))?;
+        let mut checkout = pool.checkout().map_err(|e| e.to_string())?;
+        queries::create_tables(checkout.store())
+            .map_err(|e| format!("cannot create the demo's tables: {e}"))?;
+        let account_id =
+            seed(checkout.store()).map_err(|e| format!("cannot seed the demo account: {e}"))?;
         let half_pool = (settings.pool_size / 2).max(1);
         // SQLite's write lock is global: a delayed transaction holds every
         // account's writes, and a second one would only queue behind the

@@ -3,10 +3,12 @@
 //! `schema.rs`, the database's clock) and [`sqlite`] (over its own
 //! `sqlite/schema.rs`, where UUIDs, JSON and times are TEXT, the app's
 //! clock). Diesel cannot share our schema's UUID, JSONB and TIMESTAMPTZ types
-//! across the two, so each writes its own queries, table by table
-//! (`keys.rs`, `charges.rs`, `accounts.rs`, `network.rs` in each); the names,
-//! states and rules they share are written once, here and, for the key
-//! table, in the protocol's contract (`idempotency::key_store`).
+//! across the two, so each backend has a file per table (`keys.rs`,
+//! `charges.rs`, `accounts.rs`, `network.rs` in each); where their statements
+//! agree they are written once, in `tables.rs`, and each file instantiates
+//! them over its schema. The names, states and rules they share are written
+//! once, here and, for the key table, in the protocol's contract
+//! (`idempotency::key_store`).
 //!
 //! The key table's trait is the protocol's: `idempotency` owns
 //! [`KeyStore`] and its rows, and each backend's `keys.rs` implements it.
@@ -24,6 +26,7 @@ pub mod pool;
 pub mod postgres;
 pub mod redact;
 mod sqlite;
+mod tables;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use diesel::pg::PgConnection;
@@ -67,12 +70,14 @@ pub trait Store: KeyStore + ChargeStore + AccountStore + AuthorizationStore {
     /// One round trip: the database answers.
     fn ping(&mut self) -> QueryResult<()>;
 
-    /// The connection itself, for queries that are not the application's
-    /// (the demo's sandbox, in `demo/`).
+    /// The connection itself, kept for the demo only: its sandbox's tables
+    /// and views (`demo/queries/`, one file per backend) are not the
+    /// application's, so they are in no trait here. Production never calls it.
     fn connection(&mut self) -> AnyConnection<'_>;
 }
 
-/// A connection of either backend, borrowed.
+/// A connection of either backend, borrowed: what [`Store::connection`]
+/// gives the demo.
 pub enum AnyConnection<'a> {
     Pg(&'a mut PgConnection),
     Sqlite(&'a mut SqliteConnection),

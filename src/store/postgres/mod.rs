@@ -9,16 +9,50 @@ mod keys;
 mod network;
 pub mod schema;
 
+use chrono::{DateTime, Utc};
+use diesel::dsl::{AsExprOf, now};
 use diesel::pg::PgConnection;
 use diesel::prelude::*;
-use diesel::sql_types::BigInt;
+use diesel::sql_types::{BigInt, Timestamptz};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use uuid::Uuid;
 
 use super::{AnyConnection, Backend, Failure, QueryResult, Store, Transactional, classify};
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 /// The advisory lock migrations run under: "charges" in ASCII.
 const MIGRATION_LOCK: i64 = 0x0063_6861_7267_6573;
+
+// What the queries written once in `store::tables` need of PostgreSQL:
+// its UUIDs and times are the Rust types themselves, its clock is the
+// database's, and a statement that never varies is planned once.
+type Id = Uuid;
+type Time = DateTime<Utc>;
+
+fn encode_id(id: Uuid) -> Id {
+    id
+}
+
+fn decode_id(id: Id) -> QueryResult<Uuid> {
+    Ok(id)
+}
+
+fn encode_time(t: DateTime<Utc>) -> Time {
+    t
+}
+
+fn decode_time(t: Time) -> QueryResult<DateTime<Utc>> {
+    Ok(t)
+}
+
+/// Now, on the database's clock.
+fn clock() -> AsExprOf<now, Timestamptz> {
+    now.into_sql::<Timestamptz>()
+}
+
+fn cached<Q>(statement: Q) -> Prepared<Q> {
+    Prepared(statement)
+}
 
 /// Every query's error passes here on its way out (`.inspect_err(note)`): a
 /// connection found lost (dead, cut by the server, or now a read-only

@@ -36,18 +36,6 @@ diesel::table! {
 }
 
 diesel::table! {
-    demo_unguarded_keys (id) {
-        id -> Int8,
-        account_id -> Int8,
-        key -> Text,
-        fingerprint -> Text,
-        charge_id -> Uuid,
-        response_body -> Jsonb,
-        created_at -> Timestamptz,
-    }
-}
-
-diesel::table! {
     idempotency_keys (account_id, key) {
         account_id -> Int8,
         key -> Text,
@@ -78,8 +66,6 @@ diesel::table! {
 
 diesel::joinable!(authorizations -> accounts (account_id));
 diesel::joinable!(charges -> accounts (account_id));
-diesel::joinable!(demo_unguarded_keys -> accounts (account_id));
-diesel::joinable!(demo_unguarded_keys -> charges (charge_id));
 diesel::joinable!(idempotency_keys -> accounts (account_id));
 diesel::joinable!(refunds -> accounts (account_id));
 diesel::joinable!(refunds -> charges (charge_id));
@@ -88,7 +74,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     accounts,
     authorizations,
     charges,
-    demo_unguarded_keys,
     idempotency_keys,
     refunds,
 );

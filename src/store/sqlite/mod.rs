@@ -13,7 +13,9 @@ pub mod schema;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use diesel::dsl::AsExprOf;
 use diesel::prelude::*;
+use diesel::sql_types::Text;
 use diesel::sqlite::SqliteConnection;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use uuid::Uuid;
@@ -21,6 +23,41 @@ use uuid::Uuid;
 use super::{AnyConnection, Backend, QueryResult, Store, Transactional, time_text};
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+
+// What the queries written once in `store::tables` need of SQLite: UUIDs
+// and times are TEXT, the clock is the app's.
+type Id = String;
+type Time = String;
+
+fn encode_id(id: Uuid) -> Id {
+    id.to_string()
+}
+
+fn decode_id(text: Id) -> QueryResult<Uuid> {
+    parse_uuid(&text)
+}
+
+fn encode_time(t: DateTime<Utc>) -> Time {
+    time_text(t)
+}
+
+fn decode_time(text: Time) -> QueryResult<DateTime<Utc>> {
+    parse_time(&text)
+}
+
+/// Now, on the app's clock, as SQLite stores times.
+fn clock() -> AsExprOf<String, Text> {
+    now_text().into_sql::<Text>()
+}
+
+/// Diesel's SQLite connection already caches what it can.
+fn cached<Q>(statement: Q) -> Q {
+    statement
+}
+
+/// A SQLite connection is a file: it is never lost to a failover, so no
+/// error needs noting.
+fn note(_: &diesel::result::Error) {}
 
 fn now_text() -> String {
     time_text(Utc::now())

@@ -39,18 +39,6 @@ diesel::table! {
 }
 
 diesel::table! {
-    demo_unguarded_keys (id) {
-        id -> BigInt,
-        account_id -> BigInt,
-        key -> Text,
-        fingerprint -> Text,
-        charge_id -> Text,
-        response_body -> Text,
-        created_at -> Text,
-    }
-}
-
-diesel::table! {
     idempotency_keys (account_id, key) {
         account_id -> BigInt,
         key -> Text,
@@ -83,7 +71,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     accounts,
     authorizations,
     charges,
-    demo_unguarded_keys,
     idempotency_keys,
     refunds,
 );

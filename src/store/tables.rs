@@ -1,0 +1,429 @@
+//! The queries of the `accounts`, `charges`, `refunds` and `authorizations`
+//! tables, written once for both backends. Their statements agree; what
+//! differs is the column types (PostgreSQL's UUID and TIMESTAMPTZ, SQLite's
+//! TEXT), the clock (PostgreSQL's `now()`, the app's on SQLite) and what a
+//! PostgreSQL error or statement needs. Diesel cannot write one generic
+//! function over two schemas, so each macro below is the body of one
+//! `*Store` impl, and each backend instantiates it in its own file
+//! (`postgres/charges.rs`, `sqlite/charges.rs`, ...) over its own
+//! `schema` and these names, which its `mod.rs` defines:
+//!
+//! - `Id`, `encode_id(Uuid) -> Id`, `decode_id(Id) -> QueryResult<Uuid>`: a UUID
+//!   column;
+//! - `Time`, `encode_time(DateTime<Utc>) -> Time`,
+//!   `decode_time(Time) -> QueryResult<DateTime<Utc>>`: a time column;
+//! - `clock()`: now, as an expression of a time column (the backend's clock);
+//! - `cached(query)`: the statement, planned once per connection where the
+//!   backend can;
+//! - `note(&error)`: what every error passes on its way out.
+//!
+//! The key table (`keys.rs`) differs in more than types and stays one file
+//! per backend.
+
+/// `impl AccountStore for $conn`: the `accounts` table.
+macro_rules! account_store {
+    ($conn:ty) => {
+        use diesel::prelude::*;
+        use diesel::sql_types::Bool;
+
+        use super::schema::accounts;
+        use super::{Time, clock, decode_time, note};
+        use $crate::store::{AccountRecord, QueryResult, time_text};
+
+        impl $crate::store::AccountStore for $conn {
+            fn insert_account(
+                &mut self,
+                name: &str,
+                key_digest: &str,
+                demo: bool,
+            ) -> QueryResult<i64> {
+                diesel::insert_into(accounts::table)
+                    .values((
+                        accounts::name.eq(name),
+                        accounts::api_key_sha256.eq(key_digest),
+                        accounts::demo.eq(demo),
+                        accounts::created_at.eq(clock()),
+                    ))
+                    .returning(accounts::id)
+                    .get_result(self)
+                    .inspect_err(note)
+            }
+
+            fn revoke_account(&mut self, name: &str) -> QueryResult<Option<i64>> {
+                diesel::update(
+                    accounts::table
+                        .filter(accounts::name.eq(name))
+                        .filter(accounts::revoked_at.is_null())
+                        .filter(accounts::demo.eq(false)),
+                )
+                .set(accounts::revoked_at.eq(clock().nullable()))
+                .returning(accounts::id)
+                .get_result(self)
+                .inspect_err(note)
+                .optional()
+            }
+
+            fn list_accounts(&mut self) -> QueryResult<Vec<AccountRecord>> {
+                let rows: Vec<(i64, String, Time, Option<Time>, bool)> = accounts::table
+                    .order(accounts::id)
+                    .select((
+                        accounts::id,
+                        accounts::name,
+                        accounts::created_at,
+                        accounts::revoked_at,
+                        accounts::demo,
+                    ))
+                    .load(self)
+                    .inspect_err(note)?;
+                let shown = |t: Time| decode_time(t).map(time_text);
+                rows.into_iter()
+                    .map(|(id, name, created, revoked, demo)| {
+                        Ok(AccountRecord {
+                            id,
+                            name,
+                            created_at: shown(created)?,
+                            revoked_at: revoked.map(shown).transpose()?,
+                            demo,
+                        })
+                    })
+                    .collect()
+            }
+
+            fn find_account(
+                &mut self,
+                key_digest: &str,
+                include_demo: bool,
+            ) -> QueryResult<Option<i64>> {
+                accounts::table
+                    .filter(accounts::api_key_sha256.eq(key_digest))
+                    .filter(accounts::revoked_at.is_null())
+                    .filter(accounts::demo.eq(false).or(include_demo.into_sql::<Bool>()))
+                    .select(accounts::id)
+                    .first(self)
+                    .inspect_err(note)
+                    .optional()
+            }
+
+            fn account_is_live(&mut self, id: i64) -> QueryResult<bool> {
+                diesel::select(diesel::dsl::exists(
+                    accounts::table
+                        .filter(accounts::id.eq(id))
+                        .filter(accounts::revoked_at.is_null()),
+                ))
+                .get_result(self)
+                .inspect_err(note)
+            }
+
+            fn rekey_account(&mut self, name: &str, key_digest: &str) -> QueryResult<usize> {
+                diesel::update(
+                    accounts::table
+                        .filter(accounts::name.eq(name))
+                        .filter(accounts::revoked_at.is_null()),
+                )
+                .set(accounts::api_key_sha256.eq(key_digest))
+                .execute(self)
+                .inspect_err(note)
+            }
+        }
+    };
+}
+
+/// `impl ChargeStore for $conn`: the `charges` and `refunds` tables, with
+/// their row types checked against `$backend`.
+macro_rules! charge_store {
+    ($conn:ty, $backend:ty) => {
+        use diesel::prelude::*;
+        use uuid::Uuid;
+
+        use super::schema::{charges, refunds};
+        use super::{Id, Time, cached, decode_id, decode_time, encode_id, encode_time, note};
+        use $crate::store::{Charge, QueryResult, Refund, RefundReservation};
+
+        #[derive(Queryable, Selectable)]
+        #[diesel(table_name = charges, check_for_backend($backend))]
+        struct ChargeRow {
+            id: Id,
+            account_id: i64,
+            amount: i64,
+            amount_refunded: i64,
+            currency: String,
+            description: Option<String>,
+            created_at: Time,
+            authorization_id: Option<Id>,
+        }
+
+        impl ChargeRow {
+            fn decode(self) -> QueryResult<Charge> {
+                Ok(Charge {
+                    id: decode_id(self.id)?,
+                    account_id: self.account_id,
+                    amount: self.amount,
+                    amount_refunded: self.amount_refunded,
+                    currency: self.currency,
+                    description: self.description,
+                    created_at: decode_time(self.created_at)?,
+                    authorization_id: self.authorization_id.map(decode_id).transpose()?,
+                })
+            }
+        }
+
+        #[derive(Queryable, Selectable)]
+        #[diesel(table_name = refunds, check_for_backend($backend))]
+        struct RefundRow {
+            id: Id,
+            charge_id: Id,
+            account_id: i64,
+            amount: i64,
+            currency: String,
+            created_at: Time,
+        }
+
+        impl RefundRow {
+            fn decode(self) -> QueryResult<Refund> {
+                Ok(Refund {
+                    id: decode_id(self.id)?,
+                    charge_id: decode_id(self.charge_id)?,
+                    account_id: self.account_id,
+                    amount: self.amount,
+                    currency: self.currency,
+                    created_at: decode_time(self.created_at)?,
+                })
+            }
+        }
+
+        impl $crate::store::ChargeStore for $conn {
+            fn insert_charge(&mut self, charge: &Charge) -> QueryResult<()> {
+                cached(diesel::insert_into(charges::table).values((
+                    charges::id.eq(encode_id(charge.id)),
+                    charges::account_id.eq(charge.account_id),
+                    charges::amount.eq(charge.amount),
+                    charges::amount_refunded.eq(charge.amount_refunded),
+                    charges::currency.eq(&charge.currency),
+                    charges::description.eq(charge.description.as_deref()),
+                    charges::created_at.eq(encode_time(charge.created_at)),
+                    charges::authorization_id.eq(charge.authorization_id.map(encode_id)),
+                )))
+                .execute(self)
+                .inspect_err(note)
+                .map(|_| ())
+            }
+
+            fn find_charge(&mut self, account_id: i64, id: Uuid) -> QueryResult<Option<Charge>> {
+                charges::table
+                    .filter(charges::id.eq(encode_id(id)))
+                    .filter(charges::account_id.eq(account_id))
+                    .select(ChargeRow::as_select())
+                    .first(self)
+                    .inspect_err(note)
+                    .optional()?
+                    .map(ChargeRow::decode)
+                    .transpose()
+            }
+
+            fn list_charges(&mut self, account_id: i64, limit: i64) -> QueryResult<Vec<Charge>> {
+                charges::table
+                    .filter(charges::account_id.eq(account_id))
+                    .order((charges::created_at.desc(), charges::id.desc()))
+                    .limit(limit)
+                    .select(ChargeRow::as_select())
+                    .load(self)
+                    .inspect_err(note)?
+                    .into_iter()
+                    .map(ChargeRow::decode)
+                    .collect()
+            }
+
+            fn set_description(
+                &mut self,
+                account_id: i64,
+                id: Uuid,
+                description: Option<&str>,
+            ) -> QueryResult<Option<Charge>> {
+                cached(
+                    diesel::update(
+                        charges::table
+                            .filter(charges::id.eq(encode_id(id)))
+                            .filter(charges::account_id.eq(account_id)),
+                    )
+                    .set(charges::description.eq(description))
+                    .returning(ChargeRow::as_returning()),
+                )
+                .get_result(self)
+                .inspect_err(note)
+                .optional()?
+                .map(ChargeRow::decode)
+                .transpose()
+            }
+
+            /// PostgreSQL (READ COMMITTED): a concurrent refund of the same
+            /// charge makes the UPDATE wait for the row, then its condition
+            /// is checked again on the row as that one left it. SQLite has
+            /// one writer at a time (the transaction's `BEGIN IMMEDIATE`).
+            /// Either way the conditional statement is all it takes.
+            fn reserve_refund(
+                &mut self,
+                account_id: i64,
+                charge_id: Uuid,
+                amount: i64,
+            ) -> QueryResult<RefundReservation> {
+                let reserved: Option<ChargeRow> = cached(
+                    diesel::update(
+                        charges::table
+                            .filter(charges::id.eq(encode_id(charge_id)))
+                            .filter(charges::account_id.eq(account_id))
+                            .filter((charges::amount_refunded + amount).le(charges::amount)),
+                    )
+                    .set(charges::amount_refunded.eq(charges::amount_refunded + amount))
+                    .returning(ChargeRow::as_returning()),
+                )
+                .get_result(self)
+                .inspect_err(note)
+                .optional()?;
+                if let Some(charge) = reserved {
+                    return Ok(RefundReservation::Reserved(charge.decode()?));
+                }
+                Ok(match self.find_charge(account_id, charge_id)? {
+                    Some(charge) => RefundReservation::NotEnoughLeft(charge),
+                    None => RefundReservation::NoSuchCharge,
+                })
+            }
+
+            fn insert_refund(&mut self, refund: &Refund) -> QueryResult<()> {
+                cached(diesel::insert_into(refunds::table).values((
+                    refunds::id.eq(encode_id(refund.id)),
+                    refunds::charge_id.eq(encode_id(refund.charge_id)),
+                    refunds::account_id.eq(refund.account_id),
+                    refunds::amount.eq(refund.amount),
+                    refunds::currency.eq(&refund.currency),
+                    refunds::created_at.eq(encode_time(refund.created_at)),
+                )))
+                .execute(self)
+                .inspect_err(note)
+                .map(|_| ())
+            }
+
+            fn list_refunds(
+                &mut self,
+                account_id: i64,
+                charge_id: Uuid,
+            ) -> QueryResult<Vec<Refund>> {
+                refunds::table
+                    .filter(refunds::charge_id.eq(encode_id(charge_id)))
+                    .filter(refunds::account_id.eq(account_id))
+                    .order((refunds::created_at.desc(), refunds::id.desc()))
+                    .select(RefundRow::as_select())
+                    .load(self)
+                    .inspect_err(note)?
+                    .into_iter()
+                    .map(RefundRow::decode)
+                    .collect()
+            }
+        }
+    };
+}
+
+/// `impl AuthorizationStore for $conn`: the card network's
+/// `authorizations` table.
+macro_rules! authorization_store {
+    ($conn:ty, $backend:ty) => {
+        use diesel::prelude::*;
+        use uuid::Uuid;
+
+        use super::schema::authorizations as auth;
+        use super::{Id, Time, clock, decode_id, decode_time, encode_id, encode_time, note};
+        use $crate::store::{Authorization, QueryResult};
+
+        #[derive(Queryable, Selectable)]
+        #[diesel(table_name = auth, check_for_backend($backend))]
+        struct AuthorizationRow {
+            id: Id,
+            account_id: i64,
+            amount: i64,
+            currency: String,
+            created_at: Time,
+            voided_at: Option<Time>,
+        }
+
+        impl AuthorizationRow {
+            fn decode(self) -> QueryResult<Authorization> {
+                Ok(Authorization {
+                    id: decode_id(self.id)?,
+                    account_id: self.account_id,
+                    amount: self.amount,
+                    currency: self.currency,
+                    created_at: decode_time(self.created_at)?,
+                    voided_at: self.voided_at.map(decode_time).transpose()?,
+                })
+            }
+        }
+
+        impl $crate::store::AuthorizationStore for $conn {
+            fn insert_authorization(&mut self, a: &Authorization) -> QueryResult<()> {
+                diesel::insert_into(auth::table)
+                    .values((
+                        auth::id.eq(encode_id(a.id)),
+                        auth::account_id.eq(a.account_id),
+                        auth::amount.eq(a.amount),
+                        auth::currency.eq(&a.currency),
+                        auth::created_at.eq(encode_time(a.created_at)),
+                    ))
+                    .execute(self)
+                    .inspect_err(note)
+                    .map(|_| ())
+            }
+
+            fn find_authorization(
+                &mut self,
+                account_id: i64,
+                id: Uuid,
+            ) -> QueryResult<Option<Authorization>> {
+                auth::table
+                    .filter(auth::id.eq(encode_id(id)))
+                    .filter(auth::account_id.eq(account_id))
+                    .select(AuthorizationRow::as_select())
+                    .first(self)
+                    .inspect_err(note)
+                    .optional()?
+                    .map(AuthorizationRow::decode)
+                    .transpose()
+            }
+
+            fn list_authorizations(
+                &mut self,
+                account_id: i64,
+                limit: i64,
+            ) -> QueryResult<Vec<Authorization>> {
+                auth::table
+                    .filter(auth::account_id.eq(account_id))
+                    .order((auth::created_at.desc(), auth::id.desc()))
+                    .limit(limit)
+                    .select(AuthorizationRow::as_select())
+                    .load(self)
+                    .inspect_err(note)?
+                    .into_iter()
+                    .map(AuthorizationRow::decode)
+                    .collect()
+            }
+
+            /// A voided one keeps its first time.
+            fn void_authorization(
+                &mut self,
+                account_id: i64,
+                id: Uuid,
+            ) -> QueryResult<Option<Authorization>> {
+                diesel::update(
+                    auth::table
+                        .filter(auth::id.eq(encode_id(id)))
+                        .filter(auth::account_id.eq(account_id))
+                        .filter(auth::voided_at.is_null()),
+                )
+                .set(auth::voided_at.eq(clock().nullable()))
+                .execute(self)
+                .inspect_err(note)?;
+                self.find_authorization(account_id, id)
+            }
+        }
+    };
+}
+
+pub(super) use {account_store, authorization_store, charge_store};

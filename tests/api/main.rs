@@ -22,6 +22,7 @@ mod phases;
 mod refunds;
 mod replays;
 mod secrets;
+mod sizes;
 mod startup;
 mod validation;
 

@@ -145,18 +145,8 @@ pub(super) fn concurrent_answers(
 
 #[cfg(test)]
 mod tests {
+    use super::super::context::response;
     use super::*;
-
-    fn response(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
-        Response {
-            status,
-            headers: headers
-                .iter()
-                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-                .collect(),
-            body: body.as_bytes().to_vec(),
-        }
-    }
 
     #[test]
     fn concurrent_answers_are_the_one_result_or_409_and_anything_else_is_tallied() {

@@ -195,20 +195,22 @@ impl Ctx<'_> {
     }
 }
 
+/// A response as a test writes it.
+#[cfg(test)]
+pub(super) fn response(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
+    Response {
+        status,
+        headers: headers
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect(),
+        body: body.as_bytes().to_vec(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn response(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
-        Response {
-            status,
-            headers: headers
-                .iter()
-                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-                .collect(),
-            body: body.as_bytes().to_vec(),
-        }
-    }
 
     #[test]
     fn the_same_result_is_the_same_bytes_or_the_same_json() {

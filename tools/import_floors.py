@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Import floors: the longest chain of imports (`crate::` paths) between the
+modules of a checkout's src/, each module as LAYERS in src/lib.rs names it
+(`layers`, the default), or as its top-level module (`top`, for trees before
+LAYERS named paths). Prints the number of modules and the longest chain, or
+the cycle found.
+
+Usage: python3 tools/import_floors.py [ROOT] [layers|top]"""
+import os, re, sys
+root = sys.argv[1] if len(sys.argv) > 1 else '.'
+mode = sys.argv[2] if len(sys.argv) > 2 else 'layers'
+src=os.path.join(root,'src')
+lib=open(os.path.join(src,'lib.rs')).read()
+names=re.findall(r'"([a-z_:]+)"', lib[lib.index('pub const LAYERS'):]) if mode=='layers' else None
+def owner(path):
+    if mode=='top': return path.split('::')[0]
+    best=None
+    for n in names:
+        if path==n or path.startswith(n+'::'):
+            if best is None or len(n)>len(best): best=n
+    return best
+def paths(text):
+    out=set()
+    for m in re.finditer(r'crate::', text):
+        rest=text[m.end():]
+        if rest.startswith('{'):
+            depth=0; item=''; 
+            for c in rest[1:]:
+                if c=='{': depth+=1
+                elif c=='}':
+                    if depth==0: break
+                    depth-=1
+                if c==',' and depth==0:
+                    out.add(re.match(r'\s*([\w:]*)',item).group(1).rstrip(':')); item=''; continue
+                item+=c
+            out.add(re.match(r'\s*([\w:]*)',item).group(1).rstrip(':'))
+        else:
+            mm=re.match(r'([a-z_][\w]*(?:::[a-z_][\w]*)*)', rest)
+            if mm: out.add(mm.group(1))
+    return {p for p in out if p and p!='self'}
+edges={}
+for d,_,fs in os.walk(src):
+    for f in fs:
+        if not f.endswith('.rs'): continue
+        rel=os.path.relpath(os.path.join(d,f),src)[:-3].split('/')
+        if rel[-1]=='mod': rel=rel[:-1]
+        if rel in (['lib'],['main']): continue
+        mod='::'.join(rel); me=owner(mod)
+        text='\n'.join(l for l in open(os.path.join(d,f)) if not l.strip().startswith('//'))
+        for p in paths(text):
+            o=owner(p)
+            if o and me and o!=me: edges.setdefault(me,set()).add(o)
+memo, active = {}, []
+def depth(n):
+    if n in memo: return memo[n]
+    if n in active: raise SystemExit('cycle: ' + ' -> '.join(active[active.index(n):] + [n]))
+    active.append(n)
+    memo[n] = 1 + max((depth(m) for m in edges.get(n, ())), default=0)
+    active.pop()
+    return memo[n]
+nodes = set(edges) | {m for v in edges.values() for m in v}
+print('modules', len(nodes), 'longest import chain (floors):', max(depth(n) for n in nodes))

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Lines written twice: for each file X.rs in both src/store/postgres/ and
-src/store/sqlite/ (but schema.rs, the generated table declarations), how many meaningful
+src/store/sqlite/ (but schema.rs, the generated table declarations), and for the
+demo's pair src/demo/queries/{postgres,sqlite}.rs, how many meaningful
 lines difflib finds in both, in the same order. Meaningful: stripped of
 whitespace, neither empty, nor a comment (//, ///, //!), nor only closing or
 opening punctuation (braces, brackets, parentheses, commas, semicolons).
@@ -34,6 +35,9 @@ def main(argv):
     root = pathlib.Path(argv[0] if argv else ".")
     pg, lite = root / "src/store/postgres", root / "src/store/sqlite"
     pairs = [(pg / p.name, p) for p in sorted(lite.glob("*.rs")) if (pg / p.name).exists() and p.name != "schema.rs"]
+    demo = root / "src/demo/queries"
+    if (demo / "postgres.rs").exists() and (demo / "sqlite.rs").exists():
+        pairs.append((demo / "postgres.rs", demo / "sqlite.rs"))
     total = 0
     for a, b in pairs:
         n = shared(a, b)

@@ -2,8 +2,9 @@
 //! account's rows, the unguarded table of the "check, then insert"
 //! algorithm, and the sandbox's own writes (reset, expire, purge, forget).
 //! None of it is the application's, so none of it is in `Store`: like the
-//! store, it is one trait, [`DemoTables`], with one file per backend
-//! ([`postgres`], [`sqlite`]), reached through [`Store::connection`].
+//! store, it is one trait, [`DemoTables`], reached through
+//! [`Store::connection`], whose queries are written once ([`tables`]) and
+//! instantiated per backend ([`postgres`], [`sqlite`]) over its schema.
 //!
 //! The unguarded table (`demo_unguarded_keys`) is the demo's own: no
 //! production migration creates it (one drops it from databases made before
@@ -11,6 +12,7 @@
 
 mod postgres;
 mod sqlite;
+mod tables;
 
 use serde_json::Value;
 use uuid::Uuid;

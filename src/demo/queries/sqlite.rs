@@ -1,15 +1,22 @@
-//! The demo's queries on SQLite, over the store's SQLite schema and the
-//! unguarded table declared here (the demo's own, made by
-//! [`DemoTables::create_tables`]). Every time is the app's clock, as
-//! fixed-width RFC 3339 text, so comparing the text compares the times.
+//! The demo's queries on SQLite: [`demo_tables`]'s queries over the store's
+//! SQLite schema and the unguarded table declared here (the demo's own,
+//! made by [`DemoTables::create_tables`]). UUIDs and JSON are text; every
+//! time is the app's clock, as fixed-width RFC 3339 text, so comparing the
+//! text (SQLite's binary collation) compares the times.
+//!
+//! [`demo_tables`]: super::tables
+//! [`DemoTables::create_tables`]: super::DemoTables::create_tables
 
 use chrono::Utc;
 use diesel::connection::SimpleConnection;
+use diesel::dsl::AsExprOf;
 use diesel::prelude::*;
+use diesel::sql_types::Text;
 use diesel::sqlite::SqliteConnection;
+use serde_json::Value;
 use uuid::Uuid;
 
-use super::{DemoTables, KeyView, RefundView, Unguarded, UnguardedView, json_text};
+use super::{json_text, tables};
 use crate::store::sqlite_schema::{charges, idempotency_keys as k, refunds};
 use crate::store::{QueryResult, time_text};
 
@@ -45,186 +52,46 @@ CREATE INDEX IF NOT EXISTS demo_unguarded_keys_account_key_idx
     ON demo_unguarded_keys (account_id, key);
 ";
 
-/// A key row as SQLite stores it: JSON and times as text.
-#[derive(Queryable)]
-struct KeyRow {
-    key: String,
-    status: String,
-    fingerprint: String,
-    response_status: Option<i32>,
-    response_headers: Option<String>,
-    response_body: Option<String>,
-    created_at: String,
-    expires_at: String,
-    locked_until: String,
+type Id = String;
+type Time = String;
+type Json = String;
+type Status = i32;
+
+fn encode_id(id: Uuid) -> Id {
+    id.to_string()
 }
 
-fn now_text() -> String {
-    time_text(Utc::now())
+fn shown_id(id: Id) -> String {
+    id
 }
 
-impl DemoTables for SqliteConnection {
-    fn create_tables(&mut self) -> QueryResult<()> {
-        self.batch_execute(CREATE)
-    }
-
-    fn now_text(&mut self) -> QueryResult<String> {
-        Ok(now_text())
-    }
-
-    fn key_views(&mut self, account_id: i64, limit: i64) -> QueryResult<Vec<KeyView>> {
-        let now = now_text();
-        let rows: Vec<KeyRow> = k::table
-            .filter(k::account_id.eq(account_id))
-            .order((k::created_at.desc(), k::key.desc()))
-            .limit(limit)
-            .select((
-                k::key,
-                k::status,
-                k::fingerprint,
-                k::response_status,
-                k::response_headers,
-                k::response_body,
-                k::created_at,
-                k::expires_at,
-                k::locked_until,
-            ))
-            .load(self)?;
-        rows.into_iter()
-            .map(|r| {
-                Ok(KeyView {
-                    key: r.key,
-                    status: r.status,
-                    fingerprint: r.fingerprint,
-                    response_status: r.response_status,
-                    response_headers: r.response_headers.map(json_text).transpose()?,
-                    response_body: r.response_body.map(json_text).transpose()?,
-                    created_at: r.created_at,
-                    expired: r.expires_at <= now,
-                    expires_at: r.expires_at,
-                    lease_live: r.locked_until > now,
-                    locked_until: r.locked_until,
-                })
-            })
-            .collect()
-    }
-
-    fn refund_views(&mut self, account_id: i64, limit: i64) -> QueryResult<Vec<RefundView>> {
-        refunds::table
-            .filter(refunds::account_id.eq(account_id))
-            .order((refunds::created_at.desc(), refunds::id.desc()))
-            .limit(limit)
-            .select((
-                refunds::id,
-                refunds::charge_id,
-                refunds::amount,
-                refunds::currency,
-                refunds::created_at,
-            ))
-            .load(self)
-    }
-
-    fn unguarded_views(&mut self, account_id: i64, limit: i64) -> QueryResult<Vec<UnguardedView>> {
-        let rows: Vec<(String, String, String)> = u::table
-            .filter(u::account_id.eq(account_id))
-            .order((u::created_at.desc(), u::id.desc()))
-            .limit(limit)
-            .select((u::key, u::charge_id, u::created_at))
-            .load(self)?;
-        Ok(rows
-            .into_iter()
-            .map(|(key, charge_id, created_at)| UnguardedView {
-                key,
-                charge_id,
-                created_at,
-            })
-            .collect())
-    }
-
-    fn find_unguarded(&mut self, account_id: i64, key: &str) -> QueryResult<Option<Unguarded>> {
-        let row: Option<(String, String, String)> = u::table
-            .filter(u::account_id.eq(account_id))
-            .filter(u::key.eq(key))
-            .select((u::key, u::fingerprint, u::response_body))
-            .first(self)
-            .optional()?;
-        row.map(|(key, fingerprint, body)| {
-            Ok(Unguarded {
-                key,
-                fingerprint,
-                response_body: json_text(body)?,
-            })
-        })
-        .transpose()
-    }
-
-    fn insert_unguarded(
-        &mut self,
-        account_id: i64,
-        row: &Unguarded,
-        charge_id: Uuid,
-    ) -> QueryResult<()> {
-        diesel::insert_into(u::table)
-            .values((
-                u::account_id.eq(account_id),
-                u::key.eq(&row.key),
-                u::fingerprint.eq(&row.fingerprint),
-                u::charge_id.eq(charge_id.to_string()),
-                u::response_body.eq(row.response_body.to_string()),
-                u::created_at.eq(now_text()),
-            ))
-            .execute(self)
-            .map(|_| ())
-    }
-
-    fn delete_account_rows(&mut self, account_id: i64) -> QueryResult<()> {
-        diesel::delete(k::table.filter(k::account_id.eq(account_id))).execute(self)?;
-        diesel::delete(u::table.filter(u::account_id.eq(account_id))).execute(self)?;
-        diesel::delete(refunds::table.filter(refunds::account_id.eq(account_id))).execute(self)?;
-        diesel::delete(charges::table.filter(charges::account_id.eq(account_id))).execute(self)?;
-        Ok(())
-    }
-
-    fn purge_account_keys(&mut self, account_id: i64) -> QueryResult<usize> {
-        diesel::delete(
-            k::table
-                .filter(k::account_id.eq(account_id))
-                .filter(k::expires_at.le(now_text())),
-        )
-        .execute(self)
-    }
-
-    fn expire_key(&mut self, account_id: i64, key: &str) -> QueryResult<usize> {
-        let past = time_text(Utc::now() - chrono::Duration::seconds(1));
-        diesel::update(
-            k::table
-                .filter(k::account_id.eq(account_id))
-                .filter(k::key.eq(key)),
-        )
-        .set(k::expires_at.eq(past))
-        .execute(self)
-    }
-
-    fn forget_charge(
-        &mut self,
-        account_id: i64,
-        key: Option<&str>,
-        charge_id: Uuid,
-    ) -> QueryResult<()> {
-        if let Some(key) = key {
-            diesel::delete(
-                k::table
-                    .filter(k::account_id.eq(account_id))
-                    .filter(k::key.eq(key)),
-            )
-            .execute(self)?;
-        }
-        diesel::delete(
-            charges::table
-                .filter(charges::account_id.eq(account_id))
-                .filter(charges::id.eq(charge_id.to_string())),
-        )
-        .execute(self)
-        .map(|_| ())
-    }
+fn shown_time(t: Time) -> String {
+    t
 }
+
+fn encode_json(value: &Value) -> Json {
+    value.to_string()
+}
+
+fn decode_json(text: Json) -> QueryResult<Value> {
+    json_text(text)
+}
+
+/// Now, on the app's clock, read once per call.
+fn clock() -> AsExprOf<String, Text> {
+    time_text(Utc::now()).into_sql::<Text>()
+}
+
+fn a_second_ago() -> AsExprOf<String, Text> {
+    time_text(Utc::now() - chrono::Duration::seconds(1)).into_sql::<Text>()
+}
+
+fn create(c: &mut SqliteConnection) -> QueryResult<()> {
+    c.batch_execute(CREATE)
+}
+
+fn database_now(_: &mut SqliteConnection) -> QueryResult<String> {
+    Ok(time_text(Utc::now()))
+}
+
+tables::demo_tables!(SqliteConnection);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::support::{AppClient, Captured, DEMO_KEY};
+use crate::support::{AppClient, Captured};
 
 pub fn body() -> Value {
     json!({"amount": 1000, "currency": "jpy"})
@@ -46,10 +46,11 @@ impl Attempt {
     }
 }
 
-/// One attempt at `POST /charges` as the demo account with `key`, plus
-/// `headers`: its response, or why none came.
+/// One attempt at `POST /charges` as `client`'s account (the test account
+/// unless it is `client.demo()`) with `key`, plus `headers`: its response,
+/// or why none came.
 pub async fn attempt(client: &AppClient, key: &str, headers: &[(&str, &str)]) -> Attempt {
-    let request = client.charge_request(DEMO_KEY, key, &body(), headers);
+    let request = client.charge_request(&client.api_key, key, &body(), headers);
     match client.try_send(request).await {
         Ok(reply) => Attempt::Reply(reply),
         Err(e) => Attempt::Transport(e),

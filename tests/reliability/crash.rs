@@ -20,7 +20,8 @@ fn config() -> Config {
         pool_size: 20,
         pool_timeout: "10s",
         workers: 2,
-        demo_max_delayed: 10,
+        // The demo: the charges' transactions held open are its faults.
+        demo_max_delayed: Some(10),
     }
 }
 
@@ -47,9 +48,10 @@ async fn until_no_open_transactions(db: &TestDatabase) {
     }
 }
 
-/// Retries every key once on `server` (no fault) and checks one charge per key.
+/// Retries every key once on `server` (no fault) and checks one charge per
+/// key: as the demo account, whose keys they are.
 async fn retry_all(server: &ServerProcess, keys: &[String]) -> HashMap<String, Captured> {
-    let api = server.client();
+    let api = server.client().demo();
     let attempts = join_all(keys.iter().map(|k| client::attempt(&api, k, &[]))).await;
     keys.iter()
         .cloned()
@@ -67,7 +69,8 @@ async fn requests_in_flight_when_the_server_is_killed_roll_back_and_their_retrie
     let db = TestDatabase::create_for(TestBackend::Postgres);
     let mut first = server::start("first server", &db.url, &config());
     let keys: Vec<String> = (0..KEYS).map(|_| client::new_key()).collect();
-    let api = first.client();
+    // The demo account: `Demo-Fault: delay-commit` holds the transactions.
+    let api = first.client().demo();
     let in_flight: Vec<_> = keys
         .iter()
         .map(|key| {
@@ -81,7 +84,7 @@ async fn requests_in_flight_when_the_server_is_killed_roll_back_and_their_retrie
     // charge transactions (DEMO_MAX_DELAYED of them; the other requests
     // wait for a place among the demo account's requests in flight).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let held = i64::from(config().demo_max_delayed);
+    let held = i64::from(config().demo_max_delayed.unwrap());
     let open = until_sessions(&db, "idle in transaction", held, Duration::from_secs(5)).await;
     first.kill();
     first.assert_healthy();
@@ -154,7 +157,8 @@ async fn killed_while_some_charges_committed_every_key_has_its_charge_or_none() 
             (i % 35) as u64 * 10
         })
     };
-    let api = first.client();
+    // The demo account: `Demo-Fault: delay-commit` holds the transactions.
+    let api = first.client().demo();
     let (answered_tx, mut answered_rx) = tokio::sync::mpsc::unbounded_channel();
     let in_flight: Vec<_> = keys
         .iter()

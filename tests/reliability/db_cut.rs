@@ -27,15 +27,17 @@ fn config() -> Config {
         pool_size: POOL_SIZE,
         pool_timeout: "2s",
         workers: 2,
-        demo_max_delayed: 3,
+        // The demo: the load's first attempts hold their transactions.
+        demo_max_delayed: Some(3),
     }
 }
 
 /// `keys` logical charges, `CONCURRENCY` at a time, each retried with its
 /// key until it gets an answer; first attempts hold their transaction 40 ms,
-/// so a cut also lands inside open transactions. `done` counts finished keys.
+/// so a cut also lands inside open transactions (`Demo-Fault: delay-commit`:
+/// they are the demo account's, retries too). `done` counts finished keys.
 async fn load(server: &ServerProcess, keys: usize, done: Arc<AtomicUsize>) -> Vec<Charge> {
-    let servers = vec![server.client()];
+    let servers = vec![server.client().demo()];
     let retry = Retry {
         max_attempts: 60,
         backoff: Duration::from_millis(50),
@@ -200,6 +202,7 @@ async fn cuts_during_a_load_503_then_the_pool_recovers_and_retries_converge() {
     let started = Instant::now();
     let db = Arc::new(TestDatabase::create_for(TestBackend::Postgres));
     let mut server = server::start("server", &db.url, &config());
+    db.create_test_account();
     let done = Arc::new(AtomicUsize::new(0));
     // Three cuts, 300 ms apart, once a fifth of the load is through; each
     // waits for an open charge transaction to cut.
@@ -257,6 +260,7 @@ async fn a_cut_before_every_pooled_connection_was_used_503_then_the_pool_recover
     let started = Instant::now();
     let db = TestDatabase::create_for(TestBackend::Postgres);
     let mut server = server::start("server", &db.url, &config());
+    db.create_test_account();
     let warm = client::new_key();
     let first = client::attempt(&server.client(), &warm, &[]).await;
     let first = first

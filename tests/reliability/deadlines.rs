@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use crate::client;
 use crate::pg_node::PgNode;
 use crate::proxy::PausableProxy;
-use crate::support::{AppClient, DEMO_KEY, ServerProcess, TestBackend, TestDatabase};
+use crate::support::{AppClient, ServerProcess, TestBackend, TestDatabase};
 use crate::within;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
@@ -29,9 +29,12 @@ const CLIENTS: usize = 12;
 const OUTAGE: Duration = Duration::from_secs(8);
 const READY_LIMIT: Duration = Duration::from_secs(2);
 
+/// `charges serve` (no demo: its clients are the test account), with the
+/// test account created once it has migrated.
 fn start_server(name: &str, database_url: &str) -> ServerProcess {
-    ServerProcess::start_named(
+    let server = ServerProcess::try_start_with(
         name,
+        &["serve"],
         database_url,
         &[
             ("REQUEST_TIMEOUT", "3s"),
@@ -40,11 +43,14 @@ fn start_server(name: &str, database_url: &str) -> ServerProcess {
             ("DB_IDLE_IN_TRANSACTION_TIMEOUT", "3s"),
             ("POOL_SIZE", "6"),
             ("POOL_TIMEOUT", "2s"),
-            ("DEMO", "true"),
+            ("DEMO", "false"),
             ("PURGE_INTERVAL", "0s"),
             ("RUST_LOG", "info,actix_server=warn"),
         ],
     )
+    .unwrap_or_else(|e| panic!("{e}"));
+    TestDatabase::create_test_account_at(database_url);
+    server
 }
 
 /// One attempt, timed.
@@ -314,16 +320,15 @@ async fn a_duplicate_waiting_on_its_key_past_lock_timeout_hears_409_and_the_firs
         &db.url,
         &[("DB_LOCK_TIMEOUT", "1s"), ("DEMO", "true")],
     );
-    let client: AppClient = server.client();
+    // The demo account: its `Demo-Fault: delay-commit` holds the first.
+    let client: AppClient = server.client().demo();
     let body = client::body();
     // The first holds its transaction, and so its key's index entry, 3 s.
-    let first = client
-        .demo()
-        .charge_with("k-held", &body, &[("demo-fault", "delay-commit=3000")]);
+    let first = client.charge_with("k-held", &body, &[("demo-fault", "delay-commit=3000")]);
     let duplicate = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let started = Instant::now();
-        let r = client.charge_as(DEMO_KEY, "k-held", &body, &[]).await;
+        let r = client.charge("k-held", &body).await;
         (r, started.elapsed())
     };
     let (first, (duplicate, waited)) = tokio::join!(first, duplicate);
@@ -335,7 +340,7 @@ async fn a_duplicate_waiting_on_its_key_past_lock_timeout_hears_409_and_the_firs
         "the duplicate waited {waited:?}: about lock_timeout (1 s), not the first's 3 s"
     );
     // Retried after Retry-After: the first's charge, replayed.
-    let retry = client.demo().charge("k-held", &body).await;
+    let retry = client.charge("k-held", &body).await;
     assert!(retry.replayed());
     assert_eq!(retry.charge_id(), first.charge_id());
     assert_eq!((db.charges(), db.keys()), (1, 1));

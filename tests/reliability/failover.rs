@@ -37,7 +37,7 @@ use futures::StreamExt;
 use crate::client::{self, Charge, Retry};
 use crate::ha::{DATABASE, Formation, NodeState, Replication};
 use crate::server::{self, Config};
-use crate::support::{AppClient, ServerProcess};
+use crate::support::{AppClient, ServerProcess, TEST_ACCOUNT, TestDatabase};
 use crate::within;
 
 /// Clients charging at once, each pausing `PAUSE` between its charges, from
@@ -61,7 +61,7 @@ fn config() -> Config {
         pool_size: 6,
         pool_timeout: "2s",
         workers: 2,
-        demo_max_delayed: 2,
+        demo_max_delayed: None,
     }
 }
 
@@ -90,6 +90,21 @@ impl Run {
         let servers: Vec<ServerProcess> = (0..2)
             .map(|i| server::start(&format!("instance {i}"), &url, &config()))
             .collect();
+        // The account the load charges as, on the primary; on every node
+        // before the load, so that no failover loses it.
+        TestDatabase::create_test_account_at(&url);
+        let has_it = format!("SELECT count(*) FROM accounts WHERE name = '{TEST_ACCOUNT}'");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for node in &formation.nodes {
+            while formation.psql(node.port, DATABASE, &has_it).as_deref() != Ok("1") {
+                assert!(
+                    Instant::now() < deadline,
+                    "{} never had the test account",
+                    node.name
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         let clients = Arc::new(servers.iter().map(ServerProcess::client).collect());
         Run {
             servers,

@@ -50,6 +50,7 @@ async fn assert_all_up_and_charging(
             .join("\n")
     );
     let mut servers: Vec<ServerProcess> = started.into_iter().map(Result::unwrap).collect();
+    db.create_test_account();
     let clients: Vec<AppClient> = servers.iter().map(ServerProcess::client).collect();
     for (server, api) in servers.iter().zip(&clients) {
         let attempt = client::attempt(api, &client::new_key(), &[]).await;
@@ -61,7 +62,8 @@ async fn assert_all_up_and_charging(
         );
     }
     let shared = client::new_key();
-    let charge = spread(&clients, 0, shared.clone()).await;
+    let demo: Vec<AppClient> = clients.iter().map(AppClient::demo).collect();
+    let charge = spread(&demo, 0, shared.clone()).await;
     assert!(
         charge
             .attempts
@@ -109,14 +111,17 @@ fn config() -> Config {
         pool_size: 5,
         pool_timeout: "5s",
         workers: 2,
-        demo_max_delayed: 2,
+        // The demo: `spread`'s first attempt is its fault.
+        demo_max_delayed: Some(2),
     }
 }
 
 /// One logical charge from an impatient client: the first attempt goes to
 /// instance `first` and holds its transaction 100 ms and then loses its
 /// response (504); 15 ms and 30 ms later the same request goes to the two
-/// other instances; then, until a 201, round-robin retries.
+/// other instances; then, until a 201, round-robin retries. `servers` are
+/// the demo account's clients (`client.demo()`): the lost response is its
+/// `Demo-Fault`, and every attempt with the key is made as the same account.
 async fn spread(servers: &[AppClient], first: usize, key: String) -> Charge {
     let concurrent = (0..INSTANCES).map(|n| {
         let (api, key) = (servers[(first + n) % INSTANCES].clone(), key.clone());
@@ -163,7 +168,8 @@ async fn three_instances_on_one_database_make_one_charge_per_key() {
     for started in start_together(&db.url, 1..INSTANCES) {
         servers.push(started.unwrap_or_else(|e| panic!("{e}")));
     }
-    let clients: Vec<AppClient> = servers.iter().map(ServerProcess::client).collect();
+    // The demo account's: every charge's first attempt is a demo fault.
+    let clients: Vec<AppClient> = servers.iter().map(|s| s.client().demo()).collect();
 
     let charges: Vec<Charge> = within(
         Duration::from_secs(45),

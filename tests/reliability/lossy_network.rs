@@ -30,9 +30,10 @@ async fn lost_responses_retried_with_the_same_key_make_exactly_one_charge_each()
             pool_size: 8,
             pool_timeout: "5s",
             workers: 2,
-            demo_max_delayed: 4,
+            demo_max_delayed: None,
         },
     );
+    db.create_test_account();
     let proxy = LossyProxy::start(server.addr(), LOSE_PER_MILLE, 0x5eed_0001).await;
     let through_proxy = vec![AppClient::one_connection_per_request(&proxy.url)];
     let retry = Retry {

@@ -6,15 +6,15 @@ use futures::future::join_all;
 
 use crate::client::{self, Attempt};
 use crate::server::{self, Config};
-use crate::support::{ServerProcess, TestBackend, TestDatabase};
+use crate::support::{AppClient, ServerProcess, TestBackend, TestDatabase};
 use crate::within;
 
 const REQUESTS: usize = 200;
 
-/// Fires `REQUESTS` requests with `key` at once and checks the answers.
-async fn storm(server: &ServerProcess, db: &TestDatabase, key: &str, headers: &[(&str, &str)]) {
-    let api = server.client();
-    let attempts = join_all((0..REQUESTS).map(|_| client::attempt(&api, key, headers))).await;
+/// Fires `REQUESTS` requests with `key` at once as `api`'s account and
+/// checks the answers.
+async fn storm(api: &AppClient, db: &TestDatabase, key: &str, headers: &[(&str, &str)]) {
+    let attempts = join_all((0..REQUESTS).map(|_| client::attempt(api, key, headers))).await;
     let mut replies = Vec::new();
     for (i, attempt) in attempts.iter().enumerate() {
         match attempt {
@@ -51,17 +51,20 @@ async fn storm(server: &ServerProcess, db: &TestDatabase, key: &str, headers: &[
 }
 
 /// Ten connections for 200 concurrent requests: most of the storm queues.
+/// In demo mode: the held storm's first request is a demo fault.
 fn storm_server(db: &TestDatabase) -> ServerProcess {
-    server::start(
+    let server = server::start(
         "server",
         &db.url,
         &Config {
             pool_size: 10,
             pool_timeout: "10s",
             workers: 2,
-            demo_max_delayed: 5,
+            demo_max_delayed: Some(5),
         },
-    )
+    );
+    db.create_test_account();
+    server
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,13 +76,15 @@ async fn two_hundred_concurrent_requests_with_one_key_make_one_charge() {
         // Plain: the first request commits in a few milliseconds, so most of
         // the storm races the commit or arrives just after it.
         let plain = client::new_key();
-        storm(&server, &db, &plain, &[]).await;
+        storm(&server.client(), &db, &plain, &[]).await;
         assert_eq!(db.charges(), 1);
         // Held open: the first request keeps its transaction open 300 ms, so
         // the whole storm waits on the key's unique index entry (holding every
         // pool connection) and then replays.
         let held = client::new_key();
-        storm(&server, &db, &held, &[("demo-fault", "delay-commit=300")]).await;
+        // The demo account's: `Demo-Fault` is the demo's.
+        let demo = server.client().demo();
+        storm(&demo, &db, &held, &[("demo-fault", "delay-commit=300")]).await;
         assert_eq!(db.charges(), 2);
     })
     .await;
@@ -94,7 +99,8 @@ async fn in_key_first_mode_a_storm_gets_201s_and_409s_and_its_retries_converge_o
     let db = TestDatabase::create_for(TestBackend::Postgres);
     let server = storm_server(&db);
     within(Duration::from_secs(40), "the key-first storm", async {
-        let api = server.client();
+        // The demo account's: `Demo-Mode` and `Demo-Fault` are the demo's.
+        let api = server.client().demo();
         let key = client::new_key();
         let headers = [
             ("demo-mode", "key-first"),

@@ -1,5 +1,6 @@
 //! The server settings these tests vary, and the support module's
-//! [`ServerProcess`] started with them (in demo mode, logging at `info`).
+//! [`ServerProcess`] started with them (`charges serve`, logging at `info`;
+//! demo mode only for a test that needs the demo account's faults).
 
 use crate::support::ServerProcess;
 
@@ -7,8 +8,11 @@ pub struct Config {
     pub pool_size: u32,
     pub pool_timeout: &'static str,
     pub workers: u32,
-    /// `DEMO_MAX_DELAYED`: transactions `delay-commit` may hold at once.
-    pub demo_max_delayed: u32,
+    /// Demo mode, with `DEMO_MAX_DELAYED` (the transactions `delay-commit`
+    /// may hold at once): only for a test that sends the demo account's
+    /// `Demo-Fault` / `Demo-Mode` headers. `None`: the API alone, every
+    /// request as the test account.
+    pub demo_max_delayed: Option<u32>,
 }
 
 impl Default for Config {
@@ -17,27 +21,32 @@ impl Default for Config {
             pool_size: 8,
             pool_timeout: "5s",
             workers: 2,
-            demo_max_delayed: 2,
+            demo_max_delayed: None,
         }
     }
 }
 
 impl Config {
     fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
+        let mut env = vec![
             ("POOL_SIZE", self.pool_size.to_string()),
             ("POOL_TIMEOUT", self.pool_timeout.to_owned()),
             ("WORKERS", self.workers.to_string()),
-            ("DEMO", "true".to_owned()),
-            ("DEMO_MAX_DELAYED", self.demo_max_delayed.to_string()),
+            ("DEMO", self.demo_max_delayed.is_some().to_string()),
             ("RUST_LOG", "info,actix_server=warn".to_owned()),
             ("NO_COLOR", "1".to_owned()),
-        ]
+        ];
+        if let Some(max) = self.demo_max_delayed {
+            env.push(("DEMO_MAX_DELAYED", max.to_string()));
+        }
+        env
     }
 }
 
-/// Starts `charges` on `database_url` with `config` (blocking: call it from
-/// a thread to start several at once).
+/// Starts `charges serve` on `database_url` with `config` (blocking: call
+/// it from a thread to start several at once). The requests of its
+/// [`client`](ServerProcess::client) are the test account's: create it
+/// (`db.create_test_account()`) once the first server has migrated.
 pub fn start(name: &str, database_url: &str, config: &Config) -> ServerProcess {
     try_start(name, database_url, config).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -47,5 +56,5 @@ pub fn start(name: &str, database_url: &str, config: &Config) -> ServerProcess {
 pub fn try_start(name: &str, database_url: &str, config: &Config) -> Result<ServerProcess, String> {
     let env = config.env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    ServerProcess::try_start(name, database_url, &env)
+    ServerProcess::try_start_with(name, &["serve"], database_url, &env)
 }

@@ -43,6 +43,18 @@ pub fn at(backend: TestBackend, offset_secs: i64) -> String {
     }
 }
 
+/// The INSERT of a real (non-demo) account named `name` whose key is
+/// `api_key`, stored as the app stores one: the key's SHA-256, never the key.
+fn account_insert(backend: TestBackend, name: &str, api_key: &str) -> String {
+    let digest = charges::http::accounts::hash_api_key(api_key);
+    format!(
+        "INSERT INTO accounts (name, api_key_sha256, demo, created_at) \
+         VALUES ('{}', '{digest}', false, {})",
+        name.replace('\'', "''"),
+        at(backend, 0)
+    )
+}
+
 /// A database that exists for one test (see the module's doc).
 pub struct TestDatabase {
     /// What the app's `DATABASE_URL` is.
@@ -237,12 +249,9 @@ impl TestDatabase {
             #[diesel(sql_type = BigInt)]
             id: i64,
         }
-        let digest = charges::http::accounts::hash_api_key(api_key);
         let sql = format!(
-            "INSERT INTO accounts (name, api_key_sha256, demo, created_at) \
-             VALUES ('{}', '{digest}', false, {}) RETURNING id",
-            name.replace('\'', "''"),
-            self.at(0)
+            "{} RETURNING id",
+            account_insert(self.backend(), name, api_key)
         );
         self.load::<Id>(&sql)[0].id
     }
@@ -253,6 +262,17 @@ impl TestDatabase {
     /// the binary itself creates it once the server has migrated.
     pub fn create_test_account(&self) -> i64 {
         self.create_account(TEST_ACCOUNT, TEST_KEY)
+    }
+
+    /// [`create_test_account`](Self::create_test_account) on a PostgreSQL
+    /// database no `TestDatabase` stands for (a server or a formation of
+    /// the test's own), by its URL, once the app has migrated it.
+    pub fn create_test_account_at(url: &str) {
+        let mut conn = PgConnection::establish(url).expect("connect to the app's database");
+        let sql = account_insert(TestBackend::Postgres, TEST_ACCOUNT, TEST_KEY);
+        diesel::sql_query(&sql)
+            .execute(&mut conn)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
     /// A transaction of the test's own that holds the key table's writes

@@ -372,7 +372,7 @@ fn demo_state(state: &AppState, sandbox: &Sandbox, faults: Faults, mode: Mode) -
     let hooks = if faults == Faults::default() {
         state.hooks.clone()
     } else {
-        RequestHooks(Arc::new(DemoHooks {
+        RequestHooks::installed(Arc::new(DemoHooks {
             faults,
             delayed: sandbox.delayed.clone(),
         }))

@@ -93,7 +93,7 @@ async fn check_then_insert(
                 store.transaction(|tx| {
                     tx.insert_charge(&create.charge)?;
                     queries::insert_unguarded(tx, account_id, &row, create.charge.id)?;
-                    hooks.0.before_commit()?;
+                    hooks.get().before_commit()?;
                     Ok::<_, ApiError>(())
                 })?;
                 Ok((create.response, false))

@@ -39,7 +39,7 @@ pub struct JsonRequest {
     pub key: Option<IdempotencyKey>,
     /// The body as parsed JSON: what the fingerprint is computed over.
     pub body: Value,
-    /// The state's hooks (`NoHooks` but in the demo's state).
+    /// The state's hooks (none installed but in the demo's state).
     pub hooks: RequestHooks,
 }
 
@@ -124,7 +124,7 @@ pub async fn run_keyed(
                 mode,
                 &keyed,
                 &recent,
-                hooks.0.as_ref(),
+                hooks.get(),
                 &mut operation,
             )?)
         })

@@ -29,8 +29,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     /// The keys this process completed lately (see `idempotency::recent`).
     pub recent_keys: Arc<RecentKeys>,
-    /// What runs at the named points of a write's transactions: nothing
-    /// (`NoHooks`), unless this is the demo's state for a request with
+    /// What runs at the named points of a write's transactions: none
+    /// installed, unless this is the demo's state for a request with
     /// `Demo-Fault`.
     pub hooks: RequestHooks,
 }

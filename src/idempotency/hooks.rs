@@ -33,7 +33,7 @@ pub enum HookFailure {
     Unavailable(String),
 }
 
-pub trait TxHooks: Send + Sync + std::any::Any {
+pub trait TxHooks: Send + Sync {
     /// Inside the transaction, after the operation's writes, before its
     /// response is stored and committed (the atomic design; a charge without
     /// a key; the key-first design's second transaction).
@@ -63,13 +63,19 @@ pub struct NoHooks;
 
 impl TxHooks for NoHooks {}
 
-/// The hooks a state's requests run with (`NoHooks` by default).
-#[derive(Clone)]
-pub struct RequestHooks(pub Arc<dyn TxHooks>);
+/// The hooks a state's requests run with: none by default (production),
+/// or hooks installed by a test or the demo.
+#[derive(Clone, Default)]
+pub struct RequestHooks(Option<Arc<dyn TxHooks>>);
 
-impl Default for RequestHooks {
-    fn default() -> Self {
-        RequestHooks(Arc::new(NoHooks))
+impl RequestHooks {
+    pub fn installed(hooks: Arc<dyn TxHooks>) -> RequestHooks {
+        RequestHooks(Some(hooks))
+    }
+
+    /// The installed hooks, or [`NoHooks`].
+    pub fn get(&self) -> &dyn TxHooks {
+        self.0.as_deref().unwrap_or(&NoHooks)
     }
 }
 
@@ -83,19 +89,18 @@ pub enum WriteError {
 }
 
 /// Runs `write`, one statement that is atomic on its own (a charge without a
-/// key, a new description), alone; or, when hooks other than [`NoHooks`]
-/// are installed, in a transaction with
+/// key, a new description), alone; or, when hooks are installed, in a
+/// transaction with
 /// [`before_commit`](TxHooks::before_commit) after it, so that the hook has
 /// a transaction to act in as it has on every other write.
 pub fn write_alone<S: Transactional + ?Sized, T>(
     store: &mut S,
-    hooks: &dyn TxHooks,
+    hooks: &RequestHooks,
     write: impl FnOnce(&mut S) -> Result<T, QueryError>,
 ) -> Result<T, WriteError> {
-    let hooked = !(hooks as &dyn std::any::Any).is::<NoHooks>();
-    if !hooked {
+    let Some(hooks) = &hooks.0 else {
         return Ok(write(store)?);
-    }
+    };
     store.transaction(|tx| {
         let written = write(tx)?;
         hooks.before_commit()?;

@@ -119,7 +119,7 @@ impl CreateCharge {
         let Some(call) = &self.network else {
             return Ok(());
         };
-        call.hooks.0.before_remote_call()?;
+        call.hooks.get().before_remote_call()?;
         let authorized = call
             .client
             .authorize(&call.key, self.charge.amount, &self.charge.currency)
@@ -127,7 +127,7 @@ impl CreateCharge {
                 client::NetworkError::KeyReused => idempotency::Error::DependencyKeyReused,
                 e => idempotency::Error::Dependency(e.to_string()),
             })?;
-        call.hooks.0.after_remote_call()?;
+        call.hooks.get().after_remote_call()?;
         self.charge.authorization_id = Some(authorized.id);
         self.response = created(&self.charge);
         Ok(())
@@ -137,7 +137,7 @@ impl CreateCharge {
     fn run_unkeyed(
         &mut self,
         store: &mut dyn Store,
-        hooks: &dyn crate::idempotency::hooks::TxHooks,
+        hooks: &RequestHooks,
     ) -> Result<SavedResponse, ApiError> {
         self.authorize()?;
         write_alone(store, hooks, |s| s.insert_charge(&self.charge))?;
@@ -244,9 +244,7 @@ pub async fn create(
         None => {
             let JsonRequest { hooks, .. } = request;
             let response = state
-                .db(&req, move |store| {
-                    create.run_unkeyed(store, hooks.0.as_ref())
-                })
+                .db(&req, move |store| create.run_unkeyed(store, &hooks))
                 .await?;
             record_outcome("no_key", "none");
             Ok(respond(&response, false))
@@ -534,7 +532,7 @@ pub async fn set_description(
     let (account_id, hooks) = (request.account_id, request.hooks);
     let charge = state
         .db(&req, move |store| {
-            Ok(write_alone(store, hooks.0.as_ref(), |s| {
+            Ok(write_alone(store, &hooks, |s| {
                 s.set_description(
                     account_id,
                     id,

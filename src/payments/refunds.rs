@@ -199,7 +199,7 @@ pub async fn create(
                     // Two statements that must commit together: a transaction.
                     Ok(store.transaction(|tx| {
                         let response = refund(tx, account_id, charge, amount)?;
-                        hooks.0.before_commit()?;
+                        hooks.get().before_commit()?;
                         Ok::<_, idempotency::Error>(response)
                     })?)
                 })

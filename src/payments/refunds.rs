@@ -15,9 +15,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::http::problem::{
-    ApiError, CONTENT_TYPE, NOT_FOUND, Problem, ProblemType, REFUND_EXCEEDS_CHARGE,
-};
+use crate::http::problem::{ApiError, NOT_FOUND, REFUND_EXCEEDS_CHARGE, saved};
 use crate::http::requests::{self, KeyUse, json_response, record_outcome, respond};
 use crate::http::state::AppState;
 use crate::idempotency::{self, Operation, SavedResponse};
@@ -124,7 +122,7 @@ pub(crate) fn refund(
                 serde_json::to_value(RefundView::from(&refund)).expect("a refund serializes"),
             )
         }
-        RefundReservation::NotEnoughLeft(charge) => problem(
+        RefundReservation::NotEnoughLeft(charge) => saved(
             &REFUND_EXCEEDS_CHARGE,
             format!(
                 "This refund of {amount} is more than is left of the charge: {} of its {} {} refunded already, {} left. Nothing was refunded.",
@@ -134,20 +132,11 @@ pub(crate) fn refund(
                 charge.amount - charge.amount_refunded
             ),
         ),
-        RefundReservation::NoSuchCharge => problem(
+        RefundReservation::NoSuchCharge => saved(
             &NOT_FOUND,
             "There is no such charge for your account; nothing was refunded.",
         ),
     })
-}
-
-/// A problem as a response to store (the operation's answer).
-fn problem(kind: &ProblemType, detail: impl Into<String>) -> SavedResponse {
-    SavedResponse {
-        status: kind.status,
-        headers: [("content-type".to_owned(), CONTENT_TYPE.to_owned())].into(),
-        body: serde_json::to_value(Problem::new(kind, detail)).expect("a problem serializes"),
-    }
 }
 
 /// Refund part or all of a charge. With an `Idempotency-Key`, at most once

@@ -7,6 +7,10 @@
 --        naive   no Idempotency-Key at all
 --        replay  cycle over REPLAY_KEYS keys shared by all threads: after the
 --                warm-up has completed them, every request is a replay
+--        health  GET /healthz: what the server's HTTP costs with no database
+--                call, no body and no key (phase h)
+--        ready   GET /readyz: the same plus one pooled database call, a
+--                `SELECT 1` on the blocking thread pool (phase r)
 --        refund  POST /charges/{id}/refunds {"amount": 1} with a new key on
 --                every request, over the charges whose ids are the lines of
 --                the file named by the environment's BENCH_REFUND_CHARGES
@@ -43,7 +47,8 @@ function init(args)
   mode = args[1] or "fresh"
   phase = tonumber(args[2] or "0") or 0
   replay_keys = tonumber(args[3] or "256") or 256
-  if mode ~= "fresh" and mode ~= "naive" and mode ~= "replay" and mode ~= "refund" then
+  if mode ~= "fresh" and mode ~= "naive" and mode ~= "replay" and mode ~= "refund"
+      and mode ~= "health" and mode ~= "ready" then
     error("charges.lua: unknown mode " .. tostring(mode))
   end
   if mode == "refund" then
@@ -70,7 +75,11 @@ end
 
 function request()
   counter = counter + 1
-  if mode == "naive" then
+  if mode == "health" then
+    return wrk.format("GET", "/healthz")
+  elseif mode == "ready" then
+    return wrk.format("GET", "/readyz")
+  elseif mode == "naive" then
     headers["Idempotency-Key"] = nil
   elseif mode == "refund" then
     headers["Idempotency-Key"] = fresh_key()

@@ -101,7 +101,7 @@ def check_invariants(phase):
             problems.append("%d charges for %d created responses" % (dc, ok))
         if dk != 0:
             problems.append("%d key rows appeared without keys" % dk)
-    elif mode == "replay":
+    elif mode in ("replay", "health", "ready"):
         if dc != 0 or dk != 0:
             problems.append("replays created %d charges and %d key rows" % (dc, dk))
     elif mode == "refund":
@@ -228,6 +228,29 @@ def fold_rounds(phases):
     return per_round, last2
 
 
+def per_request_us(phase, key):
+    """A phase's CPU figure (seconds) per request, in microseconds."""
+    if not phase or phase.get(key) is None or not phase.get("requests"):
+        return None
+    return phase[key] * 1e6 / phase["requests"]
+
+
+def server_budget_us(meta, reference_rps, phase, floor=0.80):
+    """The server CPU per request that would let PHASE reach FLOOR x the
+    pgbench reference on this machine, if the machine's cores are what
+    limits throughput (they are here: every phase runs them near 100%):
+    cores / (floor x reference req/s), less what PostgreSQL and the load
+    tool spent per request of that same phase."""
+    pg, tool = per_request_us(phase, "pg_cpu_s"), per_request_us(phase, "tool_cpu_s")
+    try:
+        cores = int(meta["nproc"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not reference_rps or pg is None or tool is None:
+        return None
+    return cores * 1e6 / (floor * reference_rps) - pg - tool
+
+
 def table(workdir, out):
     meta, phases, purge = load(workdir)
     per_round, last2 = fold_rounds(phases)
@@ -255,6 +278,8 @@ def table(workdir, out):
         ("5a", "idempotent, %s expired keys in table" % f"{meta['seed_rows']:,}"),
         ("5b", "idempotent while purging those keys"),
         ("6", "idempotent, RSS run"),
+        ("h", "GET /healthz: HTTP alone, no database"),
+        ("r", "GET /readyz: HTTP + one pooled SELECT 1"),
     ]
 
     lines = []
@@ -396,6 +421,11 @@ def table(workdir, out):
     r2t1t = ratio(get("2t", "rps"), get("1t", "rps"))
     srv2 = get("2", "server_cpu_s")
     cpu2 = None if not srv2 or not get("2", "requests") else srv2 * 1e6 / get("2", "requests")
+    cpu3 = per_request_us(phases.get("3"), "server_cpu_s")
+    cpuh = per_request_us(phases.get("h"), "server_cpu_s")
+    cpur = per_request_us(phases.get("r"), "server_cpu_s")
+    budget21 = server_budget_us(meta, get("1", "rps"), phases.get("2"))
+    budget30 = server_budget_us(meta, get("0", "rps"), phases.get("3"))
     r73 = ratio(get("7", "rps"), get("3", "rps"))
     r82 = ratio(get("8", "rps"), (last2 or {}).get("rps"))
     slow_network_rps = get("9", "rps")
@@ -410,6 +440,11 @@ def table(workdir, out):
         ("first keyed / pgbench of the same transaction (2/1)", r21, ">=", 0.80, ".2f", ""),
         ("plain charge via the server / pgbench plain INSERT (3/0)", r30, ">=", 0.80, ".2f", ""),
         ("  server CPU per first keyed charge (2)", cpu2, "info", None, ",.0f", " us"),
+        ("    at most, for 2/1 >= 0.80 (budget, bench/README.md)", budget21, "info", None, ",.0f", " us"),
+        ("  server CPU per plain charge (3)", cpu3, "info", None, ",.0f", " us"),
+        ("    at most, for 3/0 >= 0.80 (budget)", budget30, "info", None, ",.0f", " us"),
+        ("  server CPU per GET /healthz, no database (h)", cpuh, "info", None, ",.0f", " us"),
+        ("  server CPU per GET /readyz, one pooled SELECT 1 (r)", cpur, "info", None, ",.0f", " us"),
         ("  first keyed over TLS / on %s (2t/2, last round)" % meta.get("transport", "?"), r2t, "info", None,
          ".2f", ""),
         ("  first keyed over TLS / pgbench over TLS (2t/1t)", r2t1t, "info", None, ".2f", ""),
@@ -464,6 +499,9 @@ def table(workdir, out):
                    "tls_over_idempotent": r2t, "tls_idempotent_over_tls_limit": r2t1t,
                    "slow_network_charges_per_s": slow_network_rps,
                    "p99_1m_over_empty": rp99},
+        "server_cpu_us": {"first_keyed": cpu2, "plain": cpu3, "healthz": cpuh, "readyz": cpur,
+                          "budget_first_keyed_for_2_over_1": budget21,
+                          "budget_plain_for_3_over_0": budget30},
         "targets": results,
         "table": text,
     }

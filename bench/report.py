@@ -103,7 +103,7 @@ def check_invariants(phase):
             problems.append("%d key rows appeared without keys" % dk)
     elif mode in ("replay", "health", "ready"):
         if dc != 0 or dk != 0:
-            problems.append("replays created %d charges and %d key rows" % (dc, dk))
+            problems.append("%s requests created %d charges and %d key rows" % (mode, dc, dk))
     elif mode == "refund":
         dr = phase.get("refunds_delta")
         if dc != 0:
@@ -238,7 +238,7 @@ def per_request_us(phase, key):
 def server_budget_us(meta, reference_rps, phase, floor=0.80):
     """The server CPU per request that would let PHASE reach FLOOR x the
     pgbench reference on this machine, if the machine's cores are what
-    limits throughput (they are here: every phase runs them near 100%):
+    limits throughput (they are here: 87-98% busy in every phase):
     cores / (floor x reference req/s), less what PostgreSQL and the load
     tool spent per request of that same phase."""
     pg, tool = per_request_us(phase, "pg_cpu_s"), per_request_us(phase, "tool_cpu_s")
@@ -419,8 +419,7 @@ def table(workdir, out):
     r30 = median(ratio(r["3"], r["0"]) for r in per_round) if per_round else ratio(get("3", "rps"), get("0", "rps"))
     r2t = ratio(get("2t", "rps"), (last2 or {}).get("rps"))
     r2t1t = ratio(get("2t", "rps"), get("1t", "rps"))
-    srv2 = get("2", "server_cpu_s")
-    cpu2 = None if not srv2 or not get("2", "requests") else srv2 * 1e6 / get("2", "requests")
+    cpu2 = per_request_us(phases.get("2"), "server_cpu_s")
     cpu3 = per_request_us(phases.get("3"), "server_cpu_s")
     cpuh = per_request_us(phases.get("h"), "server_cpu_s")
     cpur = per_request_us(phases.get("r"), "server_cpu_s")

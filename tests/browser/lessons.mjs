@@ -152,6 +152,11 @@ async function shownCharges(page, id) {
   return { count, rows };
 }
 
+/** A result box's text for a check's detail: the start of it, or all of it when the page says the lesson went otherwise. */
+function said(v) {
+  return v.ok ? v.text.slice(0, 120) : v.text;
+}
+
 async function verdict(page, id) {
   const v = exp(page, id).getByTestId('verdict');
   await v.waitFor({ state: 'visible', timeout: ACTION_TIMEOUT_MS });
@@ -604,7 +609,7 @@ async function lesson4(page) {
     `${kState.charges.length} charges, key ${kState.idempotency_keys[0]?.status}`);
   check('lesson 4 key-first: the page shows 1 charge', (await shownCharges(page, 'l4')).count === 1);
   const kv = await verdict(page, 'l4');
-  check('lesson 4 key-first: the result box confirms the 409, the replay and one charge', kv.ok, kv.text.slice(0, 120));
+  check('lesson 4 key-first: the result box confirms the 409, the replay and one charge', kv.ok, said(kv));
   console.log(`# lesson 4 key-first: B answered ${kb.status} after ${kb.ms} ms, A took ${ka.ms} ms, C ${kc.status} after ${kc.ms} ms`);
   await look(page, 'after lesson 4 (key-first)', { section: 'lesson-4', shot: 'lesson-4-key-first' });
   await clear(page, ['l4']);
@@ -718,7 +723,7 @@ async function lesson6(page) {
   check('lesson 6 (lost commit): the measured figures are shown beside it (synchronous 0/0, asynchronous 1/1)',
     /synchronous\s+0\s+0/.test(failover) && /asynchronous\s+1\s+1/.test(failover), failover.replace(/\s+/g, ' ').slice(0, 160));
   const v1 = await verdict(page, 'l6-forget');
-  check('lesson 6 (lost commit): the result box agrees, shown as harm', v1.ok && (await tone(page, 'l6-forget')) === 'bad', v1.text.slice(0, 120));
+  check('lesson 6 (lost commit): the result box agrees, shown as harm', v1.ok && (await tone(page, 'l6-forget')) === 'bad', said(v1));
 
   // ---- (b) key-first, abandoned after its key: 409 while the lease holds, then a takeover ----
   await resetViaPage(page);
@@ -747,7 +752,7 @@ async function lesson6(page) {
       && done?.status === 'completed' && done?.charge_id === responseId(kc.response),
     `status ${kc.status}, replayed ${kc.replayed}, ${state.charges.length} charges, key ${done?.status}`);
   const v2 = await verdict(page, 'l6-abandon');
-  check('lesson 6 (abandoned): the result box agrees, shown as safe', v2.ok && (await tone(page, 'l6-abandon')) === 'good', v2.text.slice(0, 120));
+  check('lesson 6 (abandoned): the result box agrees, shown as safe', v2.ok && (await tone(page, 'l6-abandon')) === 'good', said(v2));
 
   // Once more, as a learner who switches to Japanese right after step 1 and
   // waits out the lease: the wait shows the lease counting down, and C is
@@ -791,7 +796,7 @@ async function lesson6(page) {
     l6Auths.size === 1 && !l6Auths.has(null) && /lesson 7/.test((await verdict(page, 'l6-retention')).text), [...l6Auths].join(', '));
   const v3 = await verdict(page, 'l6-retention');
   check('lesson 6 (retention): the result box agrees, shown as harm',
-    v3.ok && (await tone(page, 'l6-retention')) === 'bad' && (await harmShown(page, 'l6-retention', 'C', 'ledgerDuplicate')), v3.text.slice(0, 120));
+    v3.ok && (await tone(page, 'l6-retention')) === 'bad' && (await harmShown(page, 'l6-retention', 'C', 'ledgerDuplicate')), said(v3));
   await look(page, 'after lesson 6', { section: 'lesson-6' });
   await clear(page, ['l6-forget', 'l6-abandon', 'l6-retention']);
 }
@@ -865,7 +870,7 @@ async function lesson7(page) {
   check('lesson 7: where the learner sees it, the page explains why lessons 5 and 6\'s duplicates share one authorization',
     /lessons 5 and 6/.test(shared) && /replayed/.test(shared) && /held once/.test(shared), shared.slice(0, 80));
   const va = await verdict(page, 'l7-lost');
-  check('lesson 7 (lost answer): the result box agrees, shown as safe', va.ok && (await tone(page, 'l7-lost')) === 'good', va.text.slice(0, 120));
+  check('lesson 7 (lost answer): the result box agrees, shown as safe', va.ok && (await tone(page, 'l7-lost')) === 'good', said(va));
 
   // ---- (b) the key not passed on: one charge here, two authorizations there ----
   await resetViaPage(page);
@@ -890,7 +895,7 @@ async function lesson7(page) {
     shown.rows.length === 2 && shown.orphans === 1 && shown.rows.find((r) => !r.charge)?.id === orphans[0]?.id, JSON.stringify(shown));
   const vb = await verdict(page, 'l7-fresh');
   check('lesson 7 (not passed on): the result box agrees, shown as harm (and the retry\'s card too)',
-    vb.ok && (await tone(page, 'l7-fresh')) === 'bad' && (await harmShown(page, 'l7-fresh', 'B', 'orphan')), vb.text.slice(0, 120));
+    vb.ok && (await tone(page, 'l7-fresh')) === 'bad' && (await harmShown(page, 'l7-fresh', 'B', 'orphan')), said(vb));
 
   // ---- (c) key-first abandoned after the network: 409, then the recovery task, then a replay ----
   await resetViaPage(page);
@@ -937,7 +942,7 @@ async function lesson7(page) {
   check('lesson 7 (recovery): the page shows the one authorization held by the one charge', shown.rows.length === 1 && shown.orphans === 0
     && shown.rows[0].charge === state.charges[0].id, JSON.stringify(shown));
   const vc = await verdict(page, 'l7-recover');
-  check('lesson 7 (recovery): the result box agrees, shown as safe', vc.ok && (await tone(page, 'l7-recover')) === 'good', vc.text.slice(0, 120));
+  check('lesson 7 (recovery): the result box agrees, shown as safe', vc.ok && (await tone(page, 'l7-recover')) === 'good', said(vc));
 
   // ---- (d) the network down: 503, nothing anywhere, the retry charges once ----
   await resetViaPage(page);
@@ -956,7 +961,7 @@ async function lesson7(page) {
     db.status === 201 && !db.replayed && state.charges.length === 1 && auths.length === 1 && state.charges[0].authorization_id === auths[0].id,
     `status ${db.status}, ${state.charges.length} charges, ${auths.length} authorizations`);
   const vd = await verdict(page, 'l7-down');
-  check('lesson 7 (network down): the result box agrees, shown as safe', vd.ok && (await tone(page, 'l7-down')) === 'good', vd.text.slice(0, 120));
+  check('lesson 7 (network down): the result box agrees, shown as safe', vd.ok && (await tone(page, 'l7-down')) === 'good', said(vd));
   await look(page, 'after lesson 7', { section: 'lesson-7' });
   await clear(page, ['l7-lost', 'l7-fresh', 'l7-recover', 'l7-down']);
 }

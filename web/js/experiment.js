@@ -270,6 +270,8 @@ export class Experiment {
     } finally {
       this.el.progress.hidden = true;
       this.el.progress.textContent = '';
+      // Its figure too: the next wait must not start from this one's.
+      delete this.el.progress.dataset.ms;
       setBusy(null);
       this.renderAll();
       const next = this.nextStep < this.stepButtons.length ? this.stepButtons[this.nextStep] : this.el.again;

@@ -20,7 +20,7 @@ use crate::idempotency::{IdempotencyKey, SavedResponse};
 use crate::network::client::NetworkClient;
 use crate::payments::charges;
 use crate::store::redact::redact;
-use crate::store::{KeyStatus, Store, time_text};
+use crate::store::{Charge, KeyStatus, Store, time_text};
 
 /// Rows of each table the page is shown at most.
 const LIMIT: i64 = 200;
@@ -103,23 +103,46 @@ async fn check_then_insert(
     Ok(requests::respond(&saved, replayed))
 }
 
-/// What the page shows as "the database": the demo account's rows.
-fn snapshot(
-    store: &mut dyn Store,
-    account_id: i64,
-    settings: &Settings,
-    network: Option<(&NetworkClient, &Mutex<Ledger>)>,
-) -> Result<Value, ApiError> {
-    let charges = store.list_charges(account_id, LIMIT)?;
-    let authorized: Vec<uuid::Uuid> = charges.iter().filter_map(|c| c.authorization_id).collect();
-    let network = network.map(|(n, ledger)| network_view(n, ledger, &authorized));
-    let refunds = queries::refund_views(store, account_id, LIMIT)?;
-    let keys = queries::key_views(store, account_id, LIMIT)?;
-    let unguarded = queries::unguarded_views(store, account_id, LIMIT)?;
-    Ok(json!({
-        "backend": store.backend().as_str(),
-        // The database's clock, which every time below is on.
-        "now": queries::now_text(store)?,
+/// The demo account's rows, read at once (`queries::read_at_once`): a key
+/// row and the charge its response names are both there or both not.
+struct Tables {
+    backend: &'static str,
+    now: String,
+    charges: Vec<Charge>,
+    refunds: Vec<queries::RefundView>,
+    keys: Vec<queries::KeyView>,
+    unguarded: Vec<queries::UnguardedView>,
+}
+
+fn read_tables(store: &mut dyn Store, account_id: i64) -> Result<Tables, ApiError> {
+    let backend = store.backend().as_str();
+    Ok(queries::read_at_once(store, |tx| {
+        Ok::<_, diesel::result::Error>(Tables {
+            backend,
+            // The database's clock, which every time below is on.
+            now: queries::now_text(tx)?,
+            charges: tx.list_charges(account_id, LIMIT)?,
+            refunds: queries::refund_views(tx, account_id, LIMIT)?,
+            keys: queries::key_views(tx, account_id, LIMIT)?,
+            unguarded: queries::unguarded_views(tx, account_id, LIMIT)?,
+        })
+    })?)
+}
+
+/// What the page shows as "the database": the demo account's rows, and the
+/// card network's ledger (`network`, asked after the rows were read).
+fn snapshot(tables: Tables, settings: &Settings, network: Option<Value>) -> Value {
+    let Tables {
+        backend,
+        now,
+        charges,
+        refunds,
+        keys,
+        unguarded,
+    } = tables;
+    json!({
+        "backend": backend,
+        "now": now,
         "idempotency_mode": settings.idempotency_mode.as_str(),
         "idempotency_ttl_seconds": settings.idempotency_ttl.as_secs(),
         "idempotency_lease_seconds": settings.idempotency_lease.as_secs(),
@@ -147,7 +170,7 @@ fn snapshot(
             "charge_id": u.charge_id,
             "created_at": u.created_at,
         })).collect::<Vec<_>>(),
-    }))
+    })
 }
 
 /// One key row as the page shows it.
@@ -224,17 +247,21 @@ async fn on_demo_account<T: Send + 'static>(
     let left = crate::http::deadline::remaining(req, settings.request_timeout);
     sandbox
         .pool
-        .run(left, move |store| {
-            let done = work(store, account_id, &settings)?;
-            Ok((
-                done,
-                snapshot(
-                    store,
-                    account_id,
-                    &settings,
-                    network.as_deref().map(|n| (n, ledger.as_ref())),
-                )?,
-            ))
+        .run_checkouts(left, move |checkouts| {
+            let (done, tables) = checkouts.with(|store| -> Result<_, ApiError> {
+                let done = work(store, account_id, &settings)?;
+                Ok((done, read_tables(store, account_id)?))
+            })?;
+            // The network is another service: asked with no connection held.
+            let authorized: Vec<uuid::Uuid> = tables
+                .charges
+                .iter()
+                .filter_map(|c| c.authorization_id)
+                .collect();
+            let network = network
+                .as_deref()
+                .map(|n| network_view(n, &ledger, &authorized));
+            Ok((done, snapshot(tables, &settings, network)))
         })
         .await
 }

@@ -111,6 +111,28 @@ pub fn create_tables(store: &mut dyn Store) -> QueryResult<()> {
     tables(store).create_tables()
 }
 
+/// Runs `read` in one read-only transaction that sees the database as of
+/// one moment, so that what it reads in several statements fits together
+/// (a key completed and the charge its response names, both or neither).
+pub fn read_at_once<T, E: From<diesel::result::Error>>(
+    store: &mut dyn Store,
+    read: impl FnOnce(&mut dyn Store) -> Result<T, E>,
+) -> Result<T, E> {
+    match store.connection() {
+        // READ COMMITTED, the default, takes a snapshot per statement.
+        AnyConnection::Pg(c) => c
+            .build_transaction()
+            .repeatable_read()
+            .read_only()
+            .run(|c| read(c)),
+        // A deferred transaction reads one snapshot (the database is in WAL
+        // mode) and, unlike the store's IMMEDIATE ones, does not wait for a
+        // writer: the page must see a row a slow transaction has not yet
+        // replaced.
+        AnyConnection::Sqlite(c) => diesel::Connection::transaction(c, |c| read(c)),
+    }
+}
+
 /// The database's clock (SQLite: the app's, as every SQLite time).
 pub fn now_text(store: &mut dyn Store) -> QueryResult<String> {
     tables(store).now_text()

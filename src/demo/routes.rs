@@ -116,8 +116,8 @@ struct Tables {
 
 fn read_tables(store: &mut dyn Store, account_id: i64) -> Result<Tables, ApiError> {
     let backend = store.backend().as_str();
-    Ok(queries::read_at_once(store, |tx| {
-        Ok::<_, diesel::result::Error>(Tables {
+    queries::read_at_once(store, |tx| {
+        Ok(Tables {
             backend,
             // The database's clock, which every time below is on.
             now: queries::now_text(tx)?,
@@ -126,7 +126,7 @@ fn read_tables(store: &mut dyn Store, account_id: i64) -> Result<Tables, ApiErro
             keys: queries::key_views(tx, account_id, LIMIT)?,
             unguarded: queries::unguarded_views(tx, account_id, LIMIT)?,
         })
-    })?)
+    })
 }
 
 /// What the page shows as "the database": the demo account's rows, and the

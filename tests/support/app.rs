@@ -19,6 +19,9 @@ pub struct TestApp {
     pub db: TestDatabase,
     /// Where its `/metrics` is served (METRICS_BIND), if anywhere.
     pub metrics_url: Option<String>,
+    /// The server's card network (NETWORK_URL), if any: no route of the
+    /// app's tells it.
+    pub network_url: Option<String>,
 }
 
 impl Deref for TestApp {
@@ -59,11 +62,13 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     db.create_test_account();
     let client = AppClient::new(&app.url());
     let metrics_url = app.metrics_url();
+    let network_url = app.network_url().map(str::to_owned);
     tokio::spawn(app.run_until_stopped());
     TestApp {
         client,
         db,
         metrics_url,
+        network_url,
     }
 }
 

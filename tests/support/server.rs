@@ -177,6 +177,17 @@ impl ServerProcess {
             .to_owned()
     }
 
+    /// Its card network's URL (NETWORK_URL), as its banner printed it
+    /// (passwords redacted): no route of the server's tells it.
+    pub fn network_url(&self) -> String {
+        self.stdout()
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("card network: "))
+            .and_then(|rest| rest.split_once(": every charge"))
+            .map(|(url, _)| url.to_owned())
+            .unwrap_or_else(|| panic!("{}: no card network in {:?}", self.name, self.stdout()))
+    }
+
     /// A client of this server.
     pub fn client(&self) -> AppClient {
         AppClient::new(&self.address)

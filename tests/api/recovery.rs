@@ -74,3 +74,56 @@ crate::on_both_backends! {
         drop(without);
     }
 }
+
+/// `n` rows stuck in progress for `account` (their lease over `ago`
+/// seconds ago), as dead workers leave them: the request each was for kept.
+fn stuck_rows(app: &crate::support::TestApp, account: i64, prefix: &str, n: i64, ago: i64) {
+    let series = match app.backend() {
+        crate::support::TestBackend::Postgres => format!("generate_series(1, {n}) AS s(i)"),
+        crate::support::TestBackend::Sqlite => format!(
+            "(WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < {n}) SELECT i FROM s) AS s"
+        ),
+    };
+    let token = match app.backend() {
+        crate::support::TestBackend::Postgres => "gen_random_uuid()",
+        crate::support::TestBackend::Sqlite => "lower(hex(randomblob(16)))",
+    };
+    app.execute(&format!(
+        "INSERT INTO idempotency_keys (account_id, key, fingerprint, status, created_at, expires_at, \
+         locked_until, lease_token, request_path, request_body) \
+         SELECT {account}, '{prefix}-' || s.i, 'sha256:stuck', 'in_progress', {now}, {tomorrow}, {past}, \
+         {token}, '/charges', '{{\"amount\": 100, \"currency\": \"jpy\"}}' FROM {series}",
+        now = app.at(0),
+        tomorrow = app.at(86_400),
+        past = app.at(-ago),
+    ));
+}
+
+crate::on_both_backends! {
+    /// Recovery is fair across accounts (issue #38, finding 5): with 1 000
+    /// of one account's keys stuck longer (a flood the public demo key can
+    /// make), another account's stuck key is finished in the first pass,
+    /// not after ten passes of the flood.
+    async fn one_account_s_flood_of_stuck_keys_does_not_delay_another_account_s() {
+        let interval = Duration::from_secs(2);
+        let app = crate::support::spawn_app_with(|s| s.recovery_interval = interval).await;
+        let flooder = app.create_account("Flooder", "sk_live_flooder");
+        let test = app.db.strings(&format!(
+            "SELECT CAST(id AS TEXT) AS value FROM accounts WHERE name = '{}'",
+            crate::support::TEST_ACCOUNT
+        ));
+        let test: i64 = test[0].parse().unwrap();
+        stuck_rows(&app, flooder, "flood", 1000, 3600);
+        stuck_rows(&app, test, "mine", 1, 60);
+        let started = Instant::now();
+        let mine = "idempotency_keys WHERE key = 'mine-1' AND status = 'completed'";
+        while app.count(mine) == 0 {
+            assert!(
+                started.elapsed() < interval * 2 + Duration::from_secs(1),
+                "another account's stuck key waited behind the flood: {} of 1000 done",
+                app.count("idempotency_keys WHERE key LIKE 'flood-%' AND status = 'completed'")
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

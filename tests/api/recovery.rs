@@ -127,3 +127,102 @@ crate::on_both_backends! {
         }
     }
 }
+
+/// The body of an operation's request, from the contract's examples (each
+/// required member's first example).
+fn example_body(document: &serde_json::Value, operation: &serde_json::Value) -> serde_json::Value {
+    let reference = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        .as_str()
+        .expect("a keyed operation takes a JSON body");
+    let name = reference.rsplit('/').next().unwrap();
+    let schema = &document["components"]["schemas"][name];
+    let mut body = serde_json::Map::new();
+    for member in schema["required"].as_array().unwrap() {
+        let member = member.as_str().unwrap();
+        let example = schema["properties"][member]["examples"][0].clone();
+        assert!(!example.is_null(), "{name}.{member} has an example");
+        body.insert(member.to_owned(), example);
+    }
+    serde_json::Value::Object(body)
+}
+
+/// Every keyed route the application serves (each operation of the
+/// OpenAPI document that takes an `Idempotency-Key`) is one the recovery
+/// task can rebuild: a request of each, left stuck in progress by a dead
+/// worker, is finished with its operation's own answer, not closed with
+/// `request-not-recoverable` (issue #40: a keyed route added without
+/// teaching recovery fails here, not a customer).
+#[tokio::test]
+async fn the_recovery_task_rebuilds_every_keyed_route_the_api_serves() {
+    let app =
+        crate::support::spawn_app_with(|s| s.recovery_interval = Duration::from_millis(300)).await;
+    let document = app.get_json("/openapi.json").await;
+    let charge = app.charge("k-for-the-routes", &charge_body()).await;
+    assert_eq!(charge.status, 201, "{}", charge.body);
+    let charge_id = charge.charge_id().to_string();
+    let test = app.db.strings(&format!(
+        "SELECT CAST(id AS TEXT) AS value FROM accounts WHERE name = '{}'",
+        crate::support::TEST_ACCOUNT
+    ))[0]
+        .parse::<i64>()
+        .unwrap();
+    let mut keyed = Vec::new();
+    for (path, operations) in document["paths"].as_object().unwrap() {
+        for (method, operation) in operations.as_object().unwrap() {
+            let keyed_route = operation["parameters"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["name"] == "Idempotency-Key"));
+            if !keyed_route {
+                continue;
+            }
+            assert_eq!(method, "post", "{path}: a keyed write is a POST");
+            let route = path.replace("{id}", &charge_id);
+            let body = example_body(&document, operation);
+            let key = format!("k-route-{}", keyed.len());
+            let fingerprint = charges::idempotency::Fingerprint::of("POST", &route, &body);
+            app.execute(&format!(
+                "INSERT INTO idempotency_keys (account_id, key, fingerprint, status, created_at, expires_at, \
+                 locked_until, lease_token, request_path, request_body) \
+                 VALUES ({test}, '{key}', '{}', 'in_progress', {}, {}, {}, '{}', '{route}', '{body}')",
+                fingerprint.as_str(),
+                app.at(-10),
+                app.at(86_400),
+                app.at(-1),
+                uuid::Uuid::new_v4(),
+            ));
+            keyed.push((key, route, body));
+        }
+    }
+    assert!(
+        keyed.len() >= 2,
+        "POST /charges and its refunds at least: {keyed:?}"
+    );
+    let started = Instant::now();
+    for (key, route, body) in &keyed {
+        let done = format!("idempotency_keys WHERE key = '{key}' AND status = 'completed'");
+        while app.count(&done) == 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{route} was never finished"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let answered = app.count(&format!("{done} AND response_status BETWEEN 200 AND 299"));
+        assert_eq!(
+            answered, 1,
+            "{route} was rebuilt and run, not closed as not recoverable"
+        );
+        // The client's retry replays what recovery stored.
+        let retry = app
+            .send(app.write_request(
+                reqwest::Method::POST,
+                route,
+                crate::support::TEST_KEY,
+                key.as_str(),
+                body,
+                &[],
+            ))
+            .await;
+        assert!(retry.replayed(), "{route}: {}", retry.body);
+    }
+}

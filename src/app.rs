@@ -16,13 +16,14 @@ use actix_web::{App, HttpServer, web};
 use crate::config::Settings;
 use crate::http::accounts::Authenticator;
 use crate::http::limits::{self, ClientLimits, KeyedLimit, Peers};
+use crate::http::ops;
 use crate::http::problem::ApiError;
 use crate::http::state::AppState;
 use crate::http::{get, not_found, resource, resource_in};
-use crate::http::{openapi, ops};
 use crate::network::client::{DEFAULT_NETWORK_API_KEY, NetworkClient};
-use crate::network::simulator;
+use crate::openapi;
 use crate::payments::{charges, recovery, refunds};
+use crate::simulator;
 use crate::store::{DbPool, SetupError};
 use crate::{demo, idempotency, telemetry};
 

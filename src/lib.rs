@@ -10,10 +10,12 @@
 //! idempotency/  the Idempotency-Key protocol: the key, the fingerprint, execute()
 //! store/        the database: traits, one file per table per backend, the pool
 //! payments/     the operations: charges, refunds, their domain types, recovery
-//! http/         the edge: accounts, limits, problems, the write pipeline, OpenAPI
-//! network/      the card network: the client a charge calls, and the simulator
+//! http/         the edge: accounts, limits, problems, the write pipeline
+//! network/      the card network's client, which a charge calls
+//! simulator.rs  the card network itself, a service of its own (`charges network`)
 //! demo/         demo mode: the teaching page's faults, views and sandbox
 //! conformance/  a checker of any API's Idempotency-Key handling, from outside
+//! openapi.rs    the contract, generated from every handler (the demo's too)
 //! app.rs        the application: builds the pool, the sandbox and the routes
 //! config.rs     settings from the environment
 //! telemetry.rs, metrics.rs  logs and the metrics registry
@@ -31,7 +33,9 @@ pub mod http;
 pub mod idempotency;
 pub mod metrics;
 pub mod network;
+pub mod openapi;
 pub mod payments;
+pub mod simulator;
 pub mod store;
 pub mod telemetry;
 
@@ -41,16 +45,17 @@ pub mod telemetry;
 pub const LAYERS: &[&[&str]] = &[
     // A client of any API over HTTP: it uses nothing of the crate.
     &["conformance"],
-    // Leaves: the schema, the validated domain types, strict JSON, the
-    // metrics registry, the request deadline, the card network's client.
+    // Leaves: the schema, strict JSON (and its field errors), the metrics
+    // registry, the request deadline, the card network's client.
     &[
         "store::postgres::schema",
-        "payments::domain",
         "http::json",
         "metrics",
         "http::deadline",
         "network::client",
     ],
+    // The validated domain types (their field errors are the edge's).
+    &["payments::domain"],
     // The seam around a request's writes (tests and the demo hook in).
     &["idempotency::hooks"],
     // The Idempotency-Key protocol, with its key store's contract (a trait
@@ -72,11 +77,12 @@ pub const LAYERS: &[&[&str]] = &[
     // The operations' handlers.
     &["payments::charges", "http::ops"],
     &["payments::refunds"],
-    // The card network, a service of its own; and the recovery of keys
-    // left in progress.
-    &["network::simulator", "payments::recovery"],
+    // The card network, a service of its own (`charges network`); and the
+    // recovery of keys left in progress.
+    &["simulator", "payments::recovery"],
     &["demo"],
-    &["http::openapi"],
+    // The contract, from every handler's (the demo's included).
+    &["openapi"],
     // The application: builds the pool, the sandbox and the routes.
     &["app"],
 ];

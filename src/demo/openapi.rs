@@ -25,7 +25,7 @@ use crate::idempotency::key::{MAX_LEN, VALUE_PATTERN};
 struct DemoDoc;
 
 /// Where the demo's problem types are answered (see
-/// [`crate::http::openapi::ANSWERS`]).
+/// [`crate::openapi::ANSWERS`]).
 pub const ANSWERS: &[Answer] = &[
     Answer {
         kind: &DEMO_ACCOUNT_ONLY,

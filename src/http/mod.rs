@@ -6,8 +6,8 @@
 //!   `application/problem+json`; [`deadline`]: the time a request has;
 //! - [`requests`]: what every write goes through (its checks, the
 //!   Idempotency-Key protocol, the answer); [`state`]: what handlers share;
-//! - [`ops`]: health, readiness and the problem pages; [`openapi`]: the
-//!   contract, generated from the handlers;
+//! - [`ops`]: health, readiness and the problem pages (the contract,
+//!   generated from every handler, is `crate::openapi`, above them all);
 //! - here: the table of every route, and the resource every handler is
 //!   mounted on.
 
@@ -15,7 +15,6 @@ pub mod accounts;
 pub mod deadline;
 pub mod json;
 pub mod limits;
-pub mod openapi;
 pub mod ops;
 pub mod problem;
 pub mod requests;

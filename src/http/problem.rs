@@ -11,9 +11,9 @@ use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
+use crate::http::json::FieldError;
 use crate::idempotency::hooks::HookFailure;
 use crate::idempotency::{self, KeyError, SavedResponse};
-use crate::payments::domain::FieldError;
 use crate::store::{Failure, classify};
 
 pub const CONTENT_TYPE: &str = "application/problem+json";

@@ -1,7 +1,6 @@
-//! The card network: [`client`], how a charge calls it (the foreign step
-//! the protocol runs outside any transaction), and [`simulator`], the
-//! network itself, a separate service with idempotency keys of its own that
-//! `charges network` runs (or the demo runs in-process).
+//! The card network as a charge sees it: [`client`], how a charge calls it
+//! (the foreign step the protocol runs outside any transaction). The
+//! network itself is a service of its own, `crate::simulator`, above the
+//! operations it reuses.
 
 pub mod client;
-pub mod simulator;

@@ -4,6 +4,8 @@
 
 use serde_json::{Map, Value};
 
+pub use crate::http::json::FieldError;
+
 pub const MIN_AMOUNT: i64 = 1;
 pub const MAX_AMOUNT: i64 = 99_999_999;
 pub const MAX_DESCRIPTION_CHARS: usize = 500;
@@ -104,13 +106,6 @@ pub struct NewCharge {
     pub amount: Amount,
     pub currency: Currency,
     pub description: Option<Description>,
-}
-
-/// One problem with one field of the request body.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct FieldError {
-    pub field: String,
-    pub detail: String,
 }
 
 impl NewCharge {

@@ -55,7 +55,7 @@ has run out, and your retry then replays it. Errors are `application/problem+jso
         document,
         reference_page,
     ),
-    components(schemas(Problem, crate::payments::domain::FieldError)),
+    components(schemas(Problem, crate::http::json::FieldError)),
     modifiers(&Security),
     tags(
         (name = "charges", description = "Payments, with Idempotency-Key"),
@@ -264,5 +264,5 @@ pub async fn document(state: web::Data<AppState>) -> HttpResponse {
 pub async fn reference_page() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
-        .body(include_str!("../../web/docs.html"))
+        .body(include_str!("../web/docs.html"))
 }

@@ -66,10 +66,16 @@ export function t(key, params = {}) {
   return typeof value === 'function' ? value(params) : interpolate(value, params);
 }
 
-/** Markup for a `*.html` key, with every parameter HTML-escaped first. */
+/**
+ * Markup for a `*.html` key, with every text parameter HTML-escaped first.
+ * A boolean or a number is passed on as it is: escaping made `false` the
+ * text "false", which a message testing `p.recovered ?` took for true.
+ */
 export function tHtml(key, params = {}) {
   const safe = {};
-  for (const [name, value] of Object.entries(params)) safe[name] = escapeHtml(value);
+  for (const [name, value] of Object.entries(params)) {
+    safe[name] = typeof value === 'boolean' || typeof value === 'number' ? value : escapeHtml(value);
+  }
   return t(key, safe);
 }
 

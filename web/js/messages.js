@@ -133,7 +133,7 @@ const en = {
   'l4.tradeoff.p1.html':
     'Both designs keep it to one charge. What differs is what a retry that overlaps the first request hears. In the atomic design it waits, holding a database connection, for as long as the first request takes, and then gets the real answer. In the key-first design it is told at once, with <code>409</code> and <code>Retry-After</code>, that it came too early. The client has to send it again later, and that later retry gets the real answer.',
   'l4.tradeoff.p2.html': p =>
-    `Key-first pays for the quick answer with a window between its two transactions. If the process dies after committing the key but before the charge, the row stays <code>in_progress</code> with nobody working on it, and every retry gets 409 until the row’s lease runs out (<code>locked_until</code>; ${p.isDefault === 'true' ? `${p.lease} here, the default` : `${p.lease} on this server, ${p.defaultLease} seconds by default`}). After that, the next request with the same key and the same body takes the row over and runs as the first. So key-first needs the lease and this takeover to recover. The atomic design has no such window: if the process dies, its single transaction rolls back, and the key disappears together with the charge.`,
+    `Key-first pays for the quick answer with a window between its two transactions. If the process dies after committing the key but before the charge, the row stays <code>in_progress</code> with nobody working on it, and every retry gets 409 until the row’s lease runs out (<code>locked_until</code>; ${yes(p.isDefault) ? `${p.lease} here, the default` : `${p.lease} on this server, ${p.defaultLease} seconds by default`}). After that, the next request with the same key and the same body takes the row over and runs as the first. So key-first needs the lease and this takeover to recover. The atomic design has no such window: if the process dies, its single transaction rolls back, and the key disappears together with the charge.`,
   'l4.sqlite':
     'On the SQLite backend (the zero-setup default) the same thing happens, but the lock that makes B wait covers the whole database, not one key: every other write waits for A too. PostgreSQL locks only the entry of this one key in the unique index.',
 
@@ -455,7 +455,7 @@ const en = {
   'l6.abandon.step1': p => `Send A (stops after its key, lease ${p.s} s), then retry at once (B)`,
   'l6.abandon.step2': 'Wait for the lease to end, then retry (C)',
   'l6.abandon.verdict.ok.html': p =>
-    `A got <code>${p.a}</code> and left its key <code>${p.row}</code> with no charge. B, while the lease held, got <code>${p.b}</code> and charged nothing. After the lease (the client waited ${p.waited}), ${p.recovered ? `the server’s recovery task had already taken the key over and charged, and C got the stored <code>${p.c}</code> (<code>Idempotent-Replayed: true</code>)` : `C took the key over and got <code>${p.c}</code>`}: <strong>${p.n}</strong> charge in all.`,
+    `A got <code>${p.a}</code> and left its key <code>${p.row}</code> with no charge. B, while the lease held, got <code>${p.b}</code> and charged nothing. After the lease (the client waited ${p.waited}), ${yes(p.recovered) ? `the server’s recovery task had already taken the key over and charged, and C got the stored <code>${p.c}</code> (<code>Idempotent-Replayed: true</code>)` : `C took the key over and got <code>${p.c}</code>`}: <strong>${p.n}</strong> charge in all.`,
   'l6.abandon.verdict.bad.html': p => `Expected A 504 with its key in_progress, B 409, C 201 (taking the key over, or replaying the recovery task’s charge) and one charge; A ${p.a} (key ${p.row}), B ${p.b}, C ${p.c}, ${p.n} new charge(s).`,
   'l6.abandon.p2': 'A client that gives up at the 409 never learns whether it was charged; one that keeps retrying gets the charge once the lease is over. The atomic design has no such stuck key: a crash rolls the key back with the charge.',
   'l6.retention.title': 'The retention ends before the retries do',
@@ -773,7 +773,7 @@ const ja = {
   'l4.tradeoff.p1.html':
     'どちらの設計でも、課金は 1 回に収まります。違うのは、1 通目と重なった再送が何を受け取るかです。atomic では、再送は 1 通目が終わるまでデータベースの接続を握ったまま待ち、終わったところで本当の答えを受け取ります。key-first では、<code>409</code> と <code>Retry-After</code> で「まだ早い」とすぐに知らされます。クライアントは後でもう一度送る必要があり、本当の答えはその再送で受け取ります。',
   'l4.tradeoff.p2.html': p =>
-    `key-first は、すぐに答えられる代わりに、2 つのトランザクションの間に隙間を抱えます。キーをコミットした後、課金の前にプロセスが落ちると、その行は誰も処理していないのに <code>in_progress</code> のまま残り、再送は行のリース（<code>locked_until</code>。${p.isDefault === 'true' ? `このサーバーでは既定どおり ${p.lease}` : `このサーバーでは ${p.lease}、既定は ${p.defaultLease} 秒`}）が切れるまで 409 を受け取り続けます。リースが切れた後は、同じキー・同じ本文で届いた次のリクエストがその行を引き継ぎ、1 通目として処理します。つまり key-first には、リースとこの引き継ぎという回収の仕組みが欠かせません。atomic にはこの隙間がありません。プロセスが落ちれば 1 つしかないトランザクションがロールバックされ、キーも課金と一緒に消えるからです。`,
+    `key-first は、すぐに答えられる代わりに、2 つのトランザクションの間に隙間を抱えます。キーをコミットした後、課金の前にプロセスが落ちると、その行は誰も処理していないのに <code>in_progress</code> のまま残り、再送は行のリース（<code>locked_until</code>。${yes(p.isDefault) ? `このサーバーでは既定どおり ${p.lease}` : `このサーバーでは ${p.lease}、既定は ${p.defaultLease} 秒`}）が切れるまで 409 を受け取り続けます。リースが切れた後は、同じキー・同じ本文で届いた次のリクエストがその行を引き継ぎ、1 通目として処理します。つまり key-first には、リースとこの引き継ぎという回収の仕組みが欠かせません。atomic にはこの隙間がありません。プロセスが落ちれば 1 つしかないトランザクションがロールバックされ、キーも課金と一緒に消えるからです。`,
   'l4.sqlite':
     'SQLite バックエンド（設定不要の既定）でも同じことが起きますが、B を待たせるロックはキー 1 つではなくデータベース全体にかかり、ほかの書き込みもすべて A を待ちます。PostgreSQL がロックするのは、一意インデックスのこのキーの項目だけです。',
 
@@ -1075,7 +1075,7 @@ const ja = {
   'l6.abandon.step1': p => `A を送り（キーの後で止まる、リース ${p.s} 秒）、すぐに再送する（B）`,
   'l6.abandon.step2': 'リースが切れるのを待って再送する（C）',
   'l6.abandon.verdict.ok.html': p =>
-    `A は <code>${p.a}</code> を受け取り、課金の無いままキーを <code>${p.row}</code> で残しました。リースが有効な間の B は <code>${p.b}</code> を受け取り、何も課金していません。リースが切れた後（クライアントは ${p.waited}待ちました）、${p.recovered ? `サーバーの回収タスクがすでにキーを引き継いで課金しており、C は保存済みの <code>${p.c}</code>（<code>Idempotent-Replayed: true</code>）を受け取りました` : `C がキーを引き継いで <code>${p.c}</code> を受け取りました`}。課金は全部で <strong>${p.n} 件</strong>です。`,
+    `A は <code>${p.a}</code> を受け取り、課金の無いままキーを <code>${p.row}</code> で残しました。リースが有効な間の B は <code>${p.b}</code> を受け取り、何も課金していません。リースが切れた後（クライアントは ${p.waited}待ちました）、${yes(p.recovered) ? `サーバーの回収タスクがすでにキーを引き継いで課金しており、C は保存済みの <code>${p.c}</code>（<code>Idempotent-Replayed: true</code>）を受け取りました` : `C がキーを引き継いで <code>${p.c}</code> を受け取りました`}。課金は全部で <strong>${p.n} 件</strong>です。`,
   'l6.abandon.verdict.bad.html': p => `A が 504 でキーが in_progress、B が 409、C が 201（キーの引き継ぎか、回収タスクの課金の再生）で課金 1 件を期待していました。実際は A ${p.a}（キー ${p.row}）、B ${p.b}、C ${p.c}、増えた課金 ${p.n} 件でした。`,
   'l6.abandon.p2': '409 で諦めたクライアントは、課金されたかどうかを知らないままです。再送を続けたクライアントは、リースが切れた後に 1 回だけ課金されます。atomic にはこのように止まったキーはありません。落ちればキーも課金と一緒にロールバックされるからです。',
   'l6.retention.title': '再送より先に保持期間が終わる',

@@ -966,14 +966,109 @@ async function lesson7(page) {
   await clear(page, ['l7-lost', 'l7-fresh', 'l7-recover', 'l7-down']);
 }
 
-/** The self-check: every question answered, wrong and then right, by mouse and by keyboard. */
+/** The self-check's radio for option `j` of question `i` (0-based), wherever the shuffle put it. */
+function option(root, i, j) {
+  return root.getByTestId(`quiz-${i + 1}`).locator(`input[type="radio"][value="${j}"]`);
+}
+
+/** Checks question `i` (0-based) and waits for its feedback; answers it (data-correct, data-revealed, the text). */
+async function checkQuiz(page, i) {
+  const q = page.getByTestId(`quiz-${i + 1}`);
+  await q.getByTestId('quiz-check').click();
+  await page.waitForFunction((k) => {
+    const f = document.querySelector(`[data-testid="quiz-${k}"] [data-testid="quiz-feedback"]`);
+    return f.dataset.correct !== undefined && f.textContent.trim() !== '';
+  }, i + 1);
+  const f = q.getByTestId('quiz-feedback');
+  return { correct: await f.getAttribute('data-correct'), revealed: await f.getAttribute('data-revealed'), text: (await f.innerText()).replace(/\s+/g, ' ') };
+}
+
+/** A fresh page (the self-check's state and its shuffle are per load), scrolled to the self-check. */
+async function freshSelfCheck(page) {
+  await page.reload({ waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
+  await page.waitForSelector('body[data-ready="true"]', { timeout: ACTION_TIMEOUT_MS });
+  return page.getByTestId('self-check');
+}
+
+async function scoreOf(page) {
+  const s = page.getByTestId('self-check-score');
+  return { right: Number(await s.getAttribute('data-right')), answered: Number(await s.getAttribute('data-answered')) };
+}
+
+/**
+ * The ways to game a quiz, each played on a fresh load: always the longest
+ * option, always the same position (each of the three), and "check anything,
+ * then pick the answer it reveals". None may score above 4 of 10.
+ */
+async function selfCheckStrategies(page, n, answers) {
+  const played = [];
+  // Always the longest option, by the text the learner sees.
+  let root = await freshSelfCheck(page);
+  for (let i = 0; i < n; i += 1) {
+    const q = root.getByTestId(`quiz-${i + 1}`);
+    const longest = await q.locator('.quiz-option').evaluateAll((labels) => {
+      const lengths = labels.map((l) => l.innerText.trim().length);
+      return lengths.indexOf(Math.max(...lengths));
+    });
+    await q.locator('.quiz-option input').nth(longest).check();
+    await checkQuiz(page, i);
+  }
+  played.push(['always the longest option', await scoreOf(page)]);
+  // Always the same position.
+  for (const position of [1, 2, 3]) {
+    root = await freshSelfCheck(page);
+    for (let i = 0; i < n; i += 1) {
+      await root.getByTestId(`quiz-${i + 1}-option-${position}`).check();
+      await checkQuiz(page, i);
+    }
+    played.push([`always option ${position}`, await scoreOf(page)]);
+  }
+  // Check anything, then pick what the feedback reveals.
+  root = await freshSelfCheck(page);
+  let revealedAfterOne = 0;
+  for (let i = 0; i < n; i += 1) {
+    const q = root.getByTestId(`quiz-${i + 1}`);
+    await q.getByTestId(`quiz-${i + 1}-option-1`).check();
+    let f = await checkQuiz(page, i);
+    if (f.correct === 'true') continue;
+    const rightText = (await q.locator(`span[data-option="${answers[i].answer}"]`).innerText()).trim().replace(/[.。]$/, '');
+    if (i < n - 1 && (f.revealed === 'true' || f.text.includes(rightText))) revealedAfterOne += 1;
+    // The second try: still no help unless it is right; then the right one is shown, and picked.
+    await q.getByTestId(`quiz-${i + 1}-option-2`).check();
+    f = await checkQuiz(page, i);
+    if (f.correct !== 'true') {
+      await option(root, i, answers[i].answer).check();
+      await checkQuiz(page, i);
+    }
+  }
+  check('self-check: a wrong first answer does not reveal the right one (before the end)', revealedAfterOne === 0, `${revealedAfterOne} revealed after one try`);
+  played.push(['check, then pick the revealed one', await scoreOf(page)]);
+  for (const [strategy, { right, answered }] of played) {
+    check(`self-check: "${strategy}" scores at most 4 of ${n}`, right <= 4 && answered === n, `${right} of ${n} (${answered} answered)`);
+  }
+}
+
+/**
+ * The self-check: the ways to game it, then every question answered as a
+ * learner would: question 1 right at once, the others wrong first (each
+ * wrong option with feedback of its own), then right, the last by keyboard.
+ * The score counts the first answers: 1.
+ */
 async function selfCheck(page) {
-  const root = page.getByTestId('self-check');
+  let root = page.getByTestId('self-check');
   const quizzes = root.locator('fieldset.quiz');
   const n = await quizzes.count();
   check('self-check: eight to ten questions, each a fieldset with a legend and radios', n >= 8 && n <= 10
     && (await root.locator('fieldset.quiz > legend').count()) === n, `${n} questions`);
   const answers = await page.evaluate(async () => (await import('/js/selfcheck.js')).QUESTIONS.map((q) => ({ answer: q.answer, see: q.see })));
+  // The shuffle spreads the right answers over the positions: no position holds more than 4.
+  const positions = await root.locator('fieldset.quiz').evaluateAll((sets, rights) => sets.map((set, i) =>
+    [...set.querySelectorAll('input[type="radio"]')].findIndex((input) => Number(input.value) === rights[i])), answers.map((a) => a.answer));
+  const perPosition = [0, 1, 2].map((k) => positions.filter((p) => p === k).length);
+  check('self-check: the right answers are spread over the three positions (at most 4 in any)', Math.max(...perPosition) <= 4, perPosition.join('/'));
+  await selfCheckStrategies(page, n, answers);
+
+  root = await freshSelfCheck(page);
   const first = root.getByTestId('quiz-1');
   await first.getByTestId('quiz-check').click();
   await page.waitForFunction(() => document.querySelector('[data-testid="quiz-1"] [data-testid="quiz-feedback"]').dataset.correct === 'none');
@@ -983,32 +1078,46 @@ async function selfCheck(page) {
     const { answer, see } = answers[i];
     const wrong = answer === 0 ? 1 : 0;
     const other = 3 - answer - wrong;
-    const feedback = q.getByTestId('quiz-feedback');
+    if (i === 0) {
+      await option(root, i, answer).check();
+      const f = await checkQuiz(page, i);
+      check('self-check: question 1 answered right at once is told so', f.correct === 'true', f.text.slice(0, 60));
+    }
     const wrongFeedback = [];
-    for (const pick of [other, wrong]) {
-      await q.getByTestId(`quiz-${i + 1}-option-${pick + 1}`).check();
-      await q.getByTestId('quiz-check').click();
-      await page.waitForFunction((k) => document.querySelector(`[data-testid="quiz-${k}"] [data-testid="quiz-feedback"]`).dataset.correct === 'false', i + 1);
-      wrongFeedback.push((await feedback.locator('p').first().innerText()).trim());
+    for (const [k, pick] of [other, wrong].entries()) {
+      await option(root, i, pick).check();
+      const f = await checkQuiz(page, i);
+      // The option's own correction, without the opening word ("Not quite.").
+      wrongFeedback.push(await q.getByTestId('quiz-feedback').locator('p').first().evaluate((el) => {
+        const copy = el.cloneNode(true);
+        copy.querySelector('strong')?.remove();
+        return copy.textContent.trim();
+      }));
+      if (i > 0 && i < n - 1) {
+        check(`self-check: question ${i + 1}: the right answer is shown only after the second try`,
+          f.correct === 'false' && f.revealed === (k === 0 ? 'false' : 'true'), `try ${k + 1}: revealed ${f.revealed}`);
+      }
     }
     check(`self-check: question ${i + 1}: each wrong option gets feedback of its own`, wrongFeedback[0] !== wrongFeedback[1]
       && wrongFeedback.every((text) => text.length > 40), wrongFeedback.map((text) => text.slice(0, 50)).join(' / '));
     if (i === n - 1) {
       // The last one by keyboard: from the wrong radio, the arrow keys move the choice, Tab reaches "Check".
-      await q.getByTestId(`quiz-${i + 1}-option-${wrong + 1}`).focus();
-      const steps = (answer - wrong + 3) % 3;
+      const at = (j) => q.locator('input[type="radio"]').evaluateAll((inputs, v) => inputs.findIndex((x) => Number(x.value) === v), j);
+      await option(root, i, wrong).focus();
+      const steps = ((await at(answer)) - (await at(wrong)) + 3) % 3;
       for (let k = 0; k < steps; k += 1) await page.keyboard.press('ArrowDown');
       await page.keyboard.press('Tab');
       await page.keyboard.press('Enter');
     } else {
-      await q.getByTestId(`quiz-${i + 1}-option-${answer + 1}`).check();
+      await option(root, i, answer).check();
       await q.getByTestId('quiz-check').click();
     }
     await page.waitForFunction((k) => document.querySelector(`[data-testid="quiz-${k}"] [data-testid="quiz-feedback"]`).dataset.correct === 'true', i + 1);
+    const feedback = q.getByTestId('quiz-feedback');
     const link = feedback.getByTestId('quiz-link');
     const href = await link.getAttribute('href');
     const target = await page.locator(href).count();
-    check(`self-check: question ${i + 1}: a wrong answer is told so, the right one explained, with a link to the experiment (${href})`,
+    check(`self-check: question ${i + 1}: the right one explained, with a link to the experiment (${href})`,
       href === `#${see}` && target === 1 && (await feedback.innerText()).length > 60, (await feedback.innerText()).replace(/\s+/g, ' ').slice(0, 90));
   }
   // The right option must not give itself away by its length.
@@ -1026,8 +1135,8 @@ async function selfCheck(page) {
     check(`self-check (${lang}): the options are balanced in length (the right one is the longest in at most 3 of ${rows.length}; longest ÷ shortest ≤ 1.6)`,
       longest <= 3 && ratio <= 1.6, `right is longest in ${longest}, worst ratio ${ratio.toFixed(2)}`);
   }
-  const score = await page.getByTestId('self-check-score').getAttribute('data-right');
-  check('self-check: the score counts every question right', Number(score) === n, `${score} of ${n}`);
+  const { right } = await scoreOf(page);
+  check('self-check: the score counts first answers only (1: question 1 right at once, the others wrong first)', right === 1, `${right} of ${n}`);
   const link = root.getByTestId('quiz-7').getByTestId('quiz-link');
   await link.click();
   const hash = await page.evaluate(() => window.location.hash);

@@ -337,7 +337,23 @@ async function lesson1(page) {
   check('lesson 1: the request body is in English ("Lesson 1: a book")', /"description": "Lesson 1: a book"/.test(a.request));
   const afterA = await dbState();
   check('lesson 1: after the lost answer GET /demo/state already has the charge', afterA.charges.length === 1, `${afterA.charges.length} charges`);
+  const live = exp(page, 'l1').getByTestId('verdict-live');
+  check('lesson 1: the result box\'s status region is in the page, empty, before the run ends',
+    (await live.count()) === 1 && (await live.getAttribute('role')) === 'status' && (await live.innerHTML()).trim() === ''
+      && (await live.getAttribute('hidden')) === null && (await live.evaluate((el) => getComputedStyle(el).display)) !== 'none',
+    `role ${await live.getAttribute('role')}`);
+  // It is filled in a later update than the one that ends the run: watch for the moment it changes.
+  await page.evaluate(() => {
+    const region = document.querySelector('[data-testid="exp-l1"] [data-testid="verdict-live"]');
+    window.__verdictSeen = { emptyWhenDone: null };
+    new MutationObserver(() => {
+      const root = document.querySelector('[data-testid="exp-l1"]');
+      if (root.dataset.state === 'done' && window.__verdictSeen.emptyWhenDone === null) window.__verdictSeen.emptyWhenDone = region.innerHTML === '';
+    }).observe(document.querySelector('[data-testid="exp-l1"]'), { attributes: true, attributeFilter: ['data-state'] });
+  });
   await clickStep(page, 'l1', 2);
+  const seen = await page.evaluate(() => window.__verdictSeen.emptyWhenDone);
+  check('lesson 1: the result is put into the region after the run ends, not in the same update', seen === true, `empty when the run ended: ${seen}`);
   const b = await card(page, 'l1', 'B');
   check('lesson 1: the retry without a key is answered 201', b.status === 201, `status ${b.status}`);
   const shown = await shownCharges(page, 'l1');
@@ -396,7 +412,7 @@ async function lesson2(page) {
   check('lesson 2 (no key): the diagram\'s closing note counts the run\'s refunds: 3', /this run: 3 refunds/.test(n1), n1);
 
   // ---- the same with one key: 100 refunded -------------------------------------------------
-  await resetViaPage(page);
+  // No reset: the 3 refunds above stay in the database, and the cards must not count them.
   await clickStep(page, 'l2-key', 1);
   const ka = await card(page, 'l2-key', 'A');
   const keyedCharge = responseId(ka.response);
@@ -415,6 +431,9 @@ async function lesson2(page) {
   const kd = await card(page, 'l2-key', 'D');
   check('lesson 2 (one key): the last attempt is the stored 201 (Idempotent-Replayed) with the one refund\'s id',
     kd.replayed && responseId(kd.response) === state.refunds.find((r) => r.charge_id === keyedCharge)?.id);
+  const summary = (await (await cardEl(page, 'l2-key', 'D')).locator('details.card-after > summary').innerText()).replace(/\s+/g, ' ');
+  check('lesson 2 (one key): the last card counts this run\'s rows only (1 charge, 2 keys, 1 refund), not the 3 earlier refunds still in the database',
+    /this run added 1 charge, 2 keys, 1 refund\b/.test(summary) && (state.refunds ?? []).length === 4, `"${summary}", ${(state.refunds ?? []).length} refunds in the database`);
   const keyRow = state.idempotency_keys.find((k) => k.key === refundKey);
   check('lesson 2 (one key): the refund\'s key row is completed with a 201', keyRow?.status === 'completed' && keyRow?.response_status === 201,
     `${keyRow?.status} ${keyRow?.response_status}`);

@@ -246,7 +246,7 @@ const en = {
   'col.response_status': 'response',
   'col.charge_id': 'charge_id',
   'col.expires_at': 'expires_at',
-  'summary.db': p => `${plural(p.charges, 'charge', 'charges')}, ${plural(p.keys, 'key', 'keys')}`,
+  'summary.db': p => `this run added ${plural(p.charges, 'charge', 'charges')}, ${plural(p.keys, 'key', 'keys')}`,
   'summary.unguarded': p => `, ${plural(p.n, 'unguarded key row', 'unguarded key rows')}`,
 
   // ---- request titles ---------------------------------------------------
@@ -874,8 +874,8 @@ const ja = {
   'tbl.expired': '期限切れ',
   'tbl.leaseLive': 'リース有効',
   'tbl.leaseOver': 'リース切れ',
-  'summary.db': p => `課金 ${p.charges} 件、キー ${p.keys} 件`,
-  'summary.unguarded': p => `、unguarded_keys ${p.n} 行`,
+  'summary.db': p => `この実験で増えた行: 課金 ${p.charges}件、キー ${p.keys}件`,
+  'summary.unguarded': p => `、unguarded_keys ${p.n}行`,
 
   'title.first': '1 通目',
   'title.retryNoKey': '再送（キーなし）',
@@ -963,7 +963,7 @@ const ja = {
   'rel.lease.future': p => `あと ${p.span}で終了`,
   'rel.lease.past': p => `${p.span}前に終了`,
   'tbl.refunds': 'refunds（返金）',
-  'summary.refunds': p => `、返金 ${p.n} 件`,
+  'summary.refunds': p => `、返金 ${p.n}件`,
 
   'body.l1': 'レッスン 1: 本',
   'body.l2nokey': 'レッスン 2: キーなしの返金',
@@ -1177,7 +1177,7 @@ const ja = {
   'tbl.networkError': p => `ネットワークの台帳を読めませんでした: ${p.message}`,
   'tbl.earlierAuthorizations': p => `この実行より前のオーソリ ${p.n} 件は表示していません（デモデータのリセットで空になるのはこちらのテーブルだけで、ネットワークの台帳は空になりません）。`,
   'col.held_by': 'それを持つ課金',
-  'summary.authorizations': p => `／ネットワーク: この実行のオーソリ ${p.n} 件`,
+  'summary.authorizations': p => `／ネットワーク: この実験のオーソリ ${p.n}件`,
   'card.harm.orphan': 'こちらの課金は 1 件なのに、ネットワークのオーソリは 2 件です。お客様のカードでは金額が 2 回分確保され、1 件はどの課金にも属していません。',
   'card.explain.networkAnswerLost': 'カードネットワークはオーソリしましたが、その返事は API に届きませんでした。API には返事が無いのと区別が付かないので、何も保存せず（課金なし、キーは解放）、Retry-After 付きの 503 を返しました。ネットワークのオーソリは残っています。',
   'card.explain.networkDown': 'カードネットワークが応答しませんでした。オーソリは無く、何も保存されておらず、キーは空いています。Retry-After の秒数だけ待ってから、同じキーで送り直してください。',

@@ -22,12 +22,22 @@ export function shortKey(key) {
   return s.length > 10 ? `${s.slice(0, 8)}…` : s;
 }
 
-/** One-line summary, e.g. "2 charges, 1 key"; with `network`, the network's authorizations since `baseline` too. */
-export function summarize(state, { network = false, baseline = null } = {}) {
+/**
+ * One-line summary of what this run added, e.g. "this run: 2 new charges, 1
+ * new key": the rows of `state` that are not in `baseline` (the ids seen when
+ * the run began), so a card never counts what an earlier experiment left.
+ * With `refunds`, the run's refunds too; with `network`, its authorizations.
+ */
+export function summarize(state, { network = false, baseline = null, refunds = false } = {}) {
   if (!state) return '';
-  let s = t('summary.db', { charges: state.charges.length, keys: state.idempotency_keys.length });
-  if (state.refunds?.length) s += t('summary.refunds', { n: state.refunds.length });
-  if (state.unguarded_keys?.length) s += t('summary.unguarded', { n: state.unguarded_keys.length });
+  const fresh = (ids) => (baseline ? ids.filter((id) => !baseline.has(id)) : ids).length;
+  const charges = fresh(state.charges.map((c) => c.id));
+  const keys = fresh(state.idempotency_keys.map((k) => `key:${k.key}`));
+  let s = t('summary.db', { charges, keys });
+  const refundsNew = fresh((state.refunds ?? []).map((r) => `refund:${r.id}`));
+  if (refunds || refundsNew) s += t('summary.refunds', { n: refundsNew });
+  const unguarded = fresh((state.unguarded_keys ?? []).map((u) => `unguarded:${u.key}:${u.charge_id}`));
+  if (unguarded) s += t('summary.unguarded', { n: unguarded });
   if (network && state.network?.authorizations) s += t('summary.authorizations', { n: authorizationsSince(state, baseline).length });
   return s;
 }

@@ -70,6 +70,7 @@ function check(name, ok, detail = '') {
 /** Runs one lesson; an exception fails it with its message and lets the others run. */
 async function lesson(name, fn) {
   console.log(`# ${name}`);
+  currentLesson = name;
   const before = failed;
   try {
     await fn();
@@ -86,7 +87,21 @@ async function api(method, urlPath) {
   return JSON.parse(text);
 }
 
-const dbState = () => api('GET', '/demo/state');
+/** Every charge seen in GET /demo/state, by id: its authorization_id and the lesson that first saw it. */
+const seenCharges = new Map();
+let currentLesson = '';
+
+async function dbState() {
+  const state = await api('GET', '/demo/state');
+  for (const c of state.charges ?? []) if (!seenCharges.has(c.id)) seenCharges.set(c.id, { auth: c.authorization_id, lesson: currentLesson });
+  return state;
+}
+
+/** The charges first seen in lessons whose name matches `re`, and those of them that hold an authorization. */
+function chargesOf(re) {
+  const all = [...seenCharges.values()].filter((c) => re.test(c.lesson));
+  return { all, withAuth: all.filter((c) => c.auth !== null && c.auth !== undefined) };
+}
 
 // ---- page helpers ------------------------------------------------------------------
 
@@ -335,6 +350,7 @@ async function lesson1(page) {
   check('lesson 1: the raw request shows Demo-Fault and no Idempotency-Key',
     /Demo-Fault: lose-response/.test(a.request) && !/Idempotency-Key/i.test(a.request));
   check('lesson 1: the request body is in English ("Lesson 1: a book")', /"description": "Lesson 1: a book"/.test(a.request));
+  check('lesson 1: the charge does not ask for the card network (no Demo-Network header)', !/Demo-Network/i.test(a.request));
   const afterA = await dbState();
   check('lesson 1: after the lost answer GET /demo/state already has the charge', afterA.charges.length === 1, `${afterA.charges.length} charges`);
   const live = exp(page, 'l1').getByTestId('verdict-live');
@@ -685,10 +701,10 @@ async function lesson5(page) {
     afterPurge.charges.length === 2 && afterPurge.idempotency_keys.find((k) => k.key === key)?.charge_id === responseId(d.response),
     `${afterPurge.charges.length} charges`);
   check('lesson 5: the purge result box agrees with the database, and the second charge is shown as harm',
-    (await verdict(page, 'l5-expire')).ok && (await tone(page, 'l5-expire')) === 'bad' && (await harmShown(page, 'l5-expire', 'D', 'ledgerDuplicate')));
-  const l5Auths = new Set(afterPurge.charges.map((c) => c.authorization_id));
-  check('lesson 5: the two charges hold one authorization at the network, and the result box points to lesson 7 for why',
-    l5Auths.size === 1 && !l5Auths.has(null) && /lesson 7/.test((await verdict(page, 'l5-expire')).text), [...l5Auths].join(', '));
+    (await verdict(page, 'l5-expire')).ok && (await tone(page, 'l5-expire')) === 'bad' && (await harmShown(page, 'l5-expire', 'D', 'duplicate')));
+  check('lesson 5: its charges asked no card network (authorization_id null), and the result box does not talk of one',
+    afterPurge.charges.every((c) => c.authorization_id === null) && !/authoriz|lesson 7/i.test((await verdict(page, 'l5-expire')).text),
+    afterPurge.charges.map((c) => String(c.authorization_id)).join(', '));
 
   await resetViaPage(page);
   await clickStep(page, 'l5-reuse', 1, { keyboard: true });
@@ -810,12 +826,11 @@ async function lesson6(page) {
   state = await dbState();
   check('lesson 6 (retention): the late retry with the same key charges again (201, not replayed; 2 charges)',
     rc.status === 201 && !rc.replayed && state.charges.length === 2, `status ${rc.status}, ${state.charges.length} charges`);
-  const l6Auths = new Set(state.charges.map((ch) => ch.authorization_id));
-  check('lesson 6 (retention): the two charges hold one authorization, and the result box points to lesson 7 for why',
-    l6Auths.size === 1 && !l6Auths.has(null) && /lesson 7/.test((await verdict(page, 'l6-retention')).text), [...l6Auths].join(', '));
+  check('lesson 6 (retention): its charges asked no card network (authorization_id null)',
+    state.charges.length === 2 && state.charges.every((ch) => ch.authorization_id === null), state.charges.map((ch) => String(ch.authorization_id)).join(', '));
   const v3 = await verdict(page, 'l6-retention');
   check('lesson 6 (retention): the result box agrees, shown as harm',
-    v3.ok && (await tone(page, 'l6-retention')) === 'bad' && (await harmShown(page, 'l6-retention', 'C', 'ledgerDuplicate')), said(v3));
+    v3.ok && (await tone(page, 'l6-retention')) === 'bad' && (await harmShown(page, 'l6-retention', 'C', 'duplicate')), said(v3));
   await look(page, 'after lesson 6', { section: 'lesson-6' });
   await clear(page, ['l6-forget', 'l6-abandon', 'l6-retention']);
 }
@@ -854,6 +869,7 @@ async function lesson7(page) {
   await clickStep(page, 'l7-lost', 1);
   const la = await card(page, 'l7-lost', 'A');
   let state = await dbState();
+  check('lesson 7: its charges ask for the card network with Demo-Network: on', /\nDemo-Network: on\b/.test(la.request), la.request.split('\n').filter((l) => /^Demo-/.test(l)).join(' | '));
   check('lesson 7 (lost answer): A (Demo-Fault: network-lose-answer) is answered 503 network-unavailable with Retry-After; the network holds 1 new authorization, we hold no charge and no key',
     la.status === 503 && /network-unavailable/.test(la.response) && /Retry-After: \d+/.test(la.response) && /Demo-Fault: network-lose-answer/.test(la.request)
       && newAuths(state, before).length === 1 && state.charges.length === 0 && state.idempotency_keys.length === 0,
@@ -887,7 +903,7 @@ async function lesson7(page) {
     /never runs inside a database transaction/.test(await page.getByTestId('l7-phases').innerText()));
   const shared = await page.getByTestId('l7-shared-authorization').innerText();
   check('lesson 7: where the learner sees it, the page explains why lessons 5 and 6\'s duplicates share one authorization',
-    /lessons 5 and 6/.test(shared) && /replayed/.test(shared) && /held once/.test(shared), shared.slice(0, 80));
+    /lessons 5 and 6/.test(shared) && /replays/.test(shared) && /held once/.test(shared), shared.slice(0, 80));
   const va = await verdict(page, 'l7-lost');
   check('lesson 7 (lost answer): the result box agrees, shown as safe', va.ok && (await tone(page, 'l7-lost')) === 'good', said(va));
 
@@ -981,6 +997,12 @@ async function lesson7(page) {
     `status ${db.status}, ${state.charges.length} charges, ${auths.length} authorizations`);
   const vd = await verdict(page, 'l7-down');
   check('lesson 7 (network down): the result box agrees, shown as safe', vd.ok && (await tone(page, 'l7-down')) === 'good', said(vd));
+  const l16 = chargesOf(/^lesson [1-6]:/);
+  const l7 = chargesOf(/^lesson 7:/);
+  check('lessons 1 to 6 ran without the card network: none of their charges holds an authorization_id',
+    l16.all.length > 10 && l16.withAuth.length === 0, `${l16.all.length} charges, ${l16.withAuth.length} with an authorization`);
+  check('lesson 7 ran with the card network: every one of its charges holds an authorization_id',
+    l7.all.length >= 4 && l7.withAuth.length === l7.all.length, `${l7.all.length} charges, ${l7.withAuth.length} with an authorization`);
   await look(page, 'after lesson 7', { section: 'lesson-7' });
   await clear(page, ['l7-lost', 'l7-fresh', 'l7-recover', 'l7-down']);
 }
@@ -1266,13 +1288,14 @@ try {
     // Every result box, written with each yes-or-no fact as true and as false: the words say which, never "true" or "false".
     const raw = await page.evaluate(async () => {
       const { MESSAGES } = await import('/js/messages.js');
-      const facts = ['replayed', 'same', 'keyLeft', 'recovered', 'sameAuth'];
+      const facts = ['replayed', 'same', 'keyLeft', 'recovered', 'rolledBack'];
       const found = [];
       for (const lang of ['en', 'ja']) {
         for (const [key, value] of Object.entries(MESSAGES[lang])) {
           if (!/\.verdict\.(ok|bad)\.html$/.test(key) || typeof value !== 'function') continue;
           for (const fact of ['true', 'false']) {
-            const text = value(new Proxy({}, { get: (_, name) => (facts.includes(name) ? fact : '7') })).replace(/Idempotent-Replayed: true/g, '');
+            // A fact arrives as a boolean (tHtml passes booleans on as they are).
+            const text = value(new Proxy({}, { get: (_, name) => (facts.includes(name) ? fact === 'true' : '7') })).replace(/Idempotent-Replayed: true/g, '');
             if (/\b(true|false)\b/.test(text)) found.push(`${lang} ${key}`);
           }
         }

@@ -620,6 +620,7 @@ function callDetail(spec) {
     lines.push(i.key ? L('d.withKey', { key: shortKeyOf(i.key) }) : L('d.noKey'));
     if (i.faults?.length) lines.push(() => `Demo-Fault: ${i.faults.join(', ')}`);
     if (i.mode) lines.push(() => `Demo-Mode: ${i.mode}`);
+    if (i.network) lines.push(() => 'Demo-Network: on');
   } else if (spec.kind === 'describe') {
     lines.push(() => `"description": ${JSON.stringify(i.description)}`);
     if (i.faults?.length) lines.push(() => `Demo-Fault: ${i.faults.join(', ')}`);

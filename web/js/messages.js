@@ -87,7 +87,7 @@ const en = {
   'l3.retry.verdict.bad.html': p =>
     `Expected one new charge and the stored 201 replayed with its id. This run made ${plural(p.n, 'charge', 'charges')}; the retry was answered ${p.status}, ${yes(p.replayed) ? 'as a replay' : 'not as a replay (no Idempotent-Replayed: true)'}, and its id ${yes(p.same) ? 'is' : 'is not'} the stored charge’s.`,
   'l3.p2': 
-    'Storing the response is not what makes the request idempotent; the key alone prevents the second charge. It is a kindness to the client: it cannot tell a first attempt from a retry, so getting the same answer both times keeps its code simple. (Lessons 3 to 6 draw a charge as this one transaction; lesson 7 shows what changes when the charge must also ask the card network.)',
+    'Storing the response is not what makes the request idempotent; the key alone prevents the second charge. It is a kindness to the client: it cannot tell a first attempt from a retry, so getting the same answer both times keeps its code simple. (Lessons 1 to 6 run every charge as this one transaction and ask no card network; lesson 7 asks for the network and shows what changes.)',
   'l3.race.title': 'Why a unique constraint?',
   'l3.race.p1.html':
     'The obvious way to build this is: look the key up, and if it is not there, charge and write the key down. The trouble is the moment between looking and writing. Two requests with the same key that arrive together can both look, both find nothing, and both charge. The demo’s <code>Demo-Mode: check-then-insert</code> does exactly this. It waits {pause} ms between the look-up and the insert so the gap is easy to hit, and its key table, <code>unguarded_keys</code>, has no unique constraint.',
@@ -142,14 +142,13 @@ const en = {
   'l5.p1': p =>
     `The server cannot keep every key forever, or the table would only grow. This one keeps a key for ${p.ttl}. The period is the API provider’s choice and should be documented; the specification does not fix it. Once the period is over, the key is forgotten, and a retry with it looks like a brand-new request.`,
   'l5.expire.title': 'An expired key, the purge, and a retry',
-  'l5.expire.p.html':
-    'Make a charge with a key and make the key expire right now (<code>POST /demo/keys/{key}/expire</code>, a shortcut that exists only in the demo). Then run one pass of the purge (<code>POST /demo/purge</code>, also demo only), and finally send the charge again with the same key.',
-  'l5.expire.step1': 'Charge with a key',
+  'l5.expire.p.html': 'Make a charge with a key; its answer is lost, so the client will send it again. Before it does, the key expires (<code>POST /demo/keys/{key}/expire</code>, a shortcut that exists only in the demo, stands in for the retention running out). Then run one pass of the purge (<code>POST /demo/purge</code>, also demo only), and finally the client sends its retry with the same key.',
+  'l5.expire.step1': 'Charge with a key (the answer gets lost)',
   'l5.expire.step2': 'Expire the key now',
   'l5.expire.step3': 'Run the purge',
   'l5.expire.step4': 'Send the charge again with the same key',
   'l5.expire.verdict.ok.html': p =>
-    `${Number(p.purged) === 0 ? 'The purge found nothing left to delete (the server’s own purge had already removed the row), and' : `The purge deleted <strong>${p.purged}</strong> expired key ${Number(p.purged) === 1 ? 'row' : 'rows'}, and`} the charge stayed. The retry after it went through as a new request: this run made <strong>${p.n}</strong> charges. A key has to live longer than the client keeps retrying.${yes(p.sameAuth) ? ' Both charges hold the same authorization at the card network: lesson 7 shows why.' : ''}`,
+    `${Number(p.purged) === 0 ? 'The purge found nothing left to delete (the server’s own purge had already removed the row), and' : `The purge deleted <strong>${p.purged}</strong> expired key ${Number(p.purged) === 1 ? 'row' : 'rows'}, and`} the charge stayed. The client, which never heard back about its first attempt, retried with the same key, and the retry went through as a new request: this run made <strong>${p.n}</strong> charges. A key has to live longer than the client keeps retrying.`,
   'l5.expire.verdict.bad.html': p =>
     `Expected the purge to remove the expired key row and keep the charge, and the retry to make a second charge. The purge deleted ${p.purged}; ${yes(p.keyLeft) ? 'the key row was still there after it' : 'the key row was gone'}; charges after the purge: ${p.kept}; this run made ${plural(p.n, 'charge', 'charges')} (last status ${p.status}).`,
   'l5.purge.p1.html':
@@ -465,7 +464,7 @@ const en = {
   'l6.retention.step2': 'The retention ends',
   'l6.retention.step3': 'A late retry with the same key',
   'l6.retention.verdict.ok.html': p =>
-    `The late retry got <code>${p.status}</code> as a new request: this run made <strong>${p.n}</strong> charges for one purchase.${yes(p.sameAuth) ? ' Both hold the same authorization at the card network: lesson 7 shows why.' : ''}`,
+    `The late retry got <code>${p.status}</code> as a new request: this run made <strong>${p.n}</strong> charges for one purchase.`,
   'l6.retention.verdict.bad.html': p => `Expected the late retry to charge again (2 new charges); got ${p.n}, last status ${p.status}.`,
   'l6.retention.p2': 'Keep keys longer than any client retries, and make clients stop retrying well before that.',
   'end.2': 'Where you can, describe the end result (“set the description to this”) rather than a change (“refund 100”); PUT and DELETE work that way and need no key.',
@@ -584,7 +583,7 @@ const en = {
   'd.phase3Release': 'phase 3: BEGIN; release the key (delete its in_progress row); COMMIT: nothing stored',
   'd.readStoredNoNetwork': 'read the stored response; the network is not asked',
   'd.abandonedAfterNetwork': 'the request stops here, as if its process had died: the network has authorized, we have no charge, the key stays in_progress',
-  'd.waitRecovery': p => `the client waits; the page reads the tables every ${p.every}`,
+  'd.waitRecovery': p => `the client waits: first for the lease, then for the server’s recovery task; the page reads the tables every ${p.every}`,
   'd.recoveryTakesOver': p => `after ${p.span} of waiting: the server’s recovery task (every ${p.every}) had found key ${p.key} in_progress with its lease over, taken it over, and rebuilt the charge from the stored request`,
   'd.notRecovered': p => `${p.span} later the key is still not completed`,
   'd.countNoteNetwork': p => `this run: ${plural(p.n, 'charge', 'charges')} here · ${plural(p.auths, 'authorization', 'authorizations')} at the network`,
@@ -592,12 +591,12 @@ const en = {
   'l7.p1.html':
     'So far a charge was a row in our database, and the key made sure there was at most one. A real charge is first <strong>authorized</strong> at the card network: another company, with a database of its own, where an authorization stays whatever happens to our transaction afterwards. Between us and the network the same answer can be lost as between the client and us, one hop further in. So this server calls the network under a key too, and <strong>derives</strong> that key from the client’s: the same account and the same <code>Idempotency-Key</code> always give the same network key, so our retry is, at the network, a retry as well.',
   'l7.phases.html': 
-    'A call to another service never runs inside a database transaction: while the network thinks, the transaction would sit idle holding a pooled connection, and every other request would queue behind it. So a charge runs in <strong>three phases</strong>. <strong>Phase 1</strong>, one short transaction: register the key <code>in_progress</code> under its lease, with the request, and commit; the connection goes back to the pool. <strong>Phase 2</strong>: call the network under the derived key, holding no connection and no transaction. <strong>Phase 3</strong>, one transaction: insert the charge with its <code>authorization_id</code>, store the <code>201</code> under the key only if the lease is still ours, and commit. A duplicate that arrives meanwhile waits, reading the key row without a connection, and replays (atomic), or gets <code>409</code> with <code>Retry-After</code> (key-first). Refunds and the <code>PUT</code> call nobody else: they stay one transaction. The diagrams below draw these phases.',
+    'Lessons 1 to 6 charged in one transaction: key, charge and stored response commit together or not at all. A charge that asks the card network cannot keep that shape, because the network’s authorization is not ours to roll back, and a call to another service never runs inside a database transaction or holds a connection while it waits: so the key is committed first, the network called, and then the charge and its response are stored. In turn: <strong>phase 1</strong>, one short transaction, registers the key <code>in_progress</code> under its lease, with the request, and commits; the connection goes back to the pool. <strong>Phase 2</strong> calls the network under the derived key, holding no connection and no transaction. <strong>Phase 3</strong>, one transaction, inserts the charge with its <code>authorization_id</code>, stores the <code>201</code> under the key only if the lease is still ours, and commits. A duplicate that arrives meanwhile waits, reading the key row without holding a connection, and replays (atomic), or gets <code>409</code> with <code>Retry-After</code> (key-first). Every charge in this lesson asks for the network with the header <code>Demo-Network: on</code>; the diagrams below draw the phases.',
   'l7.network.html': p =>
-    `On this server the network runs at <code>${p.url}</code> (<code>network</code> in <code>GET /demo/config</code>). The diagrams have a fourth lane for it, and after each step the page shows both ledgers: our charges with the <code>authorization_id</code> each holds, and the network’s authorizations made during the run, each with the charge of ours that holds it. <strong>Reset demo data</strong> empties our tables only; the network’s ledger is not ours to empty.`,
-  'l7.network.none.html':
-    'This server runs <strong>without a card network</strong> (<code>NETWORK_URL=off</code>: <code>network</code> is <code>null</code> in <code>GET /demo/config</code>), so the experiments of this lesson cannot run here and their buttons are disabled. Start it with the default, <code>NETWORK_URL=in-process</code>, to try them.',
-  'l7.noNetwork': 'This server has no card network (NETWORK_URL=off), so this experiment cannot run here.',
+    `${p.network === 'server' ? 'This server charges every charge through a card network (<code>NETWORK_URL</code> is set), so lessons 1 to 6 went through it too.' : 'This server’s card network is the sandbox’s own (<code>network: "sandbox"</code> in <code>GET /demo/config</code>): only a charge that asks for it reaches it, so lessons 1 to 6, which do not ask, hold no <code>authorization_id</code>.'} The diagrams have a fourth lane for it, and after each step the page shows both ledgers: our charges with the <code>authorization_id</code> each holds, and the network’s authorizations made during the run, each with the charge of ours that holds it. <strong>Reset demo data</strong> empties our tables only; the network’s ledger is not ours to empty.`,
+  'l7.network.none.html': 
+    'This server runs <strong>without a card network</strong> (<code>network</code> is <code>null</code> in <code>GET /demo/config</code>), so the experiments of this lesson cannot run here and their buttons are disabled.',
+  'l7.noNetwork': 'This server has no card network, so this experiment cannot run here.',
   'l7.lost.title': 'The network’s answer is lost, and we retry with the same key',
   'l7.lost.p.html':
     'The network authorizes A, and its answer is lost on the way back to us (<code>Demo-Fault: network-lose-answer</code>). We cannot tell that from a network that never got the call, so we store nothing, release the key, and answer <code>503</code> with <code>Retry-After</code>. The client retries with the same key, and we call the network again under the same derived key.',
@@ -607,7 +606,7 @@ const en = {
     `A got <code>${p.a}</code>; after it the network held <strong>${p.authsA}</strong> authorization and we held no charge. The retry got <code>${p.b}</code>: the network recognised the derived key and replayed its authorization instead of making a second one. <strong>${p.n}</strong> charge here, <strong>${p.auths}</strong> authorization there, and the charge holds it (<code>${p.id}</code>).`,
   'l7.lost.verdict.bad.html': p => `Expected A 503 with 1 authorization and no charge, then B 201 with 1 charge holding the only authorization; A ${p.a} (authorizations after A: ${p.authsA}), B ${p.b}, ${plural(p.n, 'charge', 'charges')}, ${plural(p.auths, 'authorization', 'authorizations')}; ${yes(p.same) ? 'the charge holds the only authorization' : 'the charge does not hold the only authorization'}.`,
   'l7.lost.p2.html': 
-    '<strong>Now look back at lessons 5 and 6.</strong> Their double charges (the key expired, the retention over) hold <strong>one</strong> <code>authorization_id</code> between them. The late retry was new to our table, but it carried the same key, so the derived network key was the same too, and the network replayed the authorization it had already made. The customer’s card was held once. Our ledger still holds two charges for one purchase: the network’s key protected the network’s ledger, not ours.',
+    '<strong>What this means for lessons 5 and 6.</strong> Their charges did not ask the network. Had they asked, the late retry after the key expired would still have been new to our table, but it would have carried the same key, so the derived network key would have been the same, and a network that still remembers that key replays the authorization it already made: the customer’s card would be held once, and our ledger would still hold two charges for one purchase. The network’s key protects the network’s ledger, not ours.',
   'l7.fresh.title': 'The same, without passing the key on',
   'l7.fresh.p.html':
     'Now the integration calls the network with a new key every time (<code>Demo-Fault: network-fresh-key</code>), as code does that keeps the client’s key at its own door. Our side is exactly as safe as before: one key, one charge. But the network has nothing that links our retry to our first call.',
@@ -651,6 +650,7 @@ const en = {
   'sc.q10.a1.wrong.html': 'The lease ends after its seconds, and the recovery task takes the row over; only until then do retries get 409.',
   'sc.q10.a0.wrong.html': 'The key row kept the request, so the server need not wait for the client: its recovery task finishes the charge.',
   'sc.q10.why.html': 'The key row kept its request, so the server can finish the work itself once the lease is over. The network’s replay gives the charge the authorization it already made: one authorization, one charge, none orphaned.',
+  'progress.recovery': p => `${p.ms > 0 ? `Waiting: the lease ends in ${p.span}, by the database’s clock; then the server’s recovery task (every ${p.every}) may take the key over.` : `The lease ended ${p.span} ago, by the database’s clock: now waiting for the server’s recovery task (every ${p.every}) to take the key over and finish A.`} Waited ${p.waited} so far.`,
 };
 
 const ja = {
@@ -731,7 +731,7 @@ const ja = {
   'l3.retry.verdict.bad.html': p =>
     `新しい課金 1 件と、保存済みの id を持つ 201 の再生を期待していました。この実験で増えた課金は ${p.n} 件です。再送への応答は ${p.status} で、${yes(p.replayed) ? '再生でした' : '再生ではありませんでした（Idempotent-Replayed: true がありません）'}。その id は保存済みの課金の id と${yes(p.same) ? '同じです' : '違います'}。`,
   'l3.p2': 
-    '二重課金を防いでいるのはキーそのもので、応答の保存は冪等性の条件ではありません。これはクライアントへの心配りです。クライアントには自分の送信が初回か再送かを見分けられないので、どちらでも同じ応答が返れば、処理を分けずに済みます。（レッスン 3〜6 は課金をこの 1 つのトランザクションとして描きます。課金がカードネットワークにも問い合わせるときに何が変わるかは、レッスン 7 で見ます。）',
+    '二重課金を防いでいるのはキーそのもので、応答の保存は冪等性の条件ではありません。これはクライアントへの心配りです。クライアントには自分の送信が初回か再送かを見分けられないので、どちらでも同じ応答が返れば、処理を分けずに済みます。（レッスン 1〜6 の課金はすべてこの 1 つのトランザクションで、カードネットワークには問い合わせません。ネットワークに問い合わせると何が変わるかは、レッスン 7 で見ます。）',
   'l3.race.title': 'なぜ一意制約なのか',
   'l3.race.p1.html':
     '素直に作るなら「キーを探し、無ければ課金してからキーを書き込む」でしょう。問題は、探してから書き込むまでの隙間です。同じキーの 2 通が同時に届くと、両方が探し、両方とも何も見つけられず、両方が課金します。デモの <code>Demo-Mode: check-then-insert</code> はまさにこの動きをします。隙間に入りやすいよう検索と書き込みの間で {pause} ms 待ち、キーを入れるテーブル <code>unguarded_keys</code> には一意制約がありません。',
@@ -784,14 +784,13 @@ const ja = {
   'l5.p1': p =>
     `サーバーはすべてのキーを永遠に持っておけません。テーブルが増える一方になるからです。このサーバーはキーを ${p.ttl} 保持します。期間は API を提供する側が決めて文書にするもので、仕様では決まっていません。期間が過ぎるとキーは忘れられ、そのキーでの再送は新しいリクエストと見分けがつかなくなります。`,
   'l5.expire.title': '期限切れのキー、パージ、そして再送',
-  'l5.expire.p.html':
-    'キー付きで課金し、そのキーを今すぐ期限切れにします（<code>POST /demo/keys/{key}/expire</code>。デモ専用の近道です）。続いて期限切れのキーを消すパージを 1 回実行し（<code>POST /demo/purge</code>。これもデモ専用）、最後に同じキーで課金をもう一度送ります。',
-  'l5.expire.step1': 'キー付きで課金する',
+  'l5.expire.p.html': 'キー付きで課金します。その返事は失われるので、クライアントは後で送り直します。送り直す前にキーの期限が切れます（<code>POST /demo/keys/{key}/expire</code>。保持期間が過ぎたことの代わりになる、デモ専用の近道です）。続いて期限切れのキーを消すパージを 1 回実行し（<code>POST /demo/purge</code>。これもデモ専用）、最後にクライアントが同じキーで再送します。',
+  'l5.expire.step1': 'キー付きで課金する（返事は失われる）',
   'l5.expire.step2': 'キーを今すぐ期限切れにする',
   'l5.expire.step3': 'パージを実行する',
   'l5.expire.step4': '同じキーで課金をもう一度送る',
   'l5.expire.verdict.ok.html': p =>
-    `${Number(p.purged) === 0 ? 'パージが消す行はもう残っていませんでした（サーバー自身の定期パージが先に消していました）。' : `パージは期限切れのキーの行を <strong>${p.purged} 行</strong>削除しました。`}課金は残っています。その後の再送は新しいリクエストとして通り、この実験で課金は <strong>${p.n} 件</strong>になりました。キーの保持期間は、クライアントが送り直しを続ける期間より長くなければなりません。${yes(p.sameAuth) ? '2 件の課金は、カードネットワークの同じオーソリを持っています。理由はレッスン 7 で分かります。' : ''}`,
+    `${Number(p.purged) === 0 ? 'パージが消す行はもう残っていませんでした（サーバー自身の定期パージが先に消していました）。' : `パージは期限切れのキーの行を <strong>${p.purged}行</strong>削除しました。`}課金は残っています。1 通目の返事を受け取っていないクライアントは同じキーで再送し、その再送は新しいリクエストとして通りました。この実験で課金は <strong>${p.n}件</strong>になりました。キーの保持期間は、クライアントが送り直しを続ける期間より長くなければなりません。`,
   'l5.expire.verdict.bad.html': p =>
     `パージが期限切れのキーの行を消して課金は残し、その後の再送で課金が 2 件目になることを期待していました。実際は削除 ${p.purged} 行、パージ後もキーの行が${yes(p.keyLeft) ? '残っていました' : '消えていました'}。パージ後の課金 ${p.kept} 件、この実験で増えた課金 ${p.n} 件（最後のステータス ${p.status}）でした。`,
   'l5.purge.p1.html':
@@ -1088,7 +1087,7 @@ const ja = {
   'l6.retention.step2': '保持期間が終わる',
   'l6.retention.step3': '同じキーで遅れて再送する',
   'l6.retention.verdict.ok.html': p =>
-    `遅れた再送は新しいリクエストとして <code>${p.status}</code> を受け取りました。1 回の買い物で、この実験の課金は <strong>${p.n} 件</strong>です。${yes(p.sameAuth) ? '2 件とも、カードネットワークの同じオーソリを持っています。理由はレッスン 7 で分かります。' : ''}`,
+    `遅れた再送は新しいリクエストとして <code>${p.status}</code> を受け取りました。1 回の買い物で、この実験の課金は <strong>${p.n}件</strong>です。`,
   'l6.retention.verdict.bad.html': p => `遅れた再送がもう一度課金する（課金 2 件）ことを期待していましたが、${p.n} 件、最後のステータス ${p.status} でした。`,
   'l6.retention.p2': 'キーはどのクライアントの再送よりも長く保持し、クライアントにはそれよりずっと前に再送をやめさせます。',
   'end.2': 'できるなら、変化（「100円返金する」）ではなく行き着く結果（「説明文をこれにする」）で要求を書く。PUT と DELETE はこの考え方のメソッドで、キーは要らない。',
@@ -1205,7 +1204,7 @@ const ja = {
   'd.phase3Release': 'フェーズ 3: BEGIN、キーを解放（in_progress の行を削除）、COMMIT。何も残らない',
   'd.readStoredNoNetwork': '保存済みの応答を読む（ネットワークには問い合わせない）',
   'd.abandonedAfterNetwork': 'プロセスが落ちたかのように、リクエストはここで止まる。ネットワークはオーソリ済み、こちらに課金は無く、キーは in_progress のまま',
-  'd.waitRecovery': p => `クライアントは待つ。ページは ${p.every}ごとにテーブルを読む`,
+  'd.waitRecovery': p => `クライアントは待つ。まずリースが切れるまで、次にサーバーの回収タスクを。ページは ${p.every}ごとにテーブルを読む`,
   'd.recoveryTakesOver': p => `${p.span}待った時点で: サーバーの回収タスク（${p.every}ごと）が、リースの切れた in_progress のキー ${p.key} を見つけて引き継ぎ、保存されたリクエストから課金を組み立て直していた`,
   'd.notRecovered': p => `${p.span}経っても、キーはまだ completed になっていない`,
   'd.countNoteNetwork': p => `この実験: こちらの課金 ${p.n} 件 ・ ネットワークのオーソリ ${p.auths} 件`,
@@ -1213,12 +1212,12 @@ const ja = {
   'l7.p1.html':
     'ここまでの課金はこちらのデータベースの 1 行で、キーはそれが多くても 1 件になるようにしていました。本物の課金は、まずカードネットワークで<strong>オーソリ</strong>（与信）を受けます。ネットワークは別の会社で、自分のデータベースを持ち、そこでのオーソリは、こちらのトランザクションがその後どうなっても残ります。こちらとネットワークの間でも、クライアントとこちらの間と同じように返事が失われます。ひとつ奥の区間というだけです。そこでこのサーバーはネットワークにもキー付きで問い合わせ、そのキーをクライアントのキーから<strong>導きます</strong>。同じアカウントと同じ <code>Idempotency-Key</code> からは必ず同じネットワーク用のキーができるので、こちらの再送はネットワークにとっても再送になります。',
   'l7.phases.html': 
-    '別のサービスの呼び出しを、データベースのトランザクションの中で行ってはいけません。ネットワークが考えている間、トランザクションはプールの接続を握ったまま何もせずに待ち、ほかのリクエストはすべてその後ろに並ぶことになるからです。そこで課金は<strong>3 つのフェーズ</strong>で進みます。<strong>フェーズ 1</strong> は短いトランザクション 1 つです。キーをリース付きの <code>in_progress</code> としてリクエストと一緒に登録し、コミットします。接続はプールに戻ります。<strong>フェーズ 2</strong> では、接続もトランザクションも持たずに、導いたキーでネットワークを呼びます。<strong>フェーズ 3</strong> もトランザクション 1 つです。<code>authorization_id</code> を付けて課金を記録し、リースがまだこちらのものであるときだけキーに <code>201</code> を保存して、コミットします。その間に届いた重複は、接続を持たずにキーの行を読み直して待ってから再生を受け取るか（atomic）、<code>Retry-After</code> 付きの <code>409</code> を受け取ります（key-first）。返金と <code>PUT</code> はほかのサービスを呼ばないので、1 つのトランザクションのままです。下の図は、この 3 つのフェーズを描きます。',
+    'レッスン 1〜6 の課金は 1 つのトランザクションでした。キー・課金・保存する応答は、まとめてコミットされるか、何も残らないかのどちらかです。カードネットワークに問い合わせる課金は、この形を保てません。ネットワークのオーソリはこちらのロールバックでは取り消せず、別のサービスの呼び出しは、データベースのトランザクションの中で行ったり、待つ間に接続を握ったりしてはいけないからです。そこで、先にキーを確定させ、ネットワークを呼び、その後で課金と応答を保存します。順に見ると、<strong>フェーズ 1</strong> は短いトランザクション 1 つで、キーをリース付きの <code>in_progress</code> としてリクエストと一緒に登録し、コミットします。接続はプールに戻ります。<strong>フェーズ 2</strong> では、接続もトランザクションも持たずに、導いたキーでネットワークを呼びます。<strong>フェーズ 3</strong> もトランザクション 1 つで、<code>authorization_id</code> を付けて課金を記録し、リースがまだこちらのものであるときだけキーに <code>201</code> を保存して、コミットします。その間に届いた重複は、接続を持たずにキーの行を読み直して待ってから保存済みの応答を受け取るか（atomic）、<code>Retry-After</code> 付きの <code>409</code> を受け取ります（key-first）。このレッスンの課金はすべて、ヘッダ <code>Demo-Network: on</code> でネットワークへの問い合わせを求めます。下の図は、このフェーズを描きます。',
   'l7.network.html': p =>
-    `このサーバーのネットワークは <code>${p.url}</code> で動いています（<code>GET /demo/config</code> の <code>network</code>）。図にはネットワークの列が加わり、手順ごとに 2 つの台帳を表示します。こちらの課金とそれぞれが持つ <code>authorization_id</code>、そしてこの実行中にネットワークが作ったオーソリと、それを持つこちらの課金です。<strong>デモデータのリセット</strong>で空になるのはこちらのテーブルだけです。ネットワークの台帳は、こちらが空にできるものではありません。`,
-  'l7.network.none.html':
-    'このサーバーは<strong>カードネットワークなし</strong>で動いています（<code>NETWORK_URL=off</code>。<code>GET /demo/config</code> の <code>network</code> が <code>null</code>）。そのため、このレッスンの実験はここでは動かせず、ボタンは押せません。試すには、既定の <code>NETWORK_URL=in-process</code> で起動してください。',
-  'l7.noNetwork': 'このサーバーにはカードネットワークがありません（NETWORK_URL=off）。この実験はここでは動かせません。',
+    `${p.network === 'server' ? 'このサーバーは、すべての課金をカードネットワーク経由で行います（<code>NETWORK_URL</code> が設定されています）。レッスン 1〜6 の課金もネットワークを通りました。' : 'このサーバーのカードネットワークは、サンドボックス自身のものです（<code>GET /demo/config</code> の <code>network: "sandbox"</code>）。届くのは問い合わせを求めた課金だけなので、求めないレッスン 1〜6 の課金は <code>authorization_id</code> を持ちません。'}図にはネットワークの列が加わり、手順ごとに 2 つの台帳を表示します。こちらの課金とそれぞれが持つ <code>authorization_id</code>、そしてこの実験中にネットワークが作ったオーソリと、それを持つこちらの課金です。<strong>デモデータのリセット</strong>で空になるのはこちらのテーブルだけです。ネットワークの台帳は、こちらが空にできるものではありません。`,
+  'l7.network.none.html': 
+    'このサーバーは<strong>カードネットワークなし</strong>で動いています（<code>GET /demo/config</code> の <code>network</code> が <code>null</code>）。そのため、このレッスンの実験はここでは動かせず、ボタンは押せません。',
+  'l7.noNetwork': 'このサーバーにはカードネットワークがありません。この実験はここでは動かせません。',
   'l7.lost.title': 'ネットワークの返事が失われ、同じキーで再送する',
   'l7.lost.p.html':
     'ネットワークは A をオーソリしますが、その返事はこちらへの帰り道で失われます（<code>Demo-Fault: network-lose-answer</code>）。こちらには、ネットワークに呼び出しが届かなかった場合と区別が付かないので、何も保存せず、キーを解放し、<code>Retry-After</code> 付きの <code>503</code> を返します。クライアントは同じキーで再送し、こちらは同じ導出キーでもう一度ネットワークに問い合わせます。',
@@ -1228,7 +1227,7 @@ const ja = {
     `A は <code>${p.a}</code> を受け取りました。その時点でネットワークのオーソリは <strong>${p.authsA} 件</strong>、こちらの課金は 0 件です。再送は <code>${p.b}</code> を受け取りました。ネットワークは導出キーに気付き、2 件目を作らずにオーソリを再生しました。こちらの課金は <strong>${p.n} 件</strong>、ネットワークのオーソリも <strong>${p.auths} 件</strong>で、課金はそのオーソリ（<code>${p.id}</code>）を持っています。`,
   'l7.lost.verdict.bad.html': p => `A が 503 でオーソリ 1 件・課金なし、続いて B が 201 で、唯一のオーソリを持つ課金 1 件を期待していました。実際は A ${p.a}（A の後のオーソリ ${p.authsA} 件）、B ${p.b}、課金 ${p.n} 件、オーソリ ${p.auths} 件で、課金は唯一のオーソリを${yes(p.same) ? '持っています' : '持っていません'}。`,
   'l7.lost.p2.html': 
-    '<strong>ここでレッスン 5 と 6 を振り返ってください。</strong>そこでの二重の課金（キーの期限切れ、保持期間の終わり）は、2 件で <strong>1 つ</strong>の <code>authorization_id</code> を持っています。遅れた再送はこちらのテーブルにとっては新しいリクエストでしたが、キーは同じだったので、導かれるネットワーク用のキーも同じでした。ネットワークはすでに作ったオーソリを再生したのです。お客様のカードが確保されたのは 1 回だけです。それでもこちらの台帳には、1 回の買い物に課金が 2 件残っています。ネットワーク用のキーが守ったのはネットワークの台帳で、こちらの台帳ではありません。',
+    '<strong>レッスン 5 と 6 にとっての意味。</strong>そこでの課金はネットワークに問い合わせていません。もし問い合わせていたら、キーの期限が切れた後の遅れた再送は、やはりこちらのテーブルにとっては新しいリクエストです。しかしキーは同じなので、導かれるネットワーク用のキーも同じになり、そのキーをまだ覚えているネットワークは、すでに作ったオーソリを返します。お客様のカードが確保されるのは 1 回だけで、こちらの台帳には 1 回の買い物に課金が 2 件残ります。ネットワーク用のキーが守るのはネットワークの台帳で、こちらの台帳ではありません。',
   'l7.fresh.title': '同じことを、キーを引き継がずに',
   'l7.fresh.p.html':
     '今度の連携コードは、毎回新しいキーでネットワークを呼びます（<code>Demo-Fault: network-fresh-key</code>）。クライアントのキーを自分の入口で止めてしまうコードと同じです。こちら側は前と同じく安全で、キー 1 つに課金 1 件です。ところがネットワークには、こちらの再送を最初の呼び出しと結び付けるものが何もありません。',
@@ -1272,6 +1271,7 @@ const ja = {
   'sc.q10.a1.wrong.html': 'リースは決まった秒数で切れ、回収タスクが行を引き継ぎます。再送が 409 を受け取るのは、それまでの間だけです。',
   'sc.q10.a0.wrong.html': 'キーの行はリクエストを残しているので、サーバーはクライアントを待つ必要がありません。回収タスクが課金を仕上げます。',
   'sc.q10.why.html': 'キーの行はリクエストを残しているので、リースが切れればサーバー自身が処理を仕上げられます。ネットワークの再生によって、課金はすでに作られたオーソリを受け取ります。オーソリ 1 件、課金 1 件で、取り残されるものはありません。',
+  'progress.recovery': p => `${p.ms > 0 ? `待っています。リースはあと ${p.span}で切れます（データベースの時計で）。切れた後、サーバーの回収タスク（${p.every}ごと）がキーを引き継げます。` : `リースは ${p.span}前に切れました（データベースの時計で）。いまは、サーバーの回収タスク（${p.every}ごと）がキーを引き継いで A を仕上げるのを待っています。`}ここまで ${p.waited}待ちました。`,
 };
 
 /** A boolean parameter (tHtml passes it as text) as a yes or no. */

@@ -550,6 +550,58 @@ async function lesson3(page) {
 
 const l4Card = (page, tag) => exp(page, 'l4').locator(`[data-testid="request"][data-tag="${tag}"]`);
 
+/**
+ * Watches experiment `id` while it runs: whether its tables ever show a key
+ * row in_progress, and what its wait panel showed (a PostgreSQL Lock wait,
+ * SQLite's write lock held). Read back with watched(page, id).
+ */
+async function watchL4(page, id) {
+  await page.evaluate((testid) => {
+    const root = document.querySelector(`[data-testid="${testid}"]`);
+    const seen = { inProgress: false, lock: false, writeLock: false, panels: 0 };
+    window.__l4 = window.__l4 ?? {};
+    window.__l4[testid] = seen;
+    const look = () => {
+      const panel = root.querySelector('[data-testid="db-panel"]');
+      if (panel.querySelector('[data-testid="key-row"][data-status="in_progress"]')) seen.inProgress = true;
+      const wait = panel.querySelector('[data-testid="wait-panel"]');
+      if (wait) seen.panels += 1;
+      if (wait?.dataset.waitEventType === 'Lock' && wait.querySelector('[data-testid="lock-wait"][data-blocked-by]:not([data-blocked-by=""])')) seen.lock = true;
+      if (wait?.dataset.writeLock === 'true') seen.writeLock = true;
+    };
+    new MutationObserver(look).observe(root, { childList: true, subtree: true });
+  }, `exp-${id}`);
+}
+
+const watched = (page, id) => page.evaluate((testid) => window.__l4[testid], `exp-${id}`);
+
+/** Reads GET /demo/state every 250 ms until `done` settles; answers what its `locks` reported. */
+async function pollLocks(done) {
+  let over = false;
+  done.then(() => { over = true; }, () => { over = true; });
+  const seen = { lock: false, writeLock: false, reads: 0, sample: null };
+  while (!over) {
+    const state = await api('GET', '/demo/state');
+    seen.reads += 1;
+    const w = state.locks?.waiting?.find((x) => x.wait_event_type === 'Lock' && (x.blocked_by ?? []).length);
+    if (w) { seen.lock = true; seen.sample ??= `${w.wait_event_type}/${w.wait_event} ${w.waiting_ms} ms, blocked by ${w.blocked_by[0].pid} (${w.blocked_by[0].state})`; }
+    if (state.locks?.write_lock_held === true) { seen.writeLock = true; seen.sample ??= 'write_lock_held'; }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  return seen;
+}
+
+/** The lesson 4 checks of what the database said while B waited, for experiment `id` ('atomic' or 'rollback' in the names). */
+async function checkWaitShown(page, id, name, fromApi) {
+  const w = await watched(page, id);
+  const sqlite = /SQLite/.test(String(BACKEND_NAME));
+  check(`lesson 4 ${name}: GET /demo/state's locks reported B's wait while it waited (${sqlite ? 'SQLite: the write lock held' : 'PostgreSQL: a Lock wait on A\'s transaction'})`,
+    sqlite ? fromApi.writeLock : fromApi.lock, `${fromApi.reads} reads: ${fromApi.sample}`);
+  check(`lesson 4 ${name}: the page's wait panel showed it, read from the database (${sqlite ? 'the write lock held' : 'a Lock wait, with the blocking session'})`,
+    w.panels > 0 && (sqlite ? w.writeLock : w.lock), JSON.stringify(w));
+  check(`lesson 4 ${name}: the page's tables never showed an in_progress key row during the run (A's row is invisible until it commits)`, !w.inProgress, JSON.stringify(w));
+}
+
 async function lesson4(page) {
   const root = page.getByTestId('lesson-4');
   await resetViaPage(page);
@@ -562,7 +614,9 @@ async function lesson4(page) {
   const atomic = root.getByTestId('l4-mode-atomic');
   check('lesson 4: the mode switch starts on "atomic"', await atomic.isChecked());
   check('lesson 4: the lesson says the experiment runs in "atomic" mode', /“atomic” mode/.test(await page.getByTestId('l4-backend').innerText()));
+  await watchL4(page, 'l4');
   const atomicDone = clickStep(page, 'l4', 1);
+  const atomicLocks = pollLocks(atomicDone);
   // While A and B are both running, each has its own live timer, and the two never overlap.
   await exp(page, 'l4').locator('[data-testid="request"][data-tag="B"]').waitFor({ timeout: 4000 });
   await page.waitForTimeout(600);
@@ -591,7 +645,34 @@ async function lesson4(page) {
   check('lesson 4 atomic: the page shows 1 charge', (await shownCharges(page, 'l4')).count === 1);
   check('lesson 4 atomic: the result box confirms the wait and one charge', (await verdict(page, 'l4')).ok);
   console.log(`# lesson 4 atomic: A took ${a.ms} ms, the retry B waited ${b.ms} ms`);
-  await look(page, 'after lesson 4 (atomic)', { section: 'lesson-4', shot: 'lesson-4-atomic' });
+  await checkWaitShown(page, 'l4', 'atomic', await atomicLocks);
+  const av = await verdict(page, 'l4');
+  check('lesson 4 atomic: the result box says what the page read while B waited (the tables, and the wait as the database reported it)',
+    /read the tables \d+ times and never saw the key/.test(av.text) && /What the database said B waited on: (PostgreSQL|SQLite)/.test(av.text), said(av));
+
+  // ---- the rollback path: A fails before COMMIT while B waits; B runs as the first ----------
+  await resetViaPage(page);
+  await watchL4(page, 'l4-rollback');
+  const rollbackDone = clickStep(page, 'l4-rollback', 1);
+  const rollbackLocks = pollLocks(rollbackDone);
+  await rollbackDone;
+  const ra = await card(page, 'l4-rollback', 'A');
+  const rb = await card(page, 'l4-rollback', 'B');
+  const rState = await dbState();
+  const rKey = rState.idempotency_keys[0];
+  check('lesson 4 rollback: A (Demo-Fault: delay-commit=4000, fail-before-commit) is answered an error status, after its hold',
+    /Demo-Fault: delay-commit=4000, fail-before-commit/.test(ra.request) && ra.status >= 400 && ra.ms >= 3500, `${ra.status}, ${ra.ms} ms`);
+  check('lesson 4 rollback: B, with the same key and body, waited and then charged as the first: 201, not a replay',
+    rb.status === 201 && !rb.replayed && rb.ms >= 2000 && bodyOf(rb.request) === bodyOf(ra.request), `${rb.status}${rb.replayed ? ' replayed' : ''}, ${rb.ms} ms`);
+  check('lesson 4 rollback: the database holds one charge, B\'s, and the key row holds it',
+    rState.charges.length === 1 && rState.charges[0].id === responseId(rb.response) && rState.idempotency_keys.length === 1 && rKey?.status === 'completed'
+      && rKey?.charge_id === responseId(rb.response), `${rState.charges.length} charges, key ${rKey?.status}`);
+  check('lesson 4 rollback: the page shows 1 charge', (await shownCharges(page, 'l4-rollback')).count === 1);
+  await checkWaitShown(page, 'l4-rollback', 'rollback', await rollbackLocks);
+  const rv = await verdict(page, 'l4-rollback');
+  check('lesson 4 rollback: the result box agrees (A rolled back, B a fresh 201, one charge), shown as safe', rv.ok && (await tone(page, 'l4-rollback')) === 'good'
+    && new RegExp(`answered ${ra.status}`).test(rv.text), said(rv));
+  await look(page, 'after lesson 4 (atomic, and the rollback)', { section: 'lesson-4', shot: 'lesson-4-atomic' });
 
   // ---- key-first, chosen with the keyboard: B gets 409 at once, C replays ----------------
   await atomic.focus({ timeout: ACTION_TIMEOUT_MS });
@@ -647,7 +728,7 @@ async function lesson4(page) {
   check('lesson 4 key-first: the result box confirms the 409, the replay and one charge', kv.ok, said(kv));
   console.log(`# lesson 4 key-first: B answered ${kb.status} after ${kb.ms} ms, A took ${ka.ms} ms, C ${kc.status} after ${kc.ms} ms`);
   await look(page, 'after lesson 4 (key-first)', { section: 'lesson-4', shot: 'lesson-4-key-first' });
-  await clear(page, ['l4']);
+  await clear(page, ['l4', 'l4-rollback']);
 }
 
 async function lesson5(page) {
@@ -730,6 +811,13 @@ async function lesson5(page) {
   await clear(page, ['l5-expire', 'l5-reuse', 'l5-newkey']);
 }
 
+/** Lesson 6 (b): the result box tells what C's card shows: a replay of the recovery task's charge, or C's own takeover. */
+async function l6BoxAgrees(page, c, v) {
+  const says = /recovery task had already taken the key over/.test(v.text) ? 'replay' : /C took the key over/.test(v.text) ? 'takeover' : 'neither';
+  check(`lesson 6 (abandoned): the result box agrees with C's card (${c.replayed ? 'a replay: the recovery task came first' : 'a fresh 201: C took the key over'})`,
+    says === (c.replayed ? 'replay' : 'takeover'), `card: ${c.status}${c.replayed ? ' replayed' : ''}; box: ${said(v)}`);
+}
+
 async function lesson6(page) {
   // ---- (a) the database forgets an acknowledged commit ---------------------------------------
   await resetViaPage(page);
@@ -788,6 +876,16 @@ async function lesson6(page) {
     `status ${kc.status}, replayed ${kc.replayed}, ${state.charges.length} charges, key ${done?.status}`);
   const v2 = await verdict(page, 'l6-abandon');
   check('lesson 6 (abandoned): the result box agrees, shown as safe', v2.ok && (await tone(page, 'l6-abandon')) === 'good', said(v2));
+  await l6BoxAgrees(page, kc, v2);
+  // The box in both of its outcomes, from the boolean the lesson passes: C's takeover (false) and the recovery task's (true).
+  const rendered = await page.evaluate(async () => {
+    const { tHtml } = await import('/js/i18n.js');
+    const base = { a: 504, row: 'in_progress', b: 409, c: 201, n: 1, waited: '5.4 s' };
+    return [false, true].map((recovered) => tHtml('l6.abandon.verdict.ok.html', { ...base, recovered }).replace(/<[^>]+>/g, ''));
+  });
+  check('lesson 6 (abandoned): the box, given recovered = false, says C took the key over; given true, that the recovery task did and C replayed',
+    /C took the key over/.test(rendered[0]) && !/recovery task/.test(rendered[0]) && /recovery task/.test(rendered[1]) && /Idempotent-Replayed/.test(rendered[1]),
+    rendered.map((x) => x.slice(0, 200)).join(' / '));
 
   // Once more, as a learner who switches to Japanese right after step 1 and
   // waits out the lease: the wait shows the lease counting down, and C is
@@ -807,6 +905,7 @@ async function lesson6(page) {
   check('lesson 6 (abandoned): after a language switch between the steps, C sends the very same body as A ("Lesson 6: an abandoned request")',
     bodyOf(kc2.request) === bodyOf(ka2.request) && /"description": "Lesson 6: an abandoned request"/.test(kc2.request), bodyOf(kc2.request).replace(/\s+/g, ' '));
   // The recovery task runs every 300 ms here, and C is sent 400 ms after the lease: it has finished A by then.
+  await l6BoxAgrees(page, kc2, await verdict(page, 'l6-abandon'));
   check('lesson 6 (abandoned): and C ends as a replay (201, Idempotent-Replayed) of the one charge', kc2.status === 201 && kc2.replayed
     && /Idempotent-Replayed: true/i.test(kc2.response) && state.charges.length === 1 && responseId(kc2.response) === state.charges[0].id,
     `status ${kc2.status}, replayed ${kc2.replayed}, ${state.charges.length} charges`);
@@ -1265,7 +1364,7 @@ try {
   page.on('console', (message) => {
     // Chromium logs every 4xx/5xx answer as "Failed to load resource"; the
     // lessons provoke 404, 409, 422, 503 and 504 on purpose, so only other errors count.
-    if (message.type() === 'error' && !/^Failed to load resource: the server responded with a status of (404|409|422|503|504)\b/.test(message.text())) {
+    if (message.type() === 'error' && !/^Failed to load resource: the server responded with a status of (404|409|422|500|503|504)\b/.test(message.text())) {
       pageErrors.push(message.text());
     }
   });

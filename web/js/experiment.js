@@ -7,7 +7,7 @@
 // while one experiment runs, the others wait, so the tables always belong to
 // the experiment you are looking at.
 
-import { t, tHtml, escapeHtml as esc, fmtAmount, fmtMs, fmtTime } from './i18n.js';
+import { t, tHtml, escapeHtml as esc, fmtAmount, fmtMs, fmtTime, sentenceGap } from './i18n.js';
 import { startRequest, getState, REASONS } from './api.js';
 import { SequenceDiagram, L, tagColor } from './diagram.js';
 import { renderState, stateIds, summarize, hue, authorizationsSince, updateScrollHints } from './tables.js';
@@ -403,6 +403,8 @@ export class Experiment {
       baseline: this.ctx.baseline,
       context: t('exp.dbContext', { name: this.contextName() }),
       ...this._tables(),
+      // Lesson 4: what the database says waits, under the tables.
+      locks: Boolean(this.def.locks),
     });
     updateScrollHints(this.el['db-tables']);
     this.renderTrack();
@@ -472,7 +474,7 @@ class RequestCard {
           title="${esc(t('card.elapsedLabel'))}"><span class="ms">${fmtMs(r.elapsedNow())}</span> ms</span>
       </header>
       <p class="card-explain" data-testid="explain">${esc(pending ? t('card.waiting') : explain(r))}${
-        harmed ? ` <strong class="harm-note" data-testid="harm">${esc(t(`card.harm.${harm}`))}</strong>` : ''
+        harmed ? `${sentenceGap()}<strong class="harm-note" data-testid="harm">${esc(t(`card.harm.${harm}`))}</strong>` : ''
       }</p>
       <div class="raw">
         <div>

@@ -11,7 +11,7 @@
 // only after the learner's own second try, or once every question has a
 // first answer.
 
-import { t, tHtml, escapeHtml as esc, onLangChange } from './i18n.js';
+import { t, tHtml, escapeHtml as esc, onLangChange, sentenceGap } from './i18n.js';
 
 /**
  * The questions, as data: `q` is the i18n prefix (q.text, q.a0…q.aN,
@@ -85,15 +85,15 @@ export function mountSelfCheck(root) {
     if (result.correct) {
       const title = result.first === question.answer ? t('sc.right') : t('sc.rightLater');
       feedback.dataset.revealed = 'true';
-      feedback.innerHTML = `<p><strong class="quiz-right"><span aria-hidden="true">✓ </span>${esc(title)}</strong> ${tHtml(`${question.q}.why.html`)}</p>${link}`;
+      feedback.innerHTML = `<p><strong class="quiz-right"><span aria-hidden="true">✓ </span>${esc(title)}</strong>${sentenceGap()}${tHtml(`${question.q}.why.html`)}</p>${link}`;
       return;
     }
     // Wrong: what is wrong with this very answer; the right one only after a second try, or at the end.
     const reveal = result.tries >= 2 || allAnswered();
     feedback.dataset.revealed = String(reveal);
-    const wrong = `<p><strong class="quiz-wrong"><span aria-hidden="true">✗ </span>${esc(t('sc.wrong', { n: i + result.tries }))}</strong> ${tHtml(`${question.q}.a${result.choice}.wrong.html`)}</p>`;
+    const wrong = `<p><strong class="quiz-wrong"><span aria-hidden="true">✗ </span>${esc(t('sc.wrong', { n: i + result.tries }))}</strong>${sentenceGap()}${tHtml(`${question.q}.a${result.choice}.wrong.html`)}</p>`;
     feedback.innerHTML = reveal
-      ? `${wrong}<p>${esc(t('sc.rightIs'))}${tHtml(`${question.q}.a${question.answer}.html`).replace(/[.。]$/, '')}${esc(t('sc.rightIsEnd'))} ${tHtml(`${question.q}.why.html`)}</p>${link}`
+      ? `${wrong}<p>${esc(t('sc.rightIs'))}${tHtml(`${question.q}.a${question.answer}.html`).replace(/[.。]$/, '')}${esc(t('sc.rightIsEnd'))}${sentenceGap()}${tHtml(`${question.q}.why.html`)}</p>${link}`
       : `${wrong}<p>${esc(t('sc.tryAgain'))}</p>`;
   };
 

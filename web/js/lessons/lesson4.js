@@ -58,7 +58,8 @@ async function watchWait(ctx, until, { tag = 'B', holder = 'A' } = {}) {
   while (!over) {
     await Promise.race([ctx.sleep(WAIT_POLL_MS), until]);
     if (over) break;
-    const state = await ctx.refresh();
+    // A read that fails is skipped: the wait goes on, and the next read may answer.
+    const state = await ctx.refresh().catch(() => null);
     if (!state) continue;
     wait.reads += 1;
     if (state.idempotency_keys.some((k) => k.key === key && k.status === 'in_progress')) wait.inProgress = true;

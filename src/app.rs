@@ -61,6 +61,15 @@ pub struct Application {
     metrics_server: Option<Server>,
     metrics_addr: Option<std::net::SocketAddr>,
     recovery_interval: Duration,
+    recovery: Arc<Recovery>,
+}
+
+/// What the recovery task needs besides the state: the card networks this
+/// instance charges through (the server's, and the demo's own), and the
+/// stuck keys of other networks it already said it leaves.
+struct Recovery {
+    networks: Vec<Arc<NetworkClient>>,
+    said: std::sync::Mutex<std::collections::HashSet<(i64, String)>>,
 }
 
 impl Application {
@@ -82,29 +91,41 @@ impl Application {
             tracing::warn!("{}", crate::config::DEMO_EXPOSED_WARNING);
         }
         let pool = DbPool::open(&settings.pool())?;
+        let (network, mut network_server) = start_network(&mut settings)?;
+        let network = network.map(|started| Arc::new(started.client(&settings)));
         let sandbox = if demo {
-            let sandbox = demo::Sandbox::open(&pool, &settings).map_err(StartupError::Demo)?;
+            // Without a network of the server's, the demo starts one of its
+            // own, which only the demo's requests that ask for it reach.
+            let own = match &network {
+                Some(_) => None,
+                None => {
+                    let (started, server) = start_in_process(&mut settings)?;
+                    network_server = Some(server);
+                    Some(Arc::new(started.client(&settings)))
+                }
+            };
+            let sandbox = demo::Sandbox::open(&pool, &settings, network.clone(), own)
+                .map_err(StartupError::Demo)?;
             Some(web::Data::new(sandbox))
         } else {
             None
         };
-        let (network, network_server) = start_network(&mut settings)?;
-        let network = network.map(|url| {
-            Arc::new(NetworkClient::new(
-                &url,
-                &settings.network_api_key,
-                settings.network_timeout,
-            ))
-        });
-        if let (Some(sandbox), Some(network)) = (&sandbox, &network) {
-            sandbox.watch(network);
-        }
+        // The networks this instance can finish a stuck key through.
+        let networks: Vec<Arc<NetworkClient>> = network
+            .iter()
+            .chain(sandbox.as_ref().and_then(|s| s.own_network()))
+            .cloned()
+            .collect();
         let client_limits = Arc::new(ClientLimits {
             per_client: KeyedLimit::new(settings.rate_limit_per_client),
             trusted_proxies: settings.trusted_proxies.clone(),
             keep_alive_lifetime: settings.keep_alive_lifetime,
         });
         let state = web::Data::new(app_state(pool.clone(), network, settings, demo));
+        let recovery = Recovery {
+            networks,
+            said: Default::default(),
+        };
         let (metrics_server, metrics_addr) = match metrics {
             Some(listener) => {
                 let addr = listener.local_addr().map_err(bind_error)?;
@@ -130,6 +151,7 @@ impl Application {
             metrics_server,
             metrics_addr,
             recovery_interval: settings.recovery_interval,
+            recovery: Arc::new(recovery),
             state,
         })
     }
@@ -194,6 +216,7 @@ impl Application {
         let recoverer = (!self.recovery_interval.is_zero()).then(|| {
             tokio::spawn(recover_periodically(
                 self.state.clone(),
+                self.recovery.clone(),
                 self.recovery_interval,
             ))
         });
@@ -244,12 +267,21 @@ impl Listeners {
         };
         let metrics = match settings.metrics_bind.as_str() {
             crate::config::METRICS_OFF => None,
-            addr => Some(
-                TcpListener::bind(addr).map_err(|source| StartupError::Bind {
-                    addr: format!("{addr} (METRICS_BIND; `off` for no metrics)"),
-                    source,
-                })?,
-            ),
+            addr => match TcpListener::bind(addr) {
+                Ok(listener) => Some(listener),
+                // The teaching page needs no metrics: a port another
+                // program holds must not stop a learner's first run.
+                Err(e) if settings.demo_enabled() => {
+                    tracing::warn!(metrics_bind = addr, error = %e, "cannot serve /metrics on METRICS_BIND; the demo runs without metrics (set METRICS_BIND to a free address, or `off`)");
+                    None
+                }
+                Err(source) => {
+                    return Err(StartupError::Bind {
+                        addr: format!("{addr} (METRICS_BIND; `off` for no metrics)"),
+                        source,
+                    });
+                }
+            },
         };
         Ok(Listeners {
             api,
@@ -340,34 +372,36 @@ fn api_server(
     Ok(server)
 }
 
-/// The card network: one of this process's own on a loopback port (with a
-/// random key, unless the operator set one of their own: any process on this
-/// machine reaches that port), a separate one (never with the public default
-/// key), or none. Its URL, and its server if it runs here.
+/// A card network this process calls: where, and whether it runs here.
+struct StartedNetwork {
+    url: String,
+    in_process: bool,
+}
+
+impl StartedNetwork {
+    /// Our client of it, named as key rows registered with it record.
+    fn client(&self, settings: &Settings) -> NetworkClient {
+        NetworkClient::new(
+            &self.url,
+            &settings.network_api_key,
+            settings.network_timeout,
+        )
+        .named(settings.network_identity(self.in_process))
+    }
+}
+
+/// The server's card network, which every charge asks (NETWORK_URL): none
+/// (the default: a charge is one transaction), one of this process's own on
+/// a loopback port, or a separate one (never with the public default key).
+/// Where, and its server if it runs here.
 fn start_network(
     settings: &mut Settings,
-) -> Result<(Option<String>, Option<Server>), StartupError> {
+) -> Result<(Option<StartedNetwork>, Option<Server>), StartupError> {
     match settings.network_url.as_str() {
         crate::config::NETWORK_OFF => Ok((None, None)),
         crate::config::NETWORK_IN_PROCESS => {
-            let listener = TcpListener::bind("127.0.0.1:0")
-                .map_err(|e| StartupError::Network(e.to_string()))?;
-            if settings.network_api_key == DEFAULT_NETWORK_API_KEY {
-                settings.network_api_key = crate::http::accounts::generate_api_key();
-                simulator::rekey_in_process_merchant(
-                    &settings.network_database(),
-                    &settings.network_api_key,
-                )
-                .map_err(StartupError::Network)?;
-            }
-            let network_settings = simulator::settings(
-                settings,
-                settings.network_database(),
-                &settings.network_api_key,
-            );
-            let started =
-                simulator::start(network_settings, listener).map_err(StartupError::Network)?;
-            Ok((Some(started.url), Some(started.server)))
+            let (started, server) = start_in_process(settings)?;
+            Ok((Some(started), Some(server)))
         }
         _ if settings.network_api_key == DEFAULT_NETWORK_API_KEY => {
             Err(StartupError::Network(format!(
@@ -375,8 +409,38 @@ fn start_network(
                 crate::store::redact::redact(&settings.network_url)
             )))
         }
-        url => Ok((Some(url.to_owned()), None)),
+        url => Ok((
+            Some(StartedNetwork {
+                url: url.to_owned(),
+                in_process: false,
+            }),
+            None,
+        )),
     }
+}
+
+/// A card network of this process's own, on a loopback port and the
+/// network database beside DATABASE_URL's. Its merchant key, unless the
+/// operator set one: the one kept in that database, made by the first
+/// instance to start, so that every instance on one database charges.
+fn start_in_process(settings: &mut Settings) -> Result<(StartedNetwork, Server), StartupError> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| StartupError::Network(e.to_string()))?;
+    if settings.network_api_key == DEFAULT_NETWORK_API_KEY {
+        settings.network_api_key = simulator::in_process_key(&settings.network_database())
+            .map_err(StartupError::Network)?;
+    }
+    let network_settings = simulator::settings(
+        settings,
+        settings.network_database(),
+        &settings.network_api_key,
+    );
+    let started = simulator::start(network_settings, listener).map_err(StartupError::Network)?;
+    let network = StartedNetwork {
+        url: started.url,
+        in_process: true,
+    };
+    Ok((network, started.server))
 }
 
 /// `/metrics` alone, on its own listener: whatever proxy stands in front of
@@ -418,17 +482,27 @@ async fn purge_periodically(pool: DbPool, interval: Duration, batch: i64, deadli
 }
 
 /// Finishes keys left in progress every `interval` (see `recovery`).
-async fn recover_periodically(state: web::Data<AppState>, interval: Duration) {
+async fn recover_periodically(
+    state: web::Data<AppState>,
+    recovery: Arc<Recovery>,
+    interval: Duration,
+) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let (settings, network) = (state.settings.clone(), state.network.clone());
+        let (settings, recovery) = (state.settings.clone(), recovery.clone());
         let deadline = interval.max(settings.request_timeout);
         let done = state
             .pool
             .run_checkouts(deadline, move |checkouts| -> Result<usize, ApiError> {
-                Ok(recovery::pass(checkouts, &settings, network)?)
+                let networks = &recovery.networks;
+                Ok(recovery::pass(
+                    checkouts,
+                    &settings,
+                    networks,
+                    &recovery.said,
+                )?)
             })
             .await;
         if let Err(e) = done {

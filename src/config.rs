@@ -190,8 +190,8 @@ pub struct Settings {
     #[arg(long, env = "METRICS_BIND", default_value = DEFAULT_METRICS_BIND)]
     pub metrics_bind: String,
 
-    /// The card network a charge asks to authorize it: `in-process` (one started in this process, on a loopback port), `off`, or the URL of a separate `charges network`.
-    #[arg(long, env = "NETWORK_URL", default_value = "in-process")]
+    /// The card network every charge asks to authorize it first (then a charge runs in three phases instead of one transaction): `off` (the default: a charge is one transaction), `in-process` (one started in this process, on a loopback port), or the URL of a separate `charges network`.
+    #[arg(long, env = "NETWORK_URL", default_value = NETWORK_OFF)]
     pub network_url: String,
 
     /// The in-process network's own database (default: beside DATABASE_URL's, `<file>-network.db` or `<database>_network`).
@@ -213,6 +213,10 @@ pub struct Settings {
     /// How often keys left in progress (their lease run out) are driven to completion (0s: never).
     #[arg(long, env = "RECOVERY_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub recovery_interval: Duration,
+
+    /// The card network's name, recorded in every key registered with it, so that only an instance charging through the same network finishes such a key left in progress (default: derived from NETWORK_URL, or from the in-process network's database). Instances that reach one network by different URLs set the same NETWORK_ID.
+    #[arg(long, env = "NETWORK_ID")]
+    pub network_id: Option<String>,
 
     /// Directory of the teaching page, served at / in demo mode.
     #[arg(long, env = "WEB_DIR", default_value = DEFAULT_WEB_DIR)]
@@ -256,12 +260,13 @@ impl Settings {
             trusted_proxies: Vec::new(),
             // Embedded (tests, the network): no fixed port taken by default.
             metrics_bind: METRICS_OFF.to_owned(),
-            network_url: NETWORK_IN_PROCESS.to_owned(),
+            network_url: NETWORK_OFF.to_owned(),
             network_database_url: None,
             network_api_key: crate::network::client::DEFAULT_NETWORK_API_KEY.to_owned(),
             network_timeout: DEFAULT_NETWORK_TIMEOUT,
             network_latency: DEFAULT_NETWORK_LATENCY,
             recovery_interval: DEFAULT_RECOVERY_INTERVAL,
+            network_id: None,
             web_dir: DEFAULT_WEB_DIR.to_owned(),
             workers: None,
         }
@@ -329,6 +334,24 @@ impl Settings {
             "IDEMPOTENCY_LEASE ({:?}) is shorter than NETWORK_TIMEOUT ({:?}) + POOL_TIMEOUT ({:?}) + {:?}: a charge still waiting on the card network could have its key taken over. Set IDEMPOTENCY_LEASE to at least {:?}, or shorten NETWORK_TIMEOUT or POOL_TIMEOUT.",
             self.idempotency_lease, self.network_timeout, self.pool_timeout, LEASE_SLACK, minimum
         ))
+    }
+
+    /// The name key rows record for the card network a charge asks: NETWORK_ID
+    /// if set; otherwise a digest of where the network is (the in-process
+    /// network's database, or NETWORK_URL), so that instances configured
+    /// alike agree with no setting, and no URL (nor its password) is
+    /// written into a key row.
+    pub fn network_identity(&self, in_process: bool) -> String {
+        use sha2::{Digest, Sha256};
+        if let Some(id) = &self.network_id {
+            return id.clone();
+        }
+        let (kind, place) = match in_process {
+            true => ("in-process", self.network_database()),
+            false => ("url", self.network_url.clone()),
+        };
+        let digest = format!("{:x}", Sha256::digest(place.as_bytes()));
+        format!("{kind}:{}", &digest[..16])
     }
 
     /// Whether demo mode is on: only when asked for (`DEMO=true`, `--demo`,

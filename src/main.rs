@@ -171,7 +171,16 @@ fn serve(settings: Settings) -> Result<(), String> {
             "off (`charges demo` serves the teaching page)"
         };
         // A closed stdout must not stop the server: ignore write errors.
-        let network = app.network_url().map_or_else(|| "off".to_owned(), redact);
+        // Which shape a charge takes: the article's one transaction, or
+        // three phases around the network's call.
+        let network = match (app.network_url(), app.demo()) {
+            (Some(url), _) => format!(
+                "{}: every charge asks it first, in three phases (key, call, charge)",
+                redact(url)
+            ),
+            (None, false) => "off: a charge is one transaction (key, charge, stored response)".to_owned(),
+            (None, true) => "off: a charge is one transaction (key, charge, stored response); the demo's own network answers only requests with Demo-Network: on (lesson 7)".to_owned(),
+        };
         let metrics = app
             .metrics_url()
             .map_or_else(|| "off".to_owned(), |url| format!("{url}/metrics"));

@@ -97,7 +97,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let keys_recovered = IntCounterVec::new(
         Opts::new(
             "idempotency_keys_recovered_total",
-            "Keys left in progress (their worker died) that the recovery task looked at: completed, refused (its account was revoked: a stored 403), taken (another worker or the client's retry was first), failed (tried again next pass), unknown (a request this server cannot rebuild: a stored 500 request-not-recoverable).",
+            "Keys left in progress (their worker died) that the recovery task looked at: completed, refused (its account was revoked: a stored 403), taken (another worker or the client's retry was first), failed (tried again next pass), unknown (a request this server cannot rebuild: a stored 500 request-not-recoverable), left (registered with a card network this instance does not have: left to one that has it; counted once per key).",
         ),
         &["result"],
     )

@@ -104,8 +104,10 @@ async fn run_lessons(backend: support::TestBackend) {
         missing.join(", ")
     );
 
-    // The card network of lesson 7: in process, on a database of its own
-    // (on the same backend), dropped when the test ends.
+    // The card network of lesson 7: the demo's own (the server has none, as
+    // `charges demo` by default: lessons 1-6 run the one transaction), in
+    // process, on a database of its own (on the same backend), dropped when
+    // the test ends.
     let network = support::TestDatabase::create_for(backend);
     let network_url = network.url.clone();
     // The server's own purge waits an hour, so lesson 5's purge is the one
@@ -118,7 +120,6 @@ async fn run_lessons(backend: support::TestBackend) {
             backend,
             support::spawn_app_with(move |settings| {
                 settings.purge_interval = std::time::Duration::from_secs(3600);
-                settings.network_url = charges::config::NETWORK_IN_PROCESS.to_owned();
                 settings.network_database_url = Some(network_url);
                 settings.recovery_interval = std::time::Duration::from_millis(300);
             }),

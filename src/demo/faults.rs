@@ -21,7 +21,7 @@ use actix_web::{HttpResponse, web};
 
 use super::{
     CHECK_THEN_INSERT, DEMO_API_KEY, DelaySlots, FAULT_HEADER, HEADER_PREFIX, MAX_LEASE, MIN_LEASE,
-    MODE_HEADER, Sandbox,
+    MODE_HEADER, NETWORK_HEADER, Sandbox,
 };
 use crate::http::accounts;
 use crate::http::problem::{self, ApiError, DEMO_ACCOUNT_ONLY, SIMULATED_LOST_RESPONSE};
@@ -110,6 +110,18 @@ impl Faults {
             }
         }
         Ok(faults)
+    }
+}
+
+impl Faults {
+    /// Whether a fault acts on the card network's call: then the request
+    /// asks the network, as with `Demo-Network: on`.
+    fn of_the_network(&self) -> bool {
+        self.network_down
+            || self.network_delay.is_some()
+            || self.network_lose_answer
+            || self.abandon_after_network
+            || self.network_fresh_key
     }
 }
 
@@ -262,7 +274,7 @@ pub async fn faults(
         );
         return Ok(req.into_response(refusal(ApiError::Overloaded { detail })));
     };
-    let (faults, mode, key) = match read_headers(&req, &sandbox, &state) {
+    let (faults, mode, key, network) = match read_headers(&req, &sandbox, &state) {
         Ok(read) => read,
         Err(e) => return Ok(req.into_response(refusal(e))),
     };
@@ -272,7 +284,7 @@ pub async fn faults(
         key,
     };
     // From here on the request is the demo's: its handler reads this state.
-    let state = web::Data::new(demo_state(&state, &sandbox, faults, mode));
+    let state = web::Data::new(demo_state(&state, &sandbox, faults, mode, network));
     let mut container = Extensions::new();
     container.insert(state.clone());
     req.add_data_container(Rc::new(container));
@@ -303,13 +315,15 @@ async fn admit(
     Ok(())
 }
 
-/// `Demo-Fault` and `Demo-Mode`, checked against each other and the route,
-/// and the request's `Idempotency-Key` (for `forget-commit`).
+/// `Demo-Fault`, `Demo-Mode` and `Demo-Network`, checked against each
+/// other and the route, and the request's `Idempotency-Key` (for
+/// `forget-commit`). Whether the request asks the card network: with
+/// `Demo-Network: on`, or a fault of the network's.
 fn read_headers(
     req: &ServiceRequest,
     sandbox: &Sandbox,
     state: &AppState,
-) -> Result<(Faults, Mode, Option<IdempotencyKey>), ApiError> {
+) -> Result<(Faults, Mode, Option<IdempotencyKey>, bool), ApiError> {
     let header = req
         .headers()
         .get(FAULT_HEADER)
@@ -349,23 +363,41 @@ fn read_headers(
         ));
     }
     let key = IdempotencyKey::from_headers(req.headers())?;
-    Ok((faults, mode, key))
+    let network = match req.headers().get(NETWORK_HEADER).map(|v| v.as_bytes()) {
+        None => faults.of_the_network(),
+        Some(b"on") => true,
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "unknown Demo-Network {:?} (known: on: this request's charge asks the card network first)",
+                String::from_utf8_lossy(other)
+            )));
+        }
+    };
+    Ok((faults, mode, key, network))
 }
 
 /// The state the demo account's request runs with: the server's, on the
 /// demo's own connections, in `mode` (and `Demo-Fault: lease`'s lease), with
 /// the request's faults as its hooks and the demo's client of the card
-/// network. Its authenticator is the sandbox's, without a rate limit: this
-/// request was charged once already, by [`admit`].
-fn demo_state(state: &AppState, sandbox: &Sandbox, faults: Faults, mode: Mode) -> AppState {
+/// network: the server's network always, the demo's own only when the
+/// request `asks_network`. Its authenticator is the sandbox's, without a
+/// rate limit: this request was charged once already, by [`admit`].
+fn demo_state(
+    state: &AppState,
+    sandbox: &Sandbox,
+    faults: Faults,
+    mode: Mode,
+    asks_network: bool,
+) -> AppState {
     let mut settings = (*state.settings).clone();
     settings.idempotency_mode = mode;
     if let Some(lease) = faults.lease {
         settings.idempotency_lease = lease;
     }
-    let network = state
+    let network = sandbox
         .network
         .as_deref()
+        .filter(|_| asks_network || sandbox.network_by_default)
         .map(|network| Arc::new(sandbox.network_client(network, faults.network_fresh_key)));
     // Without a fault the request runs as any other: with no hooks (a write
     // that is one statement is then sent alone, as always).

@@ -90,6 +90,10 @@ pub const DEMO_API_KEY: &str = "sk_test_demo";
 pub const DEMO_ACCOUNT_NAME: &str = "Demo account";
 pub const FAULT_HEADER: &str = "demo-fault";
 pub const MODE_HEADER: &str = "demo-mode";
+/// `Demo-Network: on`: this request's charge asks the card network.
+pub const NETWORK_HEADER: &str = "demo-network";
+/// What the demo's own PostgreSQL sessions are called.
+pub const DEMO_APPLICATION_NAME: &str = "charges-demo";
 /// Every header whose name starts with this is a demo header.
 pub const HEADER_PREFIX: &str = "demo-";
 pub const CHECK_THEN_INSERT: &str = "check-then-insert";
@@ -125,6 +129,11 @@ pub struct Sandbox {
     /// nothing the demo holds or waits for can take a connection from
     /// another account.
     pub(crate) pool: DbPool,
+    /// The card network the demo's requests reach: the server's (every
+    /// charge asks it: `network_by_default`), or the demo's own (only the
+    /// requests that ask, with `Demo-Network: on` or a network fault).
+    pub(crate) network: Option<Arc<NetworkClient>>,
+    pub(crate) network_by_default: bool,
     /// Who the demo's state says its requests are: the demo account, whose
     /// rate limit the server's authenticator charged once already (in
     /// `faults`), so this one has none.
@@ -133,8 +142,16 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// Creates the demo's own tables and seeds the demo account (if they
-    /// are not there yet), and sizes the walls from the pool.
-    pub fn open(pool: &DbPool, settings: &Settings) -> Result<Sandbox, String> {
+    /// are not there yet), and sizes the walls from the pool. The card
+    /// network: the server's, which every charge asks (`server`), or, on a
+    /// server without one, the demo's `own`, which only the demo's requests
+    /// that ask for it reach (`Demo-Network: on`).
+    pub fn open(
+        pool: &DbPool,
+        settings: &Settings,
+        server: Option<Arc<NetworkClient>>,
+        own_network: Option<Arc<NetworkClient>>,
+    ) -> Result<Sandbox, String> {
         let mut checkout = pool.checkout().map_err(|e| e.to_string())?;
         queries::create_tables(checkout.store())
             .map_err(|e| format!("cannot create the demo's tables: {e}"))?;
@@ -177,10 +194,16 @@ impl Sandbox {
         }
         let mut own = settings.pool();
         own.size = half_pool;
-        let own = pool
+        if pool.backend() == Backend::Postgres {
+            // Named, so that the demo's view of the locks its requests wait
+            // on (`queries::lock_waits`) finds its own sessions only.
+            own.url = with_application_name(&own.url);
+        }
+        let connections = pool
             .sibling(&own)
             .map_err(|e| format!("cannot open the demo's connections: {e}"))?;
-        Ok(Sandbox {
+        let network_by_default = server.is_some();
+        let sandbox = Sandbox {
             accounts: Arc::new(Authenticator::new(
                 settings.account_cache_ttl,
                 true,
@@ -188,7 +211,9 @@ impl Sandbox {
                 0,
             )),
             ledger: Arc::default(),
-            pool: own,
+            pool: connections,
+            network: server.or(own_network),
+            network_by_default,
             account_id,
             max_delay,
             allow_crash: settings.demo_allow_crash,
@@ -196,13 +221,18 @@ impl Sandbox {
             in_flight: Semaphore::new(half_pool as usize),
             in_flight_limit: half_pool as usize,
             wait: settings.pool_timeout,
-        })
+        };
+        // Each authorization answered under a key the demo account's
+        // requests used, recovery's included (see [`Ledger`]).
+        if let Some(network) = &sandbox.network {
+            network.watch(sandbox.watcher());
+        }
+        Ok(sandbox)
     }
 
-    /// Records, from now on, each authorization `network` answers under a
-    /// key the demo account's requests used (see [`Ledger`]).
-    pub fn watch(&self, network: &NetworkClient) {
-        network.watch(self.watcher());
+    /// The demo's own card network, if the server has none.
+    pub fn own_network(&self) -> Option<&Arc<NetworkClient>> {
+        self.network.as_ref().filter(|_| !self.network_by_default)
     }
 
     fn watcher(&self) -> Watcher {
@@ -285,6 +315,12 @@ impl<T: std::hash::Hash + Eq + Clone> Bounded<T> {
     {
         self.set.contains(value)
     }
+}
+
+/// `url` (PostgreSQL's) naming its sessions `charges-demo`.
+fn with_application_name(url: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}application_name={DEMO_APPLICATION_NAME}")
 }
 
 /// The demo account, created on first start in demo mode.

@@ -19,7 +19,6 @@ use crate::http::{get, resource};
 use crate::idempotency::{IdempotencyKey, SavedResponse};
 use crate::network::client::NetworkClient;
 use crate::payments::charges;
-use crate::store::redact::redact;
 use crate::store::{Charge, KeyStatus, Store, time_text};
 
 /// Rows of each table the page is shown at most.
@@ -129,9 +128,10 @@ fn read_tables(store: &mut dyn Store, account_id: i64) -> Result<Tables, ApiErro
     })
 }
 
-/// What the page shows as "the database": the demo account's rows, and the
-/// card network's ledger (`network`, asked after the rows were read).
-fn snapshot(tables: Tables, settings: &Settings, network: Option<Value>) -> Value {
+/// What the page shows as "the database": the demo account's rows, the
+/// locks its requests wait on now (`locks`, read after the rows), and the
+/// card network's ledger (`network`, asked after both).
+fn snapshot(tables: Tables, settings: &Settings, locks: Value, network: Option<Value>) -> Value {
     let Tables {
         backend,
         now,
@@ -164,6 +164,7 @@ fn snapshot(tables: Tables, settings: &Settings, network: Option<Value>) -> Valu
             "created_at": created_at,
         })).collect::<Vec<_>>(),
         "idempotency_keys": keys.into_iter().map(key_view).collect::<Vec<_>>(),
+        "locks": locks,
         "network": network,
         "unguarded_keys": unguarded.into_iter().map(|u| json!({
             "key": u.key,
@@ -224,9 +225,10 @@ fn network_view(n: &NetworkClient, ledger: &Mutex<Ledger>, authorized: &[uuid::U
                 .flatten()
                 .filter(|a| ours(a["id"].as_str().and_then(|id| id.parse().ok())))
                 .collect();
-            json!({"url": redact(n.base_url()), "authorizations": authorizations})
+            json!({"authorizations": authorizations})
         }
-        Err(e) => json!({"url": redact(n.base_url()), "error": e.to_string()}),
+        // Its address is not the page's business (nor anyone's on it).
+        Err(_) => json!({"error": "the card network did not answer"}),
     }
 }
 
@@ -239,7 +241,7 @@ async fn on_demo_account<T: Send + 'static>(
     work: impl FnOnce(&mut dyn Store, i64, &Settings) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<(T, Value), ApiError> {
     let settings = app.settings.clone();
-    let network = app.network.clone();
+    let network = sandbox.network.clone();
     let ledger = sandbox.ledger.clone();
     let account_id = sandbox.account_id;
     // On the demo's own connections: a /demo/* route that waits (on a key
@@ -248,9 +250,12 @@ async fn on_demo_account<T: Send + 'static>(
     sandbox
         .pool
         .run_checkouts(left, move |checkouts| {
-            let (done, tables) = checkouts.with(|store| -> Result<_, ApiError> {
+            let (done, tables, locks) = checkouts.with(|store| -> Result<_, ApiError> {
                 let done = work(store, account_id, &settings)?;
-                Ok((done, read_tables(store, account_id)?))
+                let tables = read_tables(store, account_id)?;
+                // Outside the tables' snapshot: PostgreSQL keeps its
+                // activity views as of a transaction's first look.
+                Ok((done, tables, queries::lock_waits(store)?))
             })?;
             // The network is another service: asked with no connection held.
             let authorized: Vec<uuid::Uuid> = tables
@@ -261,7 +266,7 @@ async fn on_demo_account<T: Send + 'static>(
             let network = network
                 .as_deref()
                 .map(|n| network_view(n, &ledger, &authorized));
-            Ok((done, snapshot(tables, &settings, network)))
+            Ok((done, snapshot(tables, &settings, locks, network)))
         })
         .await
 }
@@ -293,8 +298,14 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
         "check_then_insert_pause_ms": CHECK_THEN_INSERT_PAUSE.as_millis() as u64,
         "account": {"name": DEMO_ACCOUNT_NAME, "api_key": DEMO_API_KEY},
         "min_lease_ms": MIN_LEASE.as_millis() as u64,
-        // The card network charges are authorized at (null: none).
-        "network": app.network.as_ref().map(|n| redact(n.base_url())),
+        // The card network: the server's, which every charge asks
+        // ("server"), the demo's own, which only a request with
+        // `Demo-Network: on` asks ("sandbox"), or none (null).
+        "network": match (&sandbox.network, sandbox.network_by_default) {
+            (None, _) => None,
+            (Some(_), true) => Some("server"),
+            (Some(_), false) => Some("sandbox"),
+        },
         "recovery_interval_ms": s.recovery_interval.as_millis() as u64,
         "max_lease_ms": MAX_LEASE.as_millis() as u64,
         "problem_types": crate::http::problem::TYPES.iter().map(|t| json!({

@@ -118,6 +118,8 @@ pub async fn run_keyed(
                 lease,
                 path: &path,
                 body: &body,
+                // The protocol names the operation's foreign step, if any.
+                foreign_step: None,
             };
             Ok(idempotency::execute(
                 checkouts,

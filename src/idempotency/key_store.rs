@@ -65,9 +65,14 @@ pub trait KeyStore {
     fn purge_expired_keys(&mut self, batch: i64) -> QueryResult<usize>;
 
     /// Up to `limit` live rows still in progress whose lease has run out:
-    /// their worker died between the key-first design's two transactions.
-    /// Read without a lock; taking one over is `take_over_key`'s.
-    fn find_stuck_keys(&mut self, limit: i64) -> QueryResult<Vec<StuckKey>>;
+    /// their worker died between the key-first design's two transactions,
+    /// or between the phases of a foreign step. Those this caller can
+    /// finish come first: rows with no foreign step, or one of `steps`
+    /// (the foreign steps it can perform); rows registered with another
+    /// step fill what is left of the batch, so that the caller can say it
+    /// leaves them, and none of them delays one it can finish. Read without
+    /// a lock; taking one over is `take_over_key`'s.
+    fn find_stuck_keys(&mut self, limit: i64, steps: &[String]) -> QueryResult<Vec<StuckKey>>;
 }
 
 /// A key store that runs a transaction: the connection the protocol works
@@ -127,6 +132,9 @@ pub struct StuckKey {
     pub fingerprint: String,
     pub path: String,
     pub body: Value,
+    /// The foreign step it was registered with (see
+    /// [`KeyedRequest::foreign_step`]), if any.
+    pub foreign_step: Option<String>,
 }
 
 /// One keyed request, scoped to the account that sent it: what its key row
@@ -145,6 +153,11 @@ pub struct KeyedRequest<'a> {
     /// progress so that a recovery task can finish it if its worker dies.
     pub path: &'a str,
     pub body: &'a Value,
+    /// The foreign step the operation performs (the card network, by its
+    /// name), kept in a row registered in progress: only a worker that can
+    /// perform that same step may finish the row, never one without it nor
+    /// one at another service.
+    pub foreign_step: Option<&'a str>,
 }
 
 /// How a new key row is written.

@@ -126,11 +126,18 @@ pub trait Operation<Tx: ?Sized> {
         None
     }
 
-    /// Whether the operation calls another service that no rollback undoes
-    /// ([`foreign_step`](Operation::foreign_step)): then the protocol runs it
-    /// in phases (see `phases`), never inside a transaction.
+    /// The name of the other service the operation calls, which no
+    /// rollback undoes ([`foreign_step`](Operation::foreign_step)), if it
+    /// calls one: then the protocol runs it in phases (see `phases`), never
+    /// inside a transaction, and the key row records the name, so that only
+    /// a worker that calls the same service finishes the key if this one
+    /// dies (see [`recover`]).
+    fn foreign_step_name(&self) -> Option<&str> {
+        None
+    }
+
     fn has_foreign_step(&self) -> bool {
-        false
+        self.foreign_step_name().is_some()
     }
 
     /// The call to another service, made under a key derived from the

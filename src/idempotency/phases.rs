@@ -63,7 +63,12 @@ pub(super) fn execute<C: Connections>(
     hooks: &dyn TxHooks,
     operation: &mut dyn Operation<C::Store>,
 ) -> Result<Outcome, Error> {
-    // Phase 1.
+    // Phase 1, the row naming the foreign step it is registered for.
+    let step = operation.foreign_step_name().map(str::to_owned);
+    let request = &KeyedRequest {
+        foreign_step: step.as_deref(),
+        ..*request
+    };
     let claim = match register_or_wait(connections, mode, request)? {
         Registration::Claimed(claim) => claim,
         Registration::Answered(outcome) => return Ok(outcome),

@@ -85,6 +85,9 @@ pub struct NetworkClient {
     /// The key each authorization is asked under, from the one it was
     /// given: that one itself, but in a client of [`rekeyed`](Self::rekeyed).
     rekey: Option<Rekey>,
+    /// The network's name, which key rows registered with it record
+    /// (`Settings::network_identity`; a digest of the URL until named).
+    identity: String,
 }
 
 #[derive(Deserialize)]
@@ -105,7 +108,20 @@ impl NetworkClient {
             agent,
             watcher: std::sync::OnceLock::new(),
             rekey: None,
+            // A digest, never the URL: its password would be in key rows.
+            identity: format!("url:{:.16x}", Sha256::digest(base.as_bytes())),
         }
+    }
+
+    /// The same client, naming its network `identity`.
+    pub fn named(mut self, identity: String) -> NetworkClient {
+        self.identity = identity;
+        self
+    }
+
+    /// The network's name, as key rows registered with it record it.
+    pub fn identity(&self) -> &str {
+        &self.identity
     }
 
     /// A client of the same network that asks each authorization under the
@@ -119,6 +135,7 @@ impl NetworkClient {
             agent: self.agent.clone(),
             watcher: std::sync::OnceLock::new(),
             rekey: Some(rekey),
+            identity: self.identity.clone(),
         }
     }
 

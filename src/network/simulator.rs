@@ -287,23 +287,31 @@ fn in_process_merchant() -> String {
     format!("Merchant {}", &digest[..12])
 }
 
-/// Gives the in-process network's merchant `api_key` (a new random key per
-/// process), creating the merchant on first start. The same merchant, a new
-/// key: a retry after a restart is still a replay at the network, and no
-/// other process on this machine holds the key. Two processes on one
-/// network database would take it from each other: several instances point
-/// at one `charges network` instead (NETWORK_URL).
-pub fn rekey_in_process_merchant(database_url: &str, api_key: &str) -> Result<(), String> {
+/// The in-process network's merchant key, on the network database at
+/// `database_url`: the one kept there, made at random by the first instance
+/// to start, and given to the merchant (created on first start). One key
+/// for every instance on one network database, so that each of them
+/// charges; the same merchant across restarts, so that a retry after a
+/// restart is still a replay at the network. (A key of the process's own
+/// would be taken from the others by the last to start.)
+pub fn in_process_key(database_url: &str) -> Result<String, String> {
     let mut conn = crate::store::Connection::open(database_url).map_err(|e| e.to_string())?;
     let store = conn.store();
     store.migrate()?;
-    let (name, digest) = (in_process_merchant(), accounts::hash_api_key(api_key));
+    let name = in_process_merchant();
+    let key = store
+        .keep_network_key(&name, &accounts::generate_api_key())
+        .map_err(|e| format!("cannot keep the network's merchant key: {e}"))?;
+    let digest = accounts::hash_api_key(&key);
     let updated = store
         .rekey_account(&name, &digest)
         .map_err(|e| format!("cannot give the network's merchant its key: {e}"))?;
     if updated == 0 {
-        accounts::insert_account(store, &name, api_key, false)
-            .map_err(|e| format!("cannot seed the network's merchant: {e}"))?;
+        match accounts::insert_account(store, &name, &key, false) {
+            // Another instance made it in between, with the same key.
+            Ok(_) | Err(accounts::AccountError::NameTaken(_)) => {}
+            Err(e) => return Err(format!("cannot seed the network's merchant: {e}")),
+        }
     }
-    Ok(())
+    Ok(key)
 }

@@ -181,8 +181,8 @@ impl<Tx: ChargeStore + AccountStore + ?Sized> Operation<Tx> for CreateCharge {
         (!self.check_account).then_some(&self.response)
     }
 
-    fn has_foreign_step(&self) -> bool {
-        self.network.is_some()
+    fn foreign_step_name(&self) -> Option<&str> {
+        self.network.as_ref().map(|call| call.client.identity())
     }
 
     fn foreign_step(&mut self) -> Result<(), idempotency::Error> {

@@ -19,7 +19,8 @@
 //! Several instances may run passes at once: taking a row over is one
 //! conditional update, so exactly one of them recovers each key.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use crate::config::Settings;
 use crate::http::problem::{self, REQUEST_NOT_RECOVERABLE};
@@ -40,7 +41,9 @@ const LOGGED_KEY_LEN: usize = 255;
 /// Keys looked at per pass.
 pub const BATCH: i64 = 100;
 
-/// The operation a stuck key was registered for, rebuilt from its request.
+/// The operation a stuck key was registered for, rebuilt from its request,
+/// with the foreign step it was registered with (`network`, found by the
+/// name the row keeps).
 fn operation_for(
     stuck: &StuckKey,
     network: Option<Arc<NetworkClient>>,
@@ -81,14 +84,20 @@ impl<Tx: ChargeStore + AccountStore + ?Sized> Operation<Tx> for RecoveredRefund 
 /// One pass: every stuck key found (up to [`BATCH`]) recovered, unless
 /// another worker takes it first. Each key's steps check a connection out
 /// of `connections` and give it back (none is held while the network is
-/// asked). How many this pass completed.
+/// asked). A key registered with a foreign step is finished only through
+/// that same step, one of `networks` (this instance's, found by name);
+/// one registered with a network this instance does not have is left to
+/// an instance that has it, and said so once (`said` remembers which).
+/// How many this pass completed.
 pub fn pass(
     connections: &mut impl Connections<Store = dyn Store>,
     settings: &Settings,
-    network: Option<Arc<NetworkClient>>,
+    networks: &[Arc<NetworkClient>],
+    said: &Mutex<HashSet<(i64, String)>>,
 ) -> Result<usize, idempotency::Error> {
     let mut completed = 0;
-    let stuck_keys = connections.run(|store| Ok(store.find_stuck_keys(BATCH)?))?;
+    let names: Vec<String> = networks.iter().map(|n| n.identity().to_owned()).collect();
+    let stuck_keys = connections.run(|store| Ok(store.find_stuck_keys(BATCH, &names)?))?;
     for stuck in stuck_keys {
         let request = KeyedRequest {
             account_id: stuck.account_id,
@@ -98,10 +107,21 @@ pub fn pass(
             lease: settings.idempotency_lease,
             path: &stuck.path,
             body: &stuck.body,
+            foreign_step: stuck.foreign_step.as_deref(),
         };
         let key = log_safe(&stuck.key, LOGGED_KEY_LEN);
         let path = log_safe(&stuck.path, LOGGED_KEY_LEN);
-        let Some(mut operation) = operation_for(&stuck, network.clone()) else {
+        let network = match &stuck.foreign_step {
+            None => None,
+            Some(step) => match networks.iter().find(|n| n.identity() == step) {
+                Some(network) => Some(network.clone()),
+                None => {
+                    leave_to_another(said, &stuck, &key, step);
+                    continue;
+                }
+            },
+        };
+        let Some(mut operation) = operation_for(&stuck, network) else {
             close_unrecoverable(connections, &request, &key, &path);
             continue;
         };
@@ -125,6 +145,23 @@ pub fn pass(
         }
     }
     Ok(completed)
+}
+
+/// How many keys left to another instance are remembered as said.
+const SAID_LIMIT: usize = 10_000;
+
+/// A stuck key registered with a card network this instance does not have:
+/// finishing it here would charge without the authorization, or at another
+/// ledger. Left for an instance that has that network; one log line per key.
+fn leave_to_another(said: &Mutex<HashSet<(i64, String)>>, stuck: &StuckKey, key: &str, step: &str) {
+    let mut said = said.lock().unwrap_or_else(|e| e.into_inner());
+    if said.len() >= SAID_LIMIT {
+        said.clear();
+    }
+    if said.insert((stuck.account_id, stuck.key.clone())) {
+        METRICS.keys_recovered.with_label_values(&["left"]).inc();
+        tracing::warn!(account = stuck.account_id, key = %key, network = %log_safe(step, LOGGED_KEY_LEN), "a key left in progress was registered with a card network this instance does not charge through: left for an instance that does (set NETWORK_URL, or NETWORK_ID if it is the same network by another name)");
+    }
 }
 
 /// A stuck key whose request cannot be rebuilt: its stored, final answer,

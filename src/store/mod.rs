@@ -218,6 +218,10 @@ pub trait AccountStore {
     /// Gives the live account of this name a new key; how many rows (0:
     /// there is none).
     fn rekey_account(&mut self, name: &str, key_digest: &str) -> QueryResult<usize>;
+    /// The in-process card network's merchant key kept under `name` (in
+    /// the network's database): `candidate` if none was kept yet, else the
+    /// one kept, so that every instance on one database uses one key.
+    fn keep_network_key(&mut self, name: &str, candidate: &str) -> QueryResult<String>;
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -26,7 +26,7 @@ macro_rules! account_store {
         use diesel::prelude::*;
         use diesel::sql_types::Bool;
 
-        use super::schema::accounts;
+        use super::schema::{accounts, in_process_network_keys as network_keys};
         use super::{Time, clock, decode_time, note};
         use $crate::store::{AccountRecord, QueryResult, time_text};
 
@@ -123,6 +123,23 @@ macro_rules! account_store {
                 .set(accounts::api_key_sha256.eq(key_digest))
                 .execute(self)
                 .inspect_err(note)
+            }
+
+            fn keep_network_key(&mut self, name: &str, candidate: &str) -> QueryResult<String> {
+                diesel::insert_into(network_keys::table)
+                    .values((
+                        network_keys::name.eq(name),
+                        network_keys::api_key.eq(candidate),
+                    ))
+                    .on_conflict(network_keys::name)
+                    .do_nothing()
+                    .execute(self)
+                    .inspect_err(note)?;
+                network_keys::table
+                    .filter(network_keys::name.eq(name))
+                    .select(network_keys::api_key)
+                    .first(self)
+                    .inspect_err(note)
             }
         }
     };

@@ -110,10 +110,7 @@ async fn the_in_process_network_refuses_the_well_known_key() {
             .status,
         201
     );
-    let url = app.demo().get_json("/demo/config").await["network"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let url = server.network_url();
     let http = reqwest::Client::new();
     let listed = http
         .get(format!("{url}/authorizations"))
@@ -297,7 +294,15 @@ async fn the_network_s_credentials_and_its_bodies_reach_no_output_and_no_client(
     );
     assert!(!refused.body.contains("Bearer"), "{}", refused.body);
     let config = app.get("/demo/config").await.body;
-    assert!(config.contains("netuser:***@127.0.0.1"), "{config}");
+    assert!(
+        server.network_url().contains("netuser:***@127.0.0.1"),
+        "{}",
+        server.stdout()
+    );
+    assert!(
+        !config.contains("127.0.0.1"),
+        "its address is not published: {config}"
+    );
     let shown = [
         config,
         app.get("/demo/state").await.body,

@@ -19,6 +19,21 @@ pub struct TestApp {
     pub db: TestDatabase,
     /// Where its `/metrics` is served (METRICS_BIND), if anywhere.
     pub metrics_url: Option<String>,
+    /// The server's card network (NETWORK_URL), if any: no route of the
+    /// app's tells it.
+    pub network_url: Option<String>,
+    /// The demo's own network's ledger, removed when the app is dropped.
+    network_db: NetworkFile,
+}
+
+struct NetworkFile(std::path::PathBuf);
+
+impl Drop for NetworkFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+        }
+    }
 }
 
 impl Deref for TestApp {
@@ -54,16 +69,28 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     settings.demo = Some(true);
     settings.metrics_bind = "127.0.0.1:0".to_owned();
     configure(&mut settings);
+    // The demo's own card network keeps its ledger in a file of the test's
+    // (SQLite, whatever the app's backend), unless the test names one.
+    let network_db = std::env::temp_dir().join(format!(
+        "charges-test-{}-network.db",
+        uuid::Uuid::new_v4().simple()
+    ));
+    if settings.network_database_url.is_none() {
+        settings.network_database_url = Some(format!("sqlite://{}", network_db.display()));
+    }
     let app = Application::build(settings).expect("the app starts");
     // Migrated now: the real account the tests' requests are made as.
     db.create_test_account();
     let client = AppClient::new(&app.url());
     let metrics_url = app.metrics_url();
+    let network_url = app.network_url().map(str::to_owned);
     tokio::spawn(app.run_until_stopped());
     TestApp {
         client,
         db,
         metrics_url,
+        network_url,
+        network_db: NetworkFile(network_db),
     }
 }
 

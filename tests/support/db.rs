@@ -196,6 +196,19 @@ impl TestDatabase {
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
+    /// The text column `value` of each row `sql` selects.
+    pub fn strings(&self, sql: &str) -> Vec<String> {
+        #[derive(QueryableByName)]
+        struct Value {
+            #[diesel(sql_type = Text)]
+            value: String,
+        }
+        self.load::<Value>(sql)
+            .into_iter()
+            .map(|v| v.value)
+            .collect()
+    }
+
     /// `SELECT count(*) FROM <from_where>`.
     pub fn count(&self, from_where: &str) -> i64 {
         let rows: Vec<Count> = self.load(&format!("SELECT count(*) AS n FROM {from_where}"));

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use super::client::AppClient;
 
 const READY: &str = "charges is ready: open ";
+/// An `env` value that removes the variable instead (the binary's default).
+pub const UNSET: &str = "\0unset";
 const STARTUP_LIMIT: Duration = Duration::from_secs(30);
 /// How much of a log a failing test prints (its end).
 const PRINTED_LOG: usize = 16 * 1024;
@@ -26,6 +28,9 @@ pub struct ServerProcess {
     port: u16,
     child: Option<Child>,
     log: PathBuf,
+    /// The demo's own card network's ledger (SQLite, removed on drop), unless
+    /// the test names one: no test leaves a `<database>_network` behind.
+    network_db: PathBuf,
     stdout: Arc<Mutex<String>>,
     reader: Option<JoinHandle<()>>,
 }
@@ -71,7 +76,12 @@ impl ServerProcess {
             "charges-test-{}.log",
             uuid::Uuid::new_v4().simple()
         ));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_charges"))
+        let network_db = std::env::temp_dir().join(format!(
+            "charges-test-{}-network.db",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_charges"));
+        command
             .args(args)
             .env("DATABASE_URL", database_url)
             // Its metrics on a port of its own, picked by the system.
@@ -95,7 +105,17 @@ impl ServerProcess {
             .env_remove("POOL_TIMEOUT")
             .env_remove("REQUIRE_IDEMPOTENCY_KEY")
             .env_remove("WEB_DIR")
-            .envs(env.iter().copied())
+            .env(
+                "NETWORK_DATABASE_URL",
+                format!("sqlite://{}", network_db.display()),
+            );
+        for (name, value) in env {
+            match *value {
+                UNSET => command.env_remove(name),
+                value => command.env(name, value),
+            };
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).expect("create the server's log file"))
@@ -129,6 +149,7 @@ impl ServerProcess {
             port: 0,
             child: Some(child),
             log,
+            network_db,
             stdout,
             reader: Some(reader),
         };
@@ -175,6 +196,17 @@ impl ServerProcess {
             .filter(|url| url.starts_with("http://"))
             .unwrap_or_else(|| panic!("{}: no metrics URL in {:?}", self.name, self.stdout()))
             .to_owned()
+    }
+
+    /// Its card network's URL (NETWORK_URL), as its banner printed it
+    /// (passwords redacted): no route of the server's tells it.
+    pub fn network_url(&self) -> String {
+        self.stdout()
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("card network: "))
+            .and_then(|rest| rest.split_once(": every charge"))
+            .map(|(url, _)| url.to_owned())
+            .unwrap_or_else(|| panic!("{}: no card network in {:?}", self.name, self.stdout()))
     }
 
     /// A client of this server.
@@ -288,5 +320,8 @@ impl Drop for ServerProcess {
             );
         }
         let _ = std::fs::remove_file(&self.log);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.network_db.display()));
+        }
     }
 }

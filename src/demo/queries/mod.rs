@@ -10,9 +10,12 @@
 //! production migration creates it (one drops it from databases made before
 //! it moved here); [`create_tables`] makes it when the sandbox opens.
 
+mod locks;
 mod postgres;
 mod sqlite;
 mod tables;
+
+pub use locks::lock_waits;
 
 use serde_json::Value;
 use uuid::Uuid;

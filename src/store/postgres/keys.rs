@@ -65,7 +65,7 @@ macro_rules! new_row {
                 None,
                 None,
                 $request.lease,
-                Some(($request.path, $request.body)),
+                Some(($request.path, $request.body, $request.foreign_step)),
             ),
             NewKeyStatus::Completed(response) => (
                 COMPLETED,
@@ -88,6 +88,7 @@ macro_rules! new_row {
             keys::lease_token.eq($lease_token),
             keys::request_path.eq(request.map(|r| r.0)),
             keys::request_body.eq(request.map(|r| r.1)),
+            keys::foreign_step.eq(request.and_then(|r| r.2)),
         )
     }};
 }
@@ -224,14 +225,24 @@ impl KeyStore for PgConnection {
         .inspect_err(note)
     }
 
-    fn find_stuck_keys(&mut self, limit: i64) -> QueryResult<Vec<StuckKey>> {
-        type Row = (i64, String, String, Option<String>, Option<Value>);
+    fn find_stuck_keys(&mut self, limit: i64, steps: &[String]) -> QueryResult<Vec<StuckKey>> {
+        type Row = (
+            i64,
+            String,
+            String,
+            Option<String>,
+            Option<Value>,
+            Option<String>,
+        );
+        let performable = keys::foreign_step
+            .is_null()
+            .or(keys::foreign_step.eq_any(steps));
         let rows: Vec<Row> = keys::table
             .filter(keys::status.eq(IN_PROGRESS))
             .filter(keys::locked_until.lt(now))
             .filter(keys::expires_at.gt(now))
             .filter(keys::request_path.is_not_null())
-            .order(keys::locked_until)
+            .order((performable.desc(), keys::locked_until))
             .limit(limit)
             .select((
                 keys::account_id,
@@ -239,18 +250,20 @@ impl KeyStore for PgConnection {
                 keys::fingerprint,
                 keys::request_path,
                 keys::request_body,
+                keys::foreign_step,
             ))
             .load(self)
             .inspect_err(note)?;
         Ok(rows
             .into_iter()
-            .filter_map(|(account_id, key, fingerprint, path, body)| {
+            .filter_map(|(account_id, key, fingerprint, path, body, foreign_step)| {
                 Some(StuckKey {
                     account_id,
                     key,
                     fingerprint,
                     path: path?,
                     body: body?,
+                    foreign_step,
                 })
             })
             .collect())

@@ -50,6 +50,14 @@ diesel::table! {
         lease_token -> Uuid,
         request_path -> Nullable<Text>,
         request_body -> Nullable<Jsonb>,
+        foreign_step -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    in_process_network_keys (name) {
+        name -> Text,
+        api_key -> Text,
     }
 }
 
@@ -75,5 +83,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     authorizations,
     charges,
     idempotency_keys,
+    in_process_network_keys,
     refunds,
 );

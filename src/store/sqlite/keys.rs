@@ -38,7 +38,11 @@ macro_rules! new_row {
                 None,
                 None,
                 from_now($request.lease),
-                Some(($request.path, $request.body.to_string())),
+                Some((
+                    $request.path,
+                    $request.body.to_string(),
+                    $request.foreign_step,
+                )),
             ),
             NewKeyStatus::Completed(response) => (
                 COMPLETED,
@@ -49,9 +53,9 @@ macro_rules! new_row {
                 None,
             ),
         };
-        let (request_path, request_body) = match request {
-            Some((path, body)) => (Some(path), Some(body)),
-            None => (None, None),
+        let (request_path, request_body, foreign_step) = match request {
+            Some((path, body, step)) => (Some(path), Some(body), step),
+            None => (None, None, None),
         };
         (
             keys::fingerprint.eq($request.fingerprint),
@@ -65,6 +69,7 @@ macro_rules! new_row {
             keys::lease_token.eq($lease_token.to_string()),
             keys::request_path.eq(request_path),
             keys::request_body.eq(request_body),
+            keys::foreign_step.eq(foreign_step),
         )
     }};
 }
@@ -201,15 +206,25 @@ impl KeyStore for SqliteConnection {
         .execute(self)
     }
 
-    fn find_stuck_keys(&mut self, limit: i64) -> QueryResult<Vec<StuckKey>> {
-        type Row = (i64, String, String, Option<String>, Option<String>);
+    fn find_stuck_keys(&mut self, limit: i64, steps: &[String]) -> QueryResult<Vec<StuckKey>> {
+        type Row = (
+            i64,
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+        );
         let now = now_text();
+        let performable = keys::foreign_step
+            .is_null()
+            .or(keys::foreign_step.eq_any(steps));
         let rows: Vec<Row> = keys::table
             .filter(keys::status.eq(IN_PROGRESS))
             .filter(keys::locked_until.lt(&now))
             .filter(keys::expires_at.gt(&now))
             .filter(keys::request_path.is_not_null())
-            .order(keys::locked_until)
+            .order((performable.desc(), keys::locked_until))
             .limit(limit)
             .select((
                 keys::account_id,
@@ -217,10 +232,11 @@ impl KeyStore for SqliteConnection {
                 keys::fingerprint,
                 keys::request_path,
                 keys::request_body,
+                keys::foreign_step,
             ))
             .load(self)?;
         let mut stuck = Vec::new();
-        for (account_id, key, fingerprint, path, body) in rows {
+        for (account_id, key, fingerprint, path, body, foreign_step) in rows {
             if let (Some(path), Some(body)) = (path, json_column(body)?) {
                 stuck.push(StuckKey {
                     account_id,
@@ -228,6 +244,7 @@ impl KeyStore for SqliteConnection {
                     fingerprint,
                     path,
                     body,
+                    foreign_step,
                 });
             }
         }

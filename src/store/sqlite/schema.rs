@@ -53,6 +53,14 @@ diesel::table! {
         lease_token -> Text,
         request_path -> Nullable<Text>,
         request_body -> Nullable<Text>,
+        foreign_step -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    in_process_network_keys (name) {
+        name -> Text,
+        api_key -> Text,
     }
 }
 
@@ -72,5 +80,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     authorizations,
     charges,
     idempotency_keys,
+    in_process_network_keys,
     refunds,
 );

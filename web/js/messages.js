@@ -193,7 +193,7 @@ const en = {
   'exp.diagramEmpty': 'The diagram is drawn as the requests go out and come back.',
   'exp.requests': 'Requests and responses',
   'exp.db': 'The database',
-  'exp.dbWhen': p => `After the last request (${p.time}), read with GET /demo/state. Rows added in this run are marked “new”.`,
+  'exp.dbWhen': p => `Read with GET /demo/state at ${p.time}: after each request, and while a request waits. Rows added in this run are marked “new”.`,
   'exp.dbNone': 'Nothing read yet.',
   'exp.error': p => `Could not talk to the API: ${p.message}`,
 
@@ -660,7 +660,7 @@ const en = {
   'd.proceedsFirstSqlite': p => `${p.other} rolled back, the write lock is free → the INSERT returns a row: B is the first with key ${p.key}`,
   'title.firstRollsBack': 'First attempt: holds its transaction {s} s, then rolls back',
   'body.l4rollback': 'Lesson 4: a book, the first attempt rolled back',
-  'progress.lockWait': p => `${p.tag} is waiting. The database says: ${p.text} (waited ${p.waited} so far).`,
+  'progress.lockWait': p => `${p.tag} has waited ${p.waited} so far. The database says: ${p.text}`,
   'locks.title': 'What waits on what, as the database reports it (GET /demo/state’s locks)',
   'locks.unknown': 'This server does not report its locks.',
   'locks.sqlite.held': 'SQLite: the write lock is held by an open transaction (a probe’s BEGIN IMMEDIATE, with no busy wait, was answered SQLITE_BUSY). SQLite lists no waiting sessions: a writer that wants the lock, as B does now, waits in its busy handler until the holder commits or rolls back.',
@@ -747,7 +747,7 @@ const ja = {
 
   'l2.title': '2. 変化か、行き着く状態か',
   'l2.p2.html': 
-    '「説明文をこれにする」は、まったく同じ要求を繰り返す限り、何回届いても同じ説明文に落ち着きます。HTTP にも同じ線引きがあります。RFC 9110 は、同じリクエストを何回送っても、サーバーに意図される効果が 1 回送ったときと変わらないメソッドを<strong>冪等</strong>と呼びます。PUT と DELETE、それに状態の変更を求めない<em>安全な</em>メソッド（GET・HEAD・OPTIONS・TRACE）が冪等で、POST は冪等ではありません。RFC 9110 はさらに、冪等でないメソッドのリクエストをクライアントが自動で再試行しないよう求めています。例外は、そのリクエストがそれでも冪等だと分かる手段か、最初のリクエストが効いていないと分かる手段があるときで、冪等キーはその手段の一つです。',
+    '「説明文をこれにする」は、まったく同じ要求を繰り返す限り、何回届いても同じ説明文に落ち着きます。HTTP にも同じ線引きがあります。RFC 9110 は、同じリクエストを何回送っても、サーバーに意図される効果が 1回送ったときと変わらないメソッドを<strong>冪等</strong>と呼びます。PUT と DELETE、それに状態の変更を求めない<em>安全な</em>メソッド（GET・HEAD・OPTIONS・TRACE）が冪等で、POST は冪等ではありません。RFC 9110 はさらに、冪等でないメソッドのリクエストをクライアントが自動で再試行しないよう求めています。例外は、そのリクエストがそれでも冪等だと分かる手段か、最初のリクエストが効いていないと分かる手段があるときで、冪等キーはその手段の一つです。',
   'l2.methods.caption': 'RFC 9110 における HTTP メソッド',
   'l2.methods.method': 'メソッド',
   'l2.methods.what': '求めること',
@@ -781,7 +781,7 @@ const ja = {
     `2通ともキーを見つけられず、どちらも課金しました。課金は <strong>${p.n}件</strong>増え、<code>unguarded_keys</code> には同じキーの行が <strong>${p.rows}行</strong>あります。`,
   'l3.naive.verdict.bad.html': p => `課金が 2件増えるはずでしたが、${p.n}件でした（このキーの unguarded_keys の行: ${p.rows}）。`,
   'l3.race.p2.html': 
-    '本来のモードでは、まず<strong>キーを先に</strong>、<code>UNIQUE</code> 制約の付いた列へ 1 つの文で書き込みます（<code>INSERT … ON CONFLICT DO NOTHING RETURNING id</code>）。データベースは 2 行のうち 1 行しか受け入れません。行が入ったリクエストには、その行（新しい id）が返ります。これが初回です。もう一方には<strong>行が返りません</strong>。この空の答えで、キーが使用済みだと分かります。そのリクエストは保存済みの応答を読んで、それを返します。',
+    '本来のモードでは、まず<strong>キーを先に</strong>、<code>UNIQUE</code> 制約の付いた列へ 1つの文で書き込みます（<code>INSERT … ON CONFLICT DO NOTHING RETURNING id</code>）。データベースは 2行のうち 1行しか受け入れません。行が入ったリクエストには、その行（新しい id）が返ります。これが初回です。もう一方には<strong>行が返りません</strong>。この空の答えで、キーが使用済みだと分かります。そのリクエストは保存済みの応答を読んで、それを返します。',
   'l3.guarded.title': '同時に 2通: 一意制約あり',
   'l3.guarded.step1': '同じキーの 2通を同時に送る（一意制約あり）',
   'l3.guarded.verdict.ok.html': p =>
@@ -873,7 +873,7 @@ const ja = {
   'exp.diagramEmpty': 'リクエストを送り、返事が届くのに合わせて図を描きます。',
   'exp.requests': 'リクエストとレスポンス',
   'exp.db': 'データベース',
-  'exp.dbWhen': p => `最後のリクエストの後（${p.time}）に GET /demo/state で読んだ内容です。この実行で増えた行には「新規」と付きます。`,
+  'exp.dbWhen': p => `${p.time} に GET /demo/state で読んだ内容です（リクエストのたびと、リクエストが待っている間に読みます）。この実験で増えた行には「新規」と付きます。`,
   'exp.dbNone': 'まだ読んでいません。',
   'exp.error': p => `API と通信できませんでした: ${p.message}`,
 
@@ -1049,7 +1049,7 @@ const ja = {
   'd.recoveredFirst': p => `サーバーの回収タスクが先だった。リースが切れた後、キー ${p.key} を引き継いで課金した`,
 
   'l2.p1.html': 
-    'リクエストを繰り返して害が出るかどうかは、その書き方で決まります。1 つの量で考えてみましょう。500円の課金の、まだ返金できる残りの額です。変化として「<strong>100円返金する</strong>」（−100）と書けば、届くたびに 100 ずつ減ります。行き着く状態として「<strong>残りを 400円にする</strong>」と書けば、最初に届いた時点で 400 になり、同じリクエストが何回届いても 400 のままです（同じリクエストに限ります。後から別の状態を指すリクエストが届けば、値は変わります）。',
+    'リクエストを繰り返して害が出るかどうかは、その書き方で決まります。1つの量で考えてみましょう。500円の課金の、まだ返金できる残りの額です。変化として「<strong>100円返金する</strong>」（−100）と書けば、届くたびに 100円ずつ減ります。行き着く状態として「<strong>残りを 400円にする</strong>」と書けば、最初に届いた時点で 400 になり、同じリクエストが何回届いても 400 のままです（同じリクエストに限ります。後から別の状態を指すリクエストが届けば、値は変わります）。',
   'l2.nokey.title': '100円の返金を、キーなしで 3回',
   'l2.nokey.p.html':
     '返金は課金と同じく変化です。手順 1 でこの実験が返金する 500円の課金を作り、その後 <code>{"amount": 100}</code> の <code>POST /charges/{id}/refunds</code> を <code>Idempotency-Key</code> なしで 3回送ります。図の上の列は、手順ごとにデータベースから読んだ「返金できる残り」です。',
@@ -1058,7 +1058,7 @@ const ja = {
     '今度のクライアントは、行いたい返金 1件に 1つのキーを作り、毎回の送信に付けます。サーバーはキーを返金と同じトランザクションで登録するので、2回目と 3回目はキーを見つけ、保存しておいた応答を返します。',
   'l2.put.title': '説明文を 3回設定する',
   'l2.put.p.html': 
-    '<code>PUT /charges/{id}/description</code> は新しい値をまるごと運びます。キーは要りません。2 回目と 3 回目は、説明文を今と同じ値にもう一度設定するだけです。',
+    '<code>PUT /charges/{id}/description</code> は新しい値をまるごと運びます。キーは要りません。2回目と 3回目は、説明文を今と同じ値にもう一度設定するだけです。',
   'l2.http.title': 'HTTP にも同じ線引きがある',
   'l2.step.charge': p => `このレッスン用に ${p.amount}の課金を作る`,
   'l2.step.refundLost': p => `キーなしで ${p.amount}を返金、${p.n}回目（返事は失われる）`,
@@ -1321,7 +1321,7 @@ const ja = {
   'd.proceedsFirstSqlite': p => `${p.other} がロールバックし、書き込みロックが空く → INSERT は 1行を返す: キー ${p.key} では B が初回`,
   'title.firstRollsBack': '1通目: トランザクションを {s}秒保持した後、ロールバック',
   'body.l4rollback': 'レッスン 4: 本（1通目はロールバック）',
-  'progress.lockWait': p => `${p.tag} は待っています。データベースの報告: ${p.text}（ここまで ${p.waited}）。`,
+  'progress.lockWait': p => `${p.tag} は ${p.waited}待っています。データベースの報告: ${p.text}`,
   'locks.title': '何が何を待っているか（データベースの報告。GET /demo/state の locks）',
   'locks.unknown': 'このサーバーはロックの状態を報告しません。',
   'locks.sqlite.held': 'SQLite: 書き込みロックは、開いたままのトランザクションが持っています（待たずに試した BEGIN IMMEDIATE が SQLITE_BUSY を返しました）。SQLite は待っているセッションを一覧にしません。ロックがほしい書き込み（いまの B）は、持ち主がコミットかロールバックするまで、ビジーハンドラの中で待ちます。',
@@ -1338,20 +1338,20 @@ const ja = {
     `A への応答は <code>${p.a}</code>（<code>${p.aType}</code>）でした。COMMIT の前に失敗してロールバックされ、何も残していません。B は <strong>${p.ms} ms</strong> 待った後、初回のリクエストとして進みました。応答は保存済みの応答ではない新しい <code>${p.b}</code> で、キーの行はいま B の課金を指しています。B が何を待っていたかについてのデータベースの報告: ${p.lock}課金は <strong>${p.n}件</strong>だけ増えました。`,
   'l4.rollback.verdict.bad.html': p =>
     `A が失敗して（エラーのステータス）ロールバックし、待っていた B が初回として課金すること（保存済みの応答ではない 201、課金 1件、キーの行は B の課金を指す）を期待していました。実際は A: ${p.a}（${p.aType}）、B: ${p.b}（${p.ms} ms、${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}）、この実験で増えた課金 ${p.n}件で、キーの行は B の課金を${yes(p.same) ? '指しています' : '指していません'}。`,
-  'l2.quantity.caption': '500円の課金の返金できる残り額（同じリクエストが 3 回届いたとき）',
+  'l2.quantity.caption': '500円の課金の返金できる残り額（同じリクエストが 3回届いたとき）',
   'l2.quantity.written': '書き方',
   'l2.quantity.before': '届く前',
-  'l2.quantity.n1': '1 回目',
-  'l2.quantity.n2': '2 回目',
-  'l2.quantity.n3': '3 回目',
+  'l2.quantity.n1': '1回目',
+  'l2.quantity.n2': '2回目',
+  'l2.quantity.n3': '3回目',
   'l2.quantity.change': '変化: 100円返金する（−100）',
   'l2.quantity.state': '行き着く状態: 400円にする',
   'l2.p1b.html': 
-    'この API は返金を変化としてしか書けず、残りの額を指定するリクエストはありません。そこで下の実験では、最初の返事を受け取れなかったクライアントと同じように、「100円返金する」を本物の API に 3 回送ります。最初の 2 回の返事は捨てられ（<code>Demo-Fault: lose-response</code>）、クライアントは返事が届くまで送り直します。1 つ目の実験はキーなし、2 つ目はキーを 1 つ付けて送ります。キーがあると、変化が 1 回分だけ効き、行き着く状態を指定したときと同じ結果になります。3 つ目の実験では、この API が行き着く状態として書くリクエスト、課金の説明文の設定を送ります。',
+    'この API は返金を変化としてしか書けず、残りの額を指定するリクエストはありません。そこで下の実験では、最初の返事を受け取れなかったクライアントと同じように、「100円返金する」を本物の API に 3回送ります。最初の 2回の返事は捨てられ（<code>Demo-Fault: lose-response</code>）、クライアントは返事が届くまで送り直します。1つ目の実験はキーなし、2つ目はキーを 1つ付けて送ります。キーがあると、変化が 1回分だけ効き、行き着く状態を指定したときと同じ結果になります。3つ目の実験では、この API が行き着く状態として書くリクエスト、課金の説明文の設定を送ります。',
   'l3.draft.html': 
-    'このヘッダは RFC ではなく、IETF の <strong>Internet-Draft</strong>（草案）で定義されています。HTTPAPI ワーキンググループの「The Idempotency-Key HTTP Header Field」で、最新の draft-07（2025年10月）は RFC にならないまま 2026年4月に失効しました。このページはこの草案から、1 通目がまだ処理中のキーへの <code>409</code>（レッスン 4）、別のリクエストに使い回されたキーへの <code>422</code>、キーの有効期限はサーバーが決めて文書にするという決まり（レッスン 5）を借りています。応答の保存、<code>in_progress</code> と <code>completed</code> の状態、キーの保持期間（既定は 24時間）は、このサーバーが自分で選んだものです。',
+    'このヘッダは RFC ではなく、IETF の <strong>Internet-Draft</strong>（草案）で定義されています。HTTPAPI ワーキンググループの「The Idempotency-Key HTTP Header Field」で、最新の draft-07（2025年10月）は RFC にならないまま 2026年4月に失効しました。このページはこの草案から、1通目がまだ処理中のキーへの <code>409</code>（レッスン 4）、別のリクエストに使い回されたキーへの <code>422</code>、キーの有効期限はサーバーが決めて文書にするという決まり（レッスン 5）を借りています。応答の保存、<code>in_progress</code> と <code>completed</code> の状態、キーの保持期間（既定は 24時間）は、このサーバーが自分で選んだものです。',
   'l3.when.html': 
-    '<strong>キーを使わない場面。</strong>キーを使うと、リクエストごとに 1 行と、処理を包むトランザクションが要ります。繰り返すと害が出るところにだけ使うものです。読み取り（<code>GET</code>）は何も変えないので、そのまま再試行して構いません。行き着く状態として書けるリクエスト（レッスン 2）にもキーは要りません。そして、送るたびに新しいものを作るのが目的で、同じ内容を 2 回送ったら 2 件できるべきリクエスト（わざと同じ注文をもう 1 回するなど）に、2 回分で 1 つのキーを付けてはいけません。',
+    '<strong>キーを使わない場面。</strong>キーを使うと、リクエストごとに 1行と、処理を包むトランザクションが要ります。繰り返すと害が出るところにだけ使うものです。読み取り（<code>GET</code>）は何も変えないので、そのまま再試行して構いません。行き着く状態として書けるリクエスト（レッスン 2）にもキーは要りません。そして、送るたびに新しいものを作るのが目的で、同じ内容を 2回送ったら 2件できるべきリクエスト（わざと同じ注文をもう 1回するなど）に、2回分で 1つのキーを付けてはいけません。',
 };
 
 /** A boolean parameter (tHtml passes it as text) as a yes or no. */

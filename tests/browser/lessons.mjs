@@ -1053,8 +1053,9 @@ async function lesson7(page) {
   const started = Date.now();
   const [l7first, l7second] = await leaseWhileWaiting(page, 'l7-recover', 2, 300);
   const waited = Date.now() - started;
-  check('lesson 7 (recovery): while the page waits for the recovery, it shows the lease changing by the database\'s clock',
-    Number.isFinite(l7first.ms) && Number.isFinite(l7second.ms) && l7second.ms < l7first.ms - 150 && /lease/.test(l7first.text),
+  check('lesson 7 (recovery): while the page waits for the recovery, it shows the lease changing by the database\'s clock, and says it waits for the recovery task',
+    Number.isFinite(l7first.ms) && Number.isFinite(l7second.ms) && l7second.ms < l7first.ms - 150 && /lease/.test(l7first.text)
+      && /recovery task/.test(l7first.text) && /recovery task/.test(l7second.text) && (l7second.ms > 0 || /now waiting for the server’s recovery task/.test(l7second.text)),
     `${l7first.ms} ms, then ${l7second.ms} ms: "${l7second.text}"`);
   state = await dbState();
   const recovered = state.idempotency_keys.find((k) => k.key === key);

@@ -417,9 +417,15 @@ function cjkPhrases(tokens) {
     }
   }
   flush();
+  // A single kanji before a word of kanji is mostly a prefix (未確定, 再送): keep them together.
+  for (let i = out.length - 2; i >= 0; i -= 1) {
+    if (ONE_KANJI.test(out[i]) && KANJI_START.test(out[i + 1])) out.splice(i, 2, out[i] + out[i + 1]);
+  }
   return out;
 }
 const CJK_END = new RegExp(`[${CJK}]$`);
+const ONE_KANJI = /^[\u3400-\u9fff]$/;
+const KANJI_START = /^[\u3400-\u9fff]/;
 
 /** Greedy wrapping: words for Latin text, phrases for Japanese. */
 export function wrap(s, maxW, size, mono = false) {

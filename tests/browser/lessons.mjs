@@ -629,6 +629,14 @@ async function lesson4(page) {
   check('lesson 4 atomic: while A and B run, their two live timers are drawn apart (A: …, B: …)',
     timers.length === 2 && !overlap && /^A: /.test(timers[0].text) && /^B: /.test(timers[1].text), timers.map((x) => x.text).join(' / '));
   await screenshot(page, 'lesson-4', 'lesson-4-live-timers.png');
+  // The header's count follows the database during the run too: it is read again while B waits.
+  const readAt = () => page.getByTestId('db-status').getAttribute('data-read-at');
+  const headerBefore = await readAt();
+  await page.waitForTimeout(1500);
+  const headerAfter = await readAt();
+  const stillRunning = (await exp(page, 'l4').getAttribute('data-state')) === 'running';
+  check('lesson 4 atomic: the header\'s count is read again while the run waits', stillRunning && headerBefore !== headerAfter && Boolean(headerAfter),
+    `read at ${headerBefore}, then ${headerAfter}; running: ${stillRunning}`);
   await atomicDone;
   const a = await card(page, 'l4', 'A');
   const b = await card(page, 'l4', 'B');

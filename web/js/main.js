@@ -37,6 +37,8 @@ function renderHeader() {
   const { backend_name: name, idempotency_mode: mode } = server();
   backend.textContent = t('status.backend', { backend: name, mode });
   db.textContent = t('status.db', { charges: lastState.charges.length, keys: lastState.idempotency_keys.length });
+  // When the database was read for this count, by the server's clock.
+  db.dataset.readAt = lastState.now ?? '';
 }
 
 function showState(state) {

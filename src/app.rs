@@ -91,41 +91,18 @@ impl Application {
             tracing::warn!("{}", crate::config::DEMO_EXPOSED_WARNING);
         }
         let pool = DbPool::open(&settings.pool())?;
-        let (network, mut network_server) = start_network(&mut settings)?;
-        let network = network.map(|started| Arc::new(started.client(&settings)));
-        let sandbox = if demo {
-            // Without a network of the server's, the demo starts one of its
-            // own, which only the demo's requests that ask for it reach.
-            let own = match &network {
-                Some(_) => None,
-                None => {
-                    let (started, server) = start_in_process(&mut settings)?;
-                    network_server = Some(server);
-                    Some(Arc::new(started.client(&settings)))
-                }
-            };
-            let sandbox = demo::Sandbox::open(&pool, &settings, network.clone(), own)
-                .map_err(StartupError::Demo)?;
-            Some(web::Data::new(sandbox))
-        } else {
-            None
-        };
-        // The networks this instance can finish a stuck key through.
-        let networks: Vec<Arc<NetworkClient>> = network
-            .iter()
-            .chain(sandbox.as_ref().and_then(|s| s.own_network()))
-            .cloned()
-            .collect();
+        let Networks {
+            network,
+            server: network_server,
+            sandbox,
+            recovery,
+        } = Networks::start(&mut settings, &pool, demo)?;
         let client_limits = Arc::new(ClientLimits {
             per_client: KeyedLimit::new(settings.rate_limit_per_client),
             trusted_proxies: settings.trusted_proxies.clone(),
             keep_alive_lifetime: settings.keep_alive_lifetime,
         });
         let state = web::Data::new(app_state(pool.clone(), network, settings, demo));
-        let recovery = Recovery {
-            networks,
-            said: Default::default(),
-        };
         let (metrics_server, metrics_addr) = match metrics {
             Some(listener) => {
                 let addr = listener.local_addr().map_err(bind_error)?;
@@ -370,6 +347,56 @@ fn api_server(
     .listen(listener)?
     .run();
     Ok(server)
+}
+
+/// The card networks, and what depends on them: the server's (every
+/// charge asks it), the demo's sandbox (with a network of its own when the
+/// server has none), and the recovery task's list of the networks this
+/// instance can finish a stuck key through.
+struct Networks {
+    network: Option<Arc<NetworkClient>>,
+    /// The in-process network's server, if one runs here.
+    server: Option<Server>,
+    sandbox: Option<web::Data<demo::Sandbox>>,
+    recovery: Recovery,
+}
+
+impl Networks {
+    fn start(settings: &mut Settings, pool: &DbPool, demo: bool) -> Result<Networks, StartupError> {
+        let (network, mut server) = start_network(settings)?;
+        let network = network.map(|started| Arc::new(started.client(settings)));
+        let sandbox = if demo {
+            // Without a network of the server's, the demo starts one of its
+            // own, which only the demo's requests that ask for it reach.
+            let own = match &network {
+                Some(_) => None,
+                None => {
+                    let (started, own_server) = start_in_process(settings)?;
+                    server = Some(own_server);
+                    Some(Arc::new(started.client(settings)))
+                }
+            };
+            let sandbox = demo::Sandbox::open(pool, settings, network.clone(), own)
+                .map_err(StartupError::Demo)?;
+            Some(web::Data::new(sandbox))
+        } else {
+            None
+        };
+        let networks = network
+            .iter()
+            .chain(sandbox.as_ref().and_then(|s| s.own_network()))
+            .cloned()
+            .collect();
+        Ok(Networks {
+            network,
+            server,
+            sandbox,
+            recovery: Recovery {
+                networks,
+                said: Default::default(),
+            },
+        })
+    }
 }
 
 /// A card network this process calls: where, and whether it runs here.

@@ -192,16 +192,7 @@ impl Sandbox {
                 "DEMO_MAX_DELAYED is capped at half of POOL_SIZE (and at 1 on SQLite)"
             );
         }
-        let mut own = settings.pool();
-        own.size = half_pool;
-        if pool.backend() == Backend::Postgres {
-            // Named, so that the demo's view of the locks its requests wait
-            // on (`queries::lock_waits`) finds its own sessions only.
-            own.url = with_application_name(&own.url);
-        }
-        let connections = pool
-            .sibling(&own)
-            .map_err(|e| format!("cannot open the demo's connections: {e}"))?;
+        let connections = own_connections(pool, settings, half_pool)?;
         let network_by_default = server.is_some();
         let sandbox = Sandbox {
             accounts: Arc::new(Authenticator::new(
@@ -315,6 +306,19 @@ impl<T: std::hash::Hash + Eq + Clone> Bounded<T> {
     {
         self.set.contains(value)
     }
+}
+
+/// The demo's own connections, `size` of them, besides the server's pool;
+/// on PostgreSQL named, so that the demo's view of the locks its requests
+/// wait on (`queries::lock_waits`) finds its own sessions only.
+fn own_connections(pool: &DbPool, settings: &Settings, size: u32) -> Result<DbPool, String> {
+    let mut own = settings.pool();
+    own.size = size;
+    if pool.backend() == Backend::Postgres {
+        own.url = with_application_name(&own.url);
+    }
+    pool.sibling(&own)
+        .map_err(|e| format!("cannot open the demo's connections: {e}"))
 }
 
 /// `url` (PostgreSQL's) naming its sessions `charges-demo`.

@@ -64,15 +64,26 @@ pub trait KeyStore {
     /// Deletes up to `batch` expired rows in one short statement.
     fn purge_expired_keys(&mut self, batch: i64) -> QueryResult<usize>;
 
-    /// Up to `limit` live rows still in progress whose lease has run out:
-    /// their worker died between the key-first design's two transactions,
-    /// or between the phases of a foreign step. Those this caller can
-    /// finish come first: rows with no foreign step, or one of `steps`
-    /// (the foreign steps it can perform); rows registered with another
-    /// step fill what is left of the batch, so that the caller can say it
-    /// leaves them, and none of them delays one it can finish. Read without
-    /// a lock; taking one over is `take_over_key`'s.
-    fn find_stuck_keys(&mut self, limit: i64, steps: &[String]) -> QueryResult<Vec<StuckKey>>;
+    /// Up to `limit` accounts that have stuck keys (live rows in progress
+    /// whose lease has run out: their worker died between the key-first
+    /// design's two transactions, or between the phases of a foreign
+    /// step), the one stuck longest first: a recovery pass takes each
+    /// account's in turn, so that one account's flood of stuck keys does
+    /// not delay another's.
+    fn find_stuck_accounts(&mut self, limit: i64) -> QueryResult<Vec<i64>>;
+
+    /// Up to `limit` of one account's stuck keys, those this caller can
+    /// finish first: rows with no foreign step, or one of `steps` (the
+    /// foreign steps it can perform); rows registered with another step
+    /// fill what is left, so that the caller can say it leaves them, and
+    /// none of them delays one it can finish. Read without a lock; taking
+    /// one over is `take_over_key`'s.
+    fn find_stuck_keys(
+        &mut self,
+        account_id: i64,
+        limit: i64,
+        steps: &[String],
+    ) -> QueryResult<Vec<StuckKey>>;
 }
 
 /// A key store that runs a transaction: the connection the protocol works

@@ -38,8 +38,12 @@ use crate::telemetry::log_safe;
 /// client chooses).
 const LOGGED_KEY_LEN: usize = 255;
 
-/// Keys looked at per pass.
+/// Keys looked at per pass, at most.
 pub const BATCH: i64 = 100;
+/// Accounts whose stuck keys one pass looks at, each with its share of
+/// [`BATCH`] (at least one key): one account's flood of stuck keys (the
+/// public demo key can make thousands) takes its share, not the pass.
+pub const ACCOUNTS_PER_PASS: i64 = 100;
 
 /// The operation a stuck key was registered for, rebuilt from its request,
 /// with the foreign step it was registered with (`network`, found by the
@@ -81,7 +85,8 @@ impl<Tx: ChargeStore + AccountStore + ?Sized> Operation<Tx> for RecoveredRefund 
     }
 }
 
-/// One pass: every stuck key found (up to [`BATCH`]) recovered, unless
+/// One pass: every stuck key found (up to [`BATCH`], shared fairly among
+/// the accounts that have some) recovered, unless
 /// another worker takes it first. Each key's steps check a connection out
 /// of `connections` and give it back (none is held while the network is
 /// asked). A key registered with a foreign step is finished only through
@@ -97,7 +102,15 @@ pub fn pass(
 ) -> Result<usize, idempotency::Error> {
     let mut completed = 0;
     let names: Vec<String> = networks.iter().map(|n| n.identity().to_owned()).collect();
-    let stuck_keys = connections.run(|store| Ok(store.find_stuck_keys(BATCH, &names)?))?;
+    let stuck_keys = connections.run(|store| {
+        let accounts = store.find_stuck_accounts(ACCOUNTS_PER_PASS)?;
+        let share = (BATCH / accounts.len().max(1) as i64).max(1);
+        let mut keys = Vec::new();
+        for account in accounts {
+            keys.extend(store.find_stuck_keys(account, share, &names)?);
+        }
+        Ok(keys)
+    })?;
     for stuck in stuck_keys {
         let request = KeyedRequest {
             account_id: stuck.account_id,

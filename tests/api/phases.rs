@@ -184,11 +184,13 @@ crate::on_both_backends! {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(app.charges(), 1);
-        assert_eq!(
-            app.count("idempotency_keys WHERE key LIKE 'k-raw-%' AND status = 'completed' AND response_status = 500"),
-            100,
-            "each has its final answer"
-        );
+        // Each has its final answer, in a pass or two (a pass shares its
+        // batch among the accounts that have stuck keys).
+        let closed = "idempotency_keys WHERE key LIKE 'k-raw-%' AND status = 'completed' AND response_status = 500";
+        while app.count(closed) < 100 {
+            assert!(started.elapsed() < Duration::from_secs(5), "each has its final answer");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let replay = app
             .charge_as(SHOP_KEY, "k-raw-7", &serde_json::from_str(body).unwrap(), &[])
             .await;

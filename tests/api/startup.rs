@@ -265,3 +265,44 @@ async fn serve_with_every_default_on_a_two_host_url_creates_both_databases_and_c
     assert!(r.json()["authorization_id"].is_string(), "{}", r.body);
     assert_eq!(db.charges(), 1);
 }
+
+/// The first run never fails on a port it does not need (issue #37):
+/// `charges demo` starts while another program holds METRICS_BIND's default,
+/// 127.0.0.1:9464, and serves without metrics; `charges serve` told to use
+/// that port still refuses, naming the setting.
+#[test]
+fn the_demo_starts_while_another_program_holds_the_default_metrics_port() {
+    let port = charges::config::DEFAULT_METRICS_BIND;
+    // Held by this test, or already by someone else: held either way.
+    let _held = std::net::TcpListener::bind(port).ok();
+    assert!(std::net::TcpListener::bind(port).is_err(), "{port} is held");
+    let db = TestDatabase::create();
+    let unset = crate::support::server::UNSET;
+    let demo = crate::support::ServerProcess::try_start_with(
+        "demo",
+        &["demo"],
+        &db.url,
+        &[("METRICS_BIND", unset), ("DEMO", unset)],
+    )
+    .unwrap_or_else(|e| panic!("charges demo must start: {e}"));
+    // The banner's last line comes after the ready line, read as it comes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !demo.stdout().contains("metrics:") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(demo.stdout().contains("metrics: off"), "{}", demo.stdout());
+    assert!(
+        demo.logs().contains("the demo runs without metrics"),
+        "{}",
+        demo.logs()
+    );
+    drop(demo);
+    let serve = crate::support::ServerProcess::try_start_with(
+        "serve",
+        &["serve"],
+        &db.url,
+        &[("METRICS_BIND", port)],
+    );
+    let refused = serve.err().expect("serve refuses a taken METRICS_BIND");
+    assert!(refused.contains("METRICS_BIND"), "{refused}");
+}

@@ -238,3 +238,73 @@ async fn three_instances_on_one_database_make_one_charge_per_key() {
         started.elapsed()
     );
 }
+
+/// Three `charges serve` instances on one database, as a real account, with
+/// every default (no card network: each charge is one transaction) and with
+/// `NETWORK_URL=in-process` (each instance runs a network of its own on one
+/// shared ledger, the merchant key kept there): every keyed charge on every
+/// instance is a 201, and a storm on one key across all three is one charge
+/// (issue #37: the last instance to start used to take the ledger's
+/// merchant key from the others, whose every charge then failed with 503).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_charge_on_every_instance_with_and_without_an_in_process_network() {
+    for network in [None, Some("in-process")] {
+        let (db, ledger) = (
+            TestDatabase::create_for(TestBackend::Postgres),
+            TestDatabase::create_for(TestBackend::Postgres),
+        );
+        let env: Vec<(&str, &str)> = match network {
+            None => vec![("NETWORK_URL", crate::support::server::UNSET)],
+            Some(url) => vec![("NETWORK_URL", url), ("NETWORK_DATABASE_URL", &ledger.url)],
+        };
+        let mut servers: Vec<ServerProcess> = (0..INSTANCES)
+            .map(|i| {
+                ServerProcess::try_start_with(&format!("instance {i}"), &["serve"], &db.url, &env)
+                    .unwrap_or_else(|e| panic!("{e}"))
+            })
+            .collect();
+        db.create_test_account();
+        let clients: Vec<AppClient> = servers.iter().map(ServerProcess::client).collect();
+        for (i, api) in clients.iter().enumerate() {
+            for n in 0..5 {
+                let charge = api
+                    .charge(
+                        format!("k-{i}-{n}").as_str(),
+                        &crate::support::charge_body(),
+                    )
+                    .await;
+                assert_eq!(
+                    charge.status, 201,
+                    "{network:?}, instance {i}: {}",
+                    charge.body
+                );
+                assert_eq!(
+                    charge.json()["authorization_id"].is_string(),
+                    network.is_some(),
+                    "{}",
+                    charge.body
+                );
+            }
+        }
+        let storm = join_all((0..30).map(|n| {
+            let api = clients[n % INSTANCES].clone();
+            async move { api.charge("k-storm", &crate::support::charge_body()).await }
+        }))
+        .await;
+        for reply in &storm {
+            assert_eq!(reply.status, 201, "{network:?}: {}", reply.body);
+            assert_eq!(reply.body, storm[0].body, "one charge for the key");
+        }
+        assert_eq!(db.charges(), 3 * 5 + 1);
+        if network.is_some() {
+            assert_eq!(
+                ledger.count("authorizations"),
+                3 * 5 + 1,
+                "one authorization each"
+            );
+        }
+        for server in &mut servers {
+            server.assert_healthy();
+        }
+    }
+}

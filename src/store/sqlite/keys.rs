@@ -206,7 +206,26 @@ impl KeyStore for SqliteConnection {
         .execute(self)
     }
 
-    fn find_stuck_keys(&mut self, limit: i64, steps: &[String]) -> QueryResult<Vec<StuckKey>> {
+    fn find_stuck_accounts(&mut self, limit: i64) -> QueryResult<Vec<i64>> {
+        let now = now_text();
+        keys::table
+            .filter(keys::status.eq(IN_PROGRESS))
+            .filter(keys::locked_until.lt(&now))
+            .filter(keys::expires_at.gt(&now))
+            .filter(keys::request_path.is_not_null())
+            .group_by(keys::account_id)
+            .order(diesel::dsl::min(keys::locked_until))
+            .limit(limit)
+            .select(keys::account_id)
+            .load(self)
+    }
+
+    fn find_stuck_keys(
+        &mut self,
+        account_id: i64,
+        limit: i64,
+        steps: &[String],
+    ) -> QueryResult<Vec<StuckKey>> {
         type Row = (
             i64,
             String,
@@ -220,6 +239,7 @@ impl KeyStore for SqliteConnection {
             .is_null()
             .or(keys::foreign_step.eq_any(steps));
         let rows: Vec<Row> = keys::table
+            .filter(keys::account_id.eq(account_id))
             .filter(keys::status.eq(IN_PROGRESS))
             .filter(keys::locked_until.lt(&now))
             .filter(keys::expires_at.gt(&now))

@@ -656,7 +656,7 @@ async function lesson4(page) {
   await checkWaitShown(page, 'l4', 'atomic', await atomicLocks);
   const av = await verdict(page, 'l4');
   check('lesson 4 atomic: the result box says what the page read while B waited (the tables, and the wait as the database reported it)',
-    /read the tables \d+ times and never saw the key/.test(av.text) && /What the database said B waited on: (PostgreSQL|SQLite)/.test(av.text), said(av));
+    /read the tables \d+ times and never saw the key/.test(av.text) && /The database’s last report of the wait: (PostgreSQL|SQLite)/.test(av.text), said(av));
 
   // ---- the rollback path: A fails before COMMIT while B waits; B runs as the first ----------
   await resetViaPage(page);

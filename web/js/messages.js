@@ -120,7 +120,7 @@ const en = {
   'l4.step1.atomic': 'Send A (holds {s} s), then B with the same key {after} s later',
   'l4.step1.keyFirst': 'Send A (holds {s} s), B with the same key {after} s later, then C once A has finished',
   'l4.verdict.ok.html': p =>
-    `B waited <strong>${p.ms} ms</strong>, then got the stored <code>201</code> with <code>Idempotent-Replayed: true</code> and A’s charge id. While it waited, the page read the tables ${p.reads} times and never saw the key: A’s rows were not visible before its commit. What the database said B waited on: ${p.lock} The table gained <strong>${p.n}</strong> charge.`,
+    `B waited <strong>${p.ms} ms</strong>, then got the stored <code>201</code> with <code>Idempotent-Replayed: true</code> and A’s charge id. While it waited, the page read the tables ${p.reads} times and never saw the key: A’s rows were not visible before its commit. The database’s last report of the wait: ${p.lock} The table gained <strong>${p.n}</strong> charge.`,
   'l4.verdict.bad.html': p =>
     `Expected B to wait about ${p.expectMs} ms and get the stored 201 replayed, with one new charge, and no read to show the key in progress. B took ${p.ms} ms and was answered ${p.status}, ${yes(p.replayed) ? 'as a replay' : 'not as a replay'}; this run made ${plural(p.n, 'charge', 'charges')}; ${yes(p.inProgress) ? 'a read showed the key in_progress' : 'no read showed the key in progress'}.`,
   'l4.kf.verdict.ok.html': p =>
@@ -674,7 +674,7 @@ const en = {
     `B waits for A’s transaction to <em>end</em>, and a transaction can end without a commit. Here A holds its transaction for ${p.s} s and then fails before COMMIT (<code>Demo-Fault: delay-commit=${p.ms}, fail-before-commit</code>), so everything it wrote rolls back, its key row included. B, sent ${p.after} s after A with the same key and body (atomic design), waits as before. When A’s transaction is gone, B’s <code>INSERT … ON CONFLICT DO NOTHING RETURNING id</code> returns a row: nothing conflicts any more, and B runs as the first request. The client’s retry is then the charge: one charge, and B’s answer is a fresh <code>201</code>, not a replay.`,
   'l4.rollback.step1': 'Send A (holds {s} s, then fails and rolls back), then B with the same key {after} s later',
   'l4.rollback.verdict.ok.html': p =>
-    `A was answered <code>${p.a}</code> (<code>${p.aType}</code>): it failed before COMMIT and rolled back, leaving nothing. B waited <strong>${p.ms} ms</strong>, then ran as the first request: a fresh <code>${p.b}</code>, not a replay, and the key row now holds B’s charge. What the database said B waited on: ${p.lock} The table gained <strong>${p.n}</strong> charge.`,
+    `A was answered <code>${p.a}</code> (<code>${p.aType}</code>): it failed before COMMIT and rolled back, leaving nothing. B waited <strong>${p.ms} ms</strong>, then ran as the first request: a fresh <code>${p.b}</code>, not a replay, and the key row now holds B’s charge. The database’s last report of the wait: ${p.lock} The table gained <strong>${p.n}</strong> charge.`,
   'l4.rollback.verdict.bad.html': p =>
     `Expected A to fail (an error status) and roll back, and B to wait and then charge as the first: a 201 that is not a replay, with one new charge, the key holding B’s charge. A: ${p.a} (${p.aType}); B: ${p.b} after ${p.ms} ms, ${yes(p.replayed) ? 'a replay' : 'not a replay'}; this run made ${plural(p.n, 'charge', 'charges')}; the key row ${yes(p.same) ? 'holds' : 'does not hold'} B’s charge.`,
   'l2.quantity.caption': 'What is left to refund of a ¥500 charge, as the same request arrives three times',
@@ -803,7 +803,7 @@ const ja = {
   'l4.step1.atomic': 'A を送り（{s}秒保持）、{after}秒後に同じキーで B を送る',
   'l4.step1.keyFirst': 'A を送り（{s}秒保持）、{after}秒後に同じキーで B を、A の完了後に C を送る',
   'l4.verdict.ok.html': p =>
-    `B は <strong>${p.ms} ms</strong> 待たされた後、<code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。待っている間にページはテーブルを ${p.reads}回読みましたが、このキーの行は一度も見えませんでした。A の行はコミットまで見えないからです。B が何を待っていたかについてのデータベースの報告: ${p.lock}課金は <strong>${p.n}件</strong>だけ増えました。`,
+    `B は <strong>${p.ms} ms</strong> 待たされた後、<code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。待っている間にページはテーブルを ${p.reads}回読みましたが、このキーの行は一度も見えませんでした。A の行はコミットまで見えないからです。待ちについてのデータベースの最後の報告: ${p.lock}課金は <strong>${p.n}件</strong>だけ増えました。`,
   'l4.verdict.bad.html': p =>
     `B が約 ${p.expectMs} ms 待って保存済みの 201 を受け取り、課金が 1件増え、処理中のキーがどの読み取りにも見えないことを期待していました。実際は B が ${p.ms} ms かかってステータス ${p.status} を受け取り（${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}）、この実験で増えた課金は ${p.n}件、${yes(p.inProgress) ? '読み取りに in_progress のキーが見えました' : '処理中のキーは見えませんでした'}。`,
   'l4.kf.verdict.ok.html': p =>
@@ -946,7 +946,7 @@ const ja = {
   'd.lost': p => `${p.status} は途中で失われ、クライアントには 504 だけが届く`,
   'd.lostReplay': '保存済みの 201 は途中で失われ、クライアントには 504 だけが届く',
   'd.abandonedReply': '返事は無く、クライアントには 504 だけが届く',
-  'd.reply': p => `${p.status} ・ ${p.ms} ms`,
+  'd.reply': p => `${p.status}（${p.ms} ms）`,
   'd.replyReplayed': p => `201（Idempotent-Replayed）・ ${p.ms} ms`,
   'd.fingerprintDiffers': 'キーはあるが、リクエストの指紋が違う',
   'd.select': p => `キー ${p.key} を SELECT → 無し`,
@@ -1246,7 +1246,7 @@ const ja = {
   'd.waitRecovery': p => `クライアントは待つ。まずリースが切れるまで、次にサーバーの回収タスクを。ページは ${p.every}ごとにテーブルを読む`,
   'd.recoveryTakesOver': p => `${p.span}待った時点で: サーバーの回収タスク（${p.every}ごと）が、リースの切れた in_progress のキー ${p.key} を見つけて引き継ぎ、保存されたリクエストから課金を組み立て直していた`,
   'd.notRecovered': p => `${p.span}経っても、キーはまだ completed になっていない`,
-  'd.countNoteNetwork': p => `この実験: こちらの課金 ${p.n}件 ・ ネットワークのオーソリ ${p.auths}件`,
+  'd.countNoteNetwork': p => `この実験: こちらの課金 ${p.n}件、ネットワークのオーソリ ${p.auths}件`,
   'l7.title': '7. 課金がカードネットワークに届く',
   'l7.p1.html':
     'ここまでの課金はこちらのデータベースの 1行で、キーはそれが多くても 1件になるようにしていました。本物の課金は、まずカードネットワークで<strong>オーソリ</strong>（与信）を受けます。ネットワークは別の会社で、自分のデータベースを持ち、そこでのオーソリは、こちらのトランザクションがその後どうなっても残ります。こちらとネットワークの間でも、クライアントとこちらの間と同じように返事が失われます。ひとつ奥の区間というだけです。そこでこのサーバーはネットワークにもキー付きで問い合わせ、そのキーをクライアントのキーから<strong>導きます</strong>。同じアカウントと同じ <code>Idempotency-Key</code> からは必ず同じネットワーク用のキーができるので、こちらの再送はネットワークにとっても再送になります。',
@@ -1335,7 +1335,7 @@ const ja = {
     `B が待っているのは A のトランザクションが<em>終わる</em>ことで、トランザクションはコミットせずに終わることもあります。ここでは A がトランザクションを ${p.s}秒保持した後、COMMIT の前に失敗します（<code>Demo-Fault: delay-commit=${p.ms}, fail-before-commit</code>）。A の書き込みは、キーの行も含めてすべてロールバックされます。A の ${p.after}秒後に同じキー・同じ本文で送った B（atomic）は、前と同じように待ちます。A のトランザクションが消えると、B の <code>INSERT … ON CONFLICT DO NOTHING RETURNING id</code> は 1行を返します。もう衝突する相手がいないので、B は初回のリクエストとして進みます。つまりクライアントの再送がそのまま課金になり、課金は 1件、B への応答は保存済みの応答ではなく、新しい <code>201</code> です。`,
   'l4.rollback.step1': 'A を送り（{s}秒保持した後に失敗してロールバック）、{after}秒後に同じキーで B を送る',
   'l4.rollback.verdict.ok.html': p =>
-    `A への応答は <code>${p.a}</code>（<code>${p.aType}</code>）でした。COMMIT の前に失敗してロールバックされ、何も残していません。B は <strong>${p.ms} ms</strong> 待った後、初回のリクエストとして進みました。応答は保存済みの応答ではない新しい <code>${p.b}</code> で、キーの行はいま B の課金を指しています。B が何を待っていたかについてのデータベースの報告: ${p.lock}課金は <strong>${p.n}件</strong>だけ増えました。`,
+    `A への応答は <code>${p.a}</code>（<code>${p.aType}</code>）でした。COMMIT の前に失敗してロールバックされ、何も残していません。B は <strong>${p.ms} ms</strong> 待った後、初回のリクエストとして進みました。応答は保存済みの応答ではない新しい <code>${p.b}</code> で、キーの行はいま B の課金を指しています。待ちについてのデータベースの最後の報告: ${p.lock}課金は <strong>${p.n}件</strong>だけ増えました。`,
   'l4.rollback.verdict.bad.html': p =>
     `A が失敗して（エラーのステータス）ロールバックし、待っていた B が初回として課金すること（保存済みの応答ではない 201、課金 1件、キーの行は B の課金を指す）を期待していました。実際は A: ${p.a}（${p.aType}）、B: ${p.b}（${p.ms} ms、${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}）、この実験で増えた課金 ${p.n}件で、キーの行は B の課金を${yes(p.same) ? '指しています' : '指していません'}。`,
   'l2.quantity.caption': '500円の課金の返金できる残り額（同じリクエストが 3回届いたとき）',

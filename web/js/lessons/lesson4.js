@@ -43,7 +43,7 @@ function onSqlite(ctx) {
 /**
  * While `until` is pending, reads the tables every WAIT_POLL_MS and shows
  * them, with what the database says waits (GET /demo/state's `locks`).
- * Records in ctx.vars.wait what it saw: how many reads, the first lock wait
+ * Records in ctx.vars.wait what it saw: how many reads, the last lock wait
  * the database reported, and whether any read showed the key in progress
  * (in the atomic design none may: A's row is not visible until it commits).
  */
@@ -65,11 +65,11 @@ async function watchWait(ctx, until, { tag = 'B', holder = 'A' } = {}) {
     if (state.idempotency_keys.some((k) => k.key === key && k.status === 'in_progress')) wait.inProgress = true;
     const lock = lockWaitOf(state);
     if (lock && !over) {
-      ctx.progress(L('progress.lockWait', { tag, text: () => describeLockWait(lock), waited: () => fmtSpan(performance.now() - started) }));
-      if (!wait.lock) {
-        wait.lock = lock;
-        d.note(['db'], L(lock.kind === 'sqlite' ? 'd.lockSeenSqlite' : 'd.lockSeenPg', { tag, other: holder, event: lock.event, pid: lock.pid, by: lock.by?.pid ?? '?' }), { tag });
-      }
+      const waited = performance.now() - started;
+      ctx.progress(L('progress.lockWait', { tag, text: () => describeLockWait(lock), waited: () => fmtSpan(waited) }));
+      // The diagram notes the wait once, when the database first reports it; the result tells the last report.
+      if (!wait.lock) d.note(['db'], L(lock.kind === 'sqlite' ? 'd.lockSeenSqlite' : 'd.lockSeenPg', { tag, other: holder, event: lock.event, pid: lock.pid, by: lock.by?.pid ?? '?' }), { tag });
+      wait.lock = lock;
     }
   }
 }

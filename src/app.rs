@@ -414,6 +414,7 @@ impl StartedNetwork {
             settings.network_timeout,
         )
         .named(settings.network_identity(self.in_process))
+        .keeping_keys_for(settings.idempotency_ttl)
     }
 }
 

@@ -92,6 +92,10 @@ struct NetworkArgs {
     /// How long it takes to answer an authorization (real networks take 100 ms to 2 s), e.g. 300ms.
     #[arg(long, env = "NETWORK_LATENCY", default_value = "0s", value_parser = humantime::parse_duration)]
     latency: std::time::Duration,
+    /// How long an Idempotency-Key is kept at most (a caller that names its
+    /// own key's lifetime, Idempotency-Key-Lifetime, gets that if shorter).
+    #[arg(long, env = "NETWORK_KEY_TTL", default_value = "24h", value_parser = humantime::parse_duration)]
+    key_ttl: std::time::Duration,
 }
 
 #[derive(Args)]
@@ -209,6 +213,7 @@ fn network(args: NetworkArgs) -> Result<(), String> {
         }
         let mut api = charges::config::Settings::with_database_url(&args.database_url);
         api.network_latency = args.latency;
+        api.idempotency_ttl = args.key_ttl;
         let settings = charges::network::simulator::settings(&api, args.database_url.clone(), &args.api_key);
         let started = charges::network::simulator::start(settings, listener)?;
         let _ = writeln!(

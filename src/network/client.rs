@@ -88,6 +88,9 @@ pub struct NetworkClient {
     /// The network's name, which key rows registered with it record
     /// (`Settings::network_identity`; a digest of the URL until named).
     identity: String,
+    /// How long our keys are remembered (IDEMPOTENCY_TTL): the network is
+    /// asked to keep the key we derive from one no longer.
+    key_lifetime: Duration,
 }
 
 #[derive(Deserialize)]
@@ -110,7 +113,14 @@ impl NetworkClient {
             rekey: None,
             // A digest, never the URL: its password would be in key rows.
             identity: format!("url:{:.16x}", Sha256::digest(base.as_bytes())),
+            key_lifetime: Duration::from_secs(24 * 60 * 60),
         }
+    }
+
+    /// The same client, for an API that remembers its keys for `lifetime`.
+    pub fn keeping_keys_for(mut self, lifetime: Duration) -> NetworkClient {
+        self.key_lifetime = lifetime;
+        self
     }
 
     /// The same client, naming its network `identity`.
@@ -136,6 +146,7 @@ impl NetworkClient {
             watcher: std::sync::OnceLock::new(),
             rekey: Some(rekey),
             identity: self.identity.clone(),
+            key_lifetime: self.key_lifetime,
         }
     }
 
@@ -164,6 +175,11 @@ impl NetworkClient {
             .post(format!("{}/authorizations", self.base))
             .header("Authorization", format!("Bearer {}", self.api_key))
             .header("Idempotency-Key", format!("\"{key}\""))
+            // Our key's lifetime: the network forgets its key with ours.
+            .header(
+                "Idempotency-Key-Lifetime",
+                self.key_lifetime.as_secs().max(1),
+            )
             .send_json(serde_json::json!({"amount": amount, "currency": currency}))
             .map_err(|e| NetworkError::Unreachable(e.to_string()))?;
         let status = response.status().as_u16();

@@ -7,7 +7,9 @@
 //! most once per key, and a retry is answered from the stored response.
 //!
 //! - `POST /authorizations {"amount": n, "currency": "jpy"}` with
-//!   `Idempotency-Key` (required): `201` with the authorization.
+//!   `Idempotency-Key` (required): `201` with the authorization. With
+//!   `Idempotency-Key-Lifetime: <seconds>`, the key is kept no longer than
+//!   that (the caller's own key's lifetime), else `IDEMPOTENCY_TTL`.
 //! - `POST /authorizations/{id}/void` with `Idempotency-Key` (required):
 //!   `200` with the authorization, `voided_at` set (once): the merchant
 //!   gives the hold up, because no charge will ever hold it.
@@ -92,6 +94,7 @@ async fn authorize(
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
+    let state = keeping_keys_as_asked(&req, &state)?;
     let request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
     // Amount and currency as a charge has them (no description here).
     let new = crate::payments::charges::parse_new_charge(&request.body)?;
@@ -117,6 +120,42 @@ async fn authorize(
         response,
     };
     requests::run_keyed(&req, &state, request, key, operation).await
+}
+
+/// The header a caller names how long it remembers its own key with, in
+/// seconds: the network keeps the key no longer (nor longer than its own
+/// `IDEMPOTENCY_TTL`). So a caller's key and the key it asks here under
+/// are forgotten together: a retry after the caller forgot its key is a new
+/// request at both, never a new charge holding the old authorization.
+pub const KEY_LIFETIME_HEADER: &str = "idempotency-key-lifetime";
+
+/// The state an authorization runs with: the network's, keeping its key as
+/// long as the caller keeps its own, if it says so and that is shorter.
+fn keeping_keys_as_asked(
+    req: &HttpRequest,
+    state: &web::Data<AppState>,
+) -> Result<web::Data<AppState>, ApiError> {
+    let Some(value) = req.headers().get(KEY_LIFETIME_HEADER) else {
+        return Ok(state.clone());
+    };
+    let seconds: u64 = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|s| *s > 0)
+        .ok_or_else(|| {
+            ApiError::invalid("Idempotency-Key-Lifetime is a whole number of seconds, at least 1.")
+        })?;
+    let asked = std::time::Duration::from_secs(seconds);
+    if asked >= state.settings.idempotency_ttl {
+        return Ok(state.clone());
+    }
+    let mut settings = (*state.settings).clone();
+    settings.idempotency_ttl = asked;
+    Ok(web::Data::new(AppState {
+        settings: Arc::new(settings),
+        ..state.get_ref().clone()
+    }))
 }
 
 /// `POST /authorizations/{id}/void`: under a key like every write of the

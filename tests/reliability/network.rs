@@ -597,3 +597,32 @@ async fn a_path_that_drops_a_third_of_the_networks_answers_still_authorizes_once
         api_db.count("charges")
     );
 }
+
+/// One authorization per charge, whatever the lifetimes (issue #38, finding
+/// 3): the API remembers its keys 3 s, a separate `charges network` its own
+/// for 24 h by default. A retry after 4.5 s is a new request here, so it is
+/// a new charge; the network, asked to keep its key no longer than ours
+/// (`Idempotency-Key-Lifetime`), forgot it too, so the new charge gets an
+/// authorization of its own instead of replaying the first one's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_after_the_key_expired_is_a_new_charge_with_its_own_authorization() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (api_db, network_db, network) = databases_and_network();
+    let url = format!("http://{}", network.addr);
+    let api = start_shop(&api_db, &url, &[("IDEMPOTENCY_TTL", "3s")]);
+    let client = api.client();
+    let first = until_charged(&client, "k-short-lived").await;
+    let again = until_charged(&client, "k-short-lived").await;
+    assert!(again.replayed(), "within the TTL: the replay");
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let later = until_charged(&client, "k-short-lived").await;
+    assert!(!later.replayed(), "past the TTL: a new request");
+    let authorization = |c: &Captured| c.json()["authorization_id"].as_str().unwrap().to_owned();
+    assert_ne!(
+        authorization(&later),
+        authorization(&first),
+        "two charges never share one authorization"
+    );
+    assert_eq!(api_db.charges(), 2);
+    assert_eq!(network_db.count("authorizations"), 2);
+}

@@ -321,7 +321,6 @@ const en = {
   'exp.dbContext': p => `${p.name}: the database`,
   'card.afterContext': p => `${p.name}: the database after request ${p.tag}`,
   'card.harm.duplicate': 'This is the same purchase done twice.',
-  'card.harm.ledgerDuplicate': 'A second charge in our table for one purchase. Its authorization is the first one’s: the card network replayed it (lesson 7).',
   'card.harm.refundAgain': 'A refund the customer did not ask for: the same ¥100 refunded again.',
   'card.harm.newId': 'The same purchase, charged again under a new id: the id the client holds from A no longer exists.',
   'card.harm.forgotten': 'The database has since lost this commit: the client holds an id that no longer exists.',
@@ -605,7 +604,7 @@ const en = {
     `A got <code>${p.a}</code>; after it the network held <strong>${p.authsA}</strong> authorization and we held no charge. The retry got <code>${p.b}</code>: the network recognised the derived key and replayed its authorization instead of making a second one. <strong>${p.n}</strong> charge here, <strong>${p.auths}</strong> authorization there, and the charge holds it (<code>${p.id}</code>).`,
   'l7.lost.verdict.bad.html': p => `Expected A 503 with 1 authorization and no charge, then B 201 with 1 charge holding the only authorization; A ${p.a} (authorizations after A: ${p.authsA}), B ${p.b}, ${plural(p.n, 'charge', 'charges')}, ${plural(p.auths, 'authorization', 'authorizations')}; ${yes(p.same) ? 'the charge holds the only authorization' : 'the charge does not hold the only authorization'}.`,
   'l7.lost.p2.html': 
-    '<strong>What this means for lessons 5 and 6.</strong> Their charges did not ask the network. Had they asked, the late retry after the key expired would still have been new to our table, but it would have carried the same key, so the derived network key would have been the same, and a network that still remembers that key replays the authorization it already made: the customer’s card would be held once, and our ledger would still hold two charges for one purchase. The network’s key protects the network’s ledger, not ours.',
+    '<strong>What this means for lessons 5 and 6.</strong> Their charges did not ask the network. Had they asked, the late retry after our key expired would still be a new charge here, and a new authorization there too: this API tells the network, with every call, how long it keeps its own keys (<code>Idempotency-Key-Lifetime</code>), and the network keeps the derived key no longer. So the network would not hand the second charge the first one’s authorization, leaving two charges in our ledger that hold one authorization between them; it would make a second one, held once for each charge, and both ends would agree on what happened. A key protects both ledgers for as long as it lives, and neither after.',
   'l7.fresh.title': 'The same, without passing the key on',
   'l7.fresh.p.html':
     'Now the integration calls the network with a new key every time (<code>Demo-Fault: network-fresh-key</code>), as code does that keeps the client’s key at its own door. Our side is exactly as safe as before: one key, one charge. But the network has nothing that links our retry to our first call.',
@@ -987,7 +986,6 @@ const ja = {
   'exp.dbContext': p => `${p.name}: データベース`,
   'card.afterContext': p => `${p.name}: リクエスト ${p.tag} の直後のデータベース`,
   'card.harm.duplicate': '同じ買い物を 2回処理したことになります。',
-  'card.harm.ledgerDuplicate': '1回の買い物に対する、こちらのテーブルで 2件目の課金です。オーソリは 1件目のもので、カードネットワークが同じオーソリを返しました（レッスン 7）。',
   'card.harm.refundAgain': 'お客様が頼んでいない返金です。同じ 100円がもう一度返金されました。',
   'card.harm.newId': '同じ買い物が新しい id で課金し直されました。クライアントが A で受け取った id は、もう存在しません。',
   'card.harm.forgotten': 'データベースはこのコミットをその後失いました。クライアントの手元には、もう存在しない id が残っています。',
@@ -1266,7 +1264,7 @@ const ja = {
     `A は <code>${p.a}</code> を受け取りました。その時点でネットワークのオーソリは <strong>${p.authsA}件</strong>、こちらの課金は 0件です。再送は <code>${p.b}</code> を受け取りました。ネットワークは導出キーに気付き、2件目を作らずに、前のオーソリを返しました。こちらの課金は <strong>${p.n}件</strong>、ネットワークのオーソリも <strong>${p.auths}件</strong>で、課金はそのオーソリ（<code>${p.id}</code>）を持っています。`,
   'l7.lost.verdict.bad.html': p => `A が 503 でオーソリ 1件・課金なし、続いて B が 201 で、唯一のオーソリを持つ課金 1件を期待していました。実際は A ${p.a}（A の後のオーソリ ${p.authsA}件）、B ${p.b}、課金 ${p.n}件、オーソリ ${p.auths}件で、課金は唯一のオーソリを${yes(p.same) ? '持っています' : '持っていません'}。`,
   'l7.lost.p2.html': 
-    '<strong>レッスン 5 と 6 にとっての意味。</strong>そこでの課金はネットワークに問い合わせていません。もし問い合わせていたら、キーの期限が切れた後の遅れた再送は、やはりこちらのテーブルにとっては新しいリクエストです。しかしキーは同じなので、導かれるネットワーク用のキーも同じになり、そのキーをまだ覚えているネットワークは、すでに作ったオーソリを返します。お客様のカードが確保されるのは 1回だけで、こちらの台帳には 1回の買い物に課金が 2件残ります。ネットワーク用のキーが守るのはネットワークの台帳で、こちらの台帳ではありません。',
+    '<strong>レッスン 5 と 6 にとっての意味。</strong>そこでの課金はネットワークに問い合わせていません。もし問い合わせていたら、こちらのキーの期限が切れた後の遅れた再送は、こちらでは新しい課金になり、ネットワークでも新しいオーソリになります。この API は呼び出しのたびに、自分がキーを保持する期間をネットワークに伝え（<code>Idempotency-Key-Lifetime</code>）、ネットワークは導かれたキーをそれより長くは保持しないからです。そのためネットワークは、2 件目の課金に 1 件目のオーソリを渡して、こちらの台帳に 1 つのオーソリを分け合う課金を 2 件残すことはしません。課金ごとにオーソリを 1 件ずつ作り、両端の記録は何が起きたかについて食い違いません。キーが両方の台帳を守るのは、キーが生きている間だけです。',
   'l7.fresh.title': '同じことを、キーを引き継がずに',
   'l7.fresh.p.html':
     '今度の連携コードは、毎回新しいキーでネットワークを呼びます（<code>Demo-Fault: network-fresh-key</code>）。クライアントのキーを自分の入口で止めてしまうコードと同じです。こちら側は前と同じく安全で、キー 1つに課金 1件です。ところがネットワークには、こちらの再送を最初の呼び出しと結び付けるものが何もありません。',

@@ -179,11 +179,12 @@ export function experiment({ body, steps, setup, ...rest }) {
 
 /**
  * The harm of a second charge made under the first one's key (its record
- * forgotten): with a card network, the derived network key made the
- * network replay the first authorization, so the harm is in our ledger only.
+ * forgotten): the same purchase charged twice. (Had it asked the card
+ * network, the network would have forgotten the derived key by then too,
+ * and made a second authorization: lesson 7.)
  */
-export function sameKeyDuplicate(record) {
-  return record.json?.authorization_id ? 'ledgerDuplicate' : 'duplicate';
+export function sameKeyDuplicate() {
+  return 'duplicate';
 }
 
 // ---- shared by lessons 6 and 7: watching a key-first lease run out ---------------------------

@@ -75,6 +75,7 @@ struct Recovery {
 impl Application {
     pub fn build(mut settings: Settings) -> Result<Application, StartupError> {
         settings.check_lease().map_err(StartupError::Settings)?;
+        settings.check_web_dir().map_err(StartupError::Settings)?;
         let Listeners {
             api,
             local,
@@ -232,7 +233,7 @@ impl Listeners {
     fn bind(settings: &Settings) -> Result<Listeners, StartupError> {
         let addr = settings.bind.clone();
         let bind_error = |source| StartupError::Bind {
-            addr: addr.clone(),
+            addr: format!("{addr} (BIND: set it to a free address, e.g. BIND=127.0.0.1:8081)"),
             source,
         };
         let api = TcpListener::bind(&settings.bind).map_err(bind_error)?;

@@ -218,8 +218,8 @@ pub struct Settings {
     #[arg(long, env = "NETWORK_ID")]
     pub network_id: Option<String>,
 
-    /// Directory of the teaching page, served at / in demo mode.
-    #[arg(long, env = "WEB_DIR", default_value = DEFAULT_WEB_DIR)]
+    /// Directory of the teaching page, served at / in demo mode (default: web/ of the source checkout the binary was built from).
+    #[arg(long, env = "WEB_DIR", default_value = DEFAULT_WEB_DIR, hide_default_value = true)]
     pub web_dir: String,
 
     /// HTTP worker threads (default: one per core).
@@ -327,6 +327,10 @@ impl Settings {
     /// over still gets one true answer.
     pub fn check_lease(&self) -> Result<(), String> {
         let minimum = self.minimum_lease();
+        // (The demo's own network, asked only by the demo's requests that
+        // ask, is as the demo's `lease=<ms>`: a key taken over under it
+        // still gets one true answer, phase 3 completing only under its
+        // own lease token.)
         if self.network_url == NETWORK_OFF || self.idempotency_lease >= minimum {
             return Ok(());
         }
@@ -352,6 +356,19 @@ impl Settings {
         };
         let digest = format!("{:x}", Sha256::digest(place.as_bytes()));
         format!("{kind}:{}", &digest[..16])
+    }
+
+    /// In demo mode, the teaching page must be where WEB_DIR says: a wrong
+    /// folder would start a demo whose every page is a 404.
+    pub fn check_web_dir(&self) -> Result<(), String> {
+        let index = std::path::Path::new(&self.web_dir).join("index.html");
+        if !self.demo_enabled() || index.is_file() {
+            return Ok(());
+        }
+        Err(format!(
+            "WEB_DIR {} has no index.html, so the teaching page cannot be served: set WEB_DIR (or --web-dir) to the web/ folder of a checkout of charges",
+            self.web_dir
+        ))
     }
 
     /// Whether demo mode is on: only when asked for (`DEMO=true`, `--demo`,
@@ -384,6 +401,7 @@ mod tests {
     #[test]
     fn a_lease_shorter_than_the_network_timeout_plus_the_pool_timeout_and_a_second_is_refused() {
         let mut s = Settings::with_database_url("sqlite://x.db");
+        s.network_url = NETWORK_IN_PROCESS.to_owned();
         assert_eq!(s.minimum_lease(), Duration::from_secs(11));
         assert_eq!(s.check_lease(), Ok(()), "the defaults start");
         s.idempotency_lease = Duration::from_secs(3);

@@ -220,11 +220,26 @@ fn admin_url(url: &str) -> Option<(String, String)> {
 }
 
 pub(super) fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    // libpq ends each of its sentences with a line break, not a period:
+    // joined, they must still read as sentences ("refused; Is the server…").
+    s.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn libpq_s_lines_stay_apart_on_one_line() {
+        let libpq = "connection to server at \"127.0.0.1\", port 1 failed: Connection refused\n\tIs the server running on that host and accepting TCP/IP connections?\n";
+        assert_eq!(
+            super::one_line(libpq),
+            "connection to server at \"127.0.0.1\", port 1 failed: Connection refused; Is the server running on that host and accepting TCP/IP connections?"
+        );
+    }
+
     #[test]
     fn the_defaults_go_where_libpq_reads_the_query() {
         use super::with_pg_defaults;

@@ -10,6 +10,7 @@ mod contract;
 mod demo;
 mod demo_network;
 mod deploy;
+mod docs;
 mod ecosystem;
 mod exact;
 mod exposure;

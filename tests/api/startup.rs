@@ -306,3 +306,51 @@ fn the_demo_starts_while_another_program_holds_the_default_metrics_port() {
     let refused = serve.err().expect("serve refuses a taken METRICS_BIND");
     assert!(refused.contains("METRICS_BIND"), "{refused}");
 }
+
+/// A newcomer's mistakes are named with their setting and their fix (issue
+/// #40): a demo pointed at a folder without the page refuses to start (it
+/// would serve a 404 for every page) and creates no database; a taken BIND
+/// names BIND.
+#[test]
+fn a_wrong_web_dir_and_a_taken_bind_are_named_with_their_fix() {
+    let dir = std::env::temp_dir().join(format!("charges-web-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let database = dir.join("charges.db");
+    let out = charges_bin()
+        .args(["demo", "--web-dir"])
+        .arg(&dir)
+        .env("DATABASE_URL", format!("sqlite://{}", database.display()))
+        .env("BIND", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("has no index.html") && stderr.contains("WEB_DIR"),
+        "{stderr}"
+    );
+    assert!(
+        !database.exists(),
+        "a failed start leaves no database behind"
+    );
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let out = charges_bin()
+        .arg("serve")
+        .env("DATABASE_URL", format!("sqlite://{}", database.display()))
+        .env("BIND", taken.local_addr().unwrap().to_string())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("(BIND: set it to a free address"),
+        "{stderr}"
+    );
+    let help = charges_bin().args(["demo", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        !help.contains(env!("CARGO_MANIFEST_DIR")),
+        "no build machine's path: {help}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,6 +1,7 @@
-//! Three server processes on one database, and a client that sends each
-//! charge to all of them at once and keeps retrying round-robin: one charge
-//! per key, and every 201 for a key is the same bytes.
+//! Three server processes on one database, and a client (the test account,
+//! a real one) that sends each charge to all of them at once, the first
+//! attempt's answer lost on the way, and keeps retrying round-robin: one
+//! charge per key, and every 201 for a key is the same bytes.
 
 use std::time::{Duration, Instant};
 
@@ -8,6 +9,7 @@ use futures::StreamExt;
 use futures::future::join_all;
 
 use crate::client::{self, Attempt, Charge, Retry};
+use crate::proxy::LossyHttpProxy;
 use crate::server::{self, Config};
 use crate::support::{AppClient, Captured, ServerProcess, TestBackend, TestDatabase};
 use crate::within;
@@ -62,8 +64,8 @@ async fn assert_all_up_and_charging(
         );
     }
     let shared = client::new_key();
-    let demo: Vec<AppClient> = clients.iter().map(AppClient::demo).collect();
-    let charge = spread(&demo, 0, shared.clone()).await;
+    let (_proxies, lossy) = losing_every_answer(&servers).await;
+    let charge = spread(&clients, &lossy, 0, shared.clone()).await;
     assert!(
         charge
             .attempts
@@ -111,28 +113,29 @@ fn config() -> Config {
         pool_size: 5,
         pool_timeout: "5s",
         workers: 2,
-        // The demo: `spread`'s first attempt is its fault.
-        demo_max_delayed: Some(2),
+        // The API alone: every request is the test account's.
+        demo_max_delayed: None,
     }
 }
 
-/// One logical charge from an impatient client: the first attempt goes to
-/// instance `first` and holds its transaction 100 ms and then loses its
-/// response (504); 15 ms and 30 ms later the same request goes to the two
-/// other instances; then, until a 201, round-robin retries. `servers` are
-/// the demo account's clients (`client.demo()`): the lost response is its
-/// `Demo-Fault`, and every attempt with the key is made as the same account.
-async fn spread(servers: &[AppClient], first: usize, key: String) -> Charge {
+/// One logical charge from an impatient client, as the test account (a real
+/// one): the first attempt goes to instance `first` through a proxy that
+/// loses every answer (the instance commits; the client hears nothing);
+/// 15 ms and 30 ms later the same request goes to the two other instances;
+/// then, until a 201, round-robin retries. `lossy[i]` reaches instance `i`
+/// through such a proxy, `servers[i]` directly.
+async fn spread(servers: &[AppClient], lossy: &[AppClient], first: usize, key: String) -> Charge {
     let concurrent = (0..INSTANCES).map(|n| {
-        let (api, key) = (servers[(first + n) % INSTANCES].clone(), key.clone());
+        let i = (first + n) % INSTANCES;
+        let api = if n == 0 {
+            lossy[i].clone()
+        } else {
+            servers[i].clone()
+        };
+        let key = key.clone();
         async move {
             tokio::time::sleep(Duration::from_millis(15 * n as u64)).await;
-            let headers: &[(&str, &str)] = if n == 0 {
-                &[("demo-fault", "delay-commit=100, lose-response")]
-            } else {
-                &[]
-            };
-            client::attempt(&api, &key, headers).await
+            client::attempt(&api, &key, &[]).await
         }
     });
     let mut attempts = join_all(concurrent).await;
@@ -158,6 +161,16 @@ async fn spread(servers: &[AppClient], first: usize, key: String) -> Charge {
     Charge { key, attempts }
 }
 
+/// A client of each server through a proxy that loses every answer.
+async fn losing_every_answer(servers: &[ServerProcess]) -> (Vec<LossyHttpProxy>, Vec<AppClient>) {
+    let mut proxies = Vec::new();
+    for (i, server) in servers.iter().enumerate() {
+        proxies.push(LossyHttpProxy::start(server.addr(), 1000, i as u64).await);
+    }
+    let clients = proxies.iter().map(|p| AppClient::new(&p.url)).collect();
+    (proxies, clients)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_on_one_database_make_one_charge_per_key() {
     let started = Instant::now();
@@ -168,14 +181,16 @@ async fn three_instances_on_one_database_make_one_charge_per_key() {
     for started in start_together(&db.url, 1..INSTANCES) {
         servers.push(started.unwrap_or_else(|e| panic!("{e}")));
     }
-    // The demo account's: every charge's first attempt is a demo fault.
-    let clients: Vec<AppClient> = servers.iter().map(|s| s.client().demo()).collect();
+    db.create_test_account();
+    // The test account's: every charge's first answer is lost on the way.
+    let clients: Vec<AppClient> = servers.iter().map(ServerProcess::client).collect();
+    let (_proxies, lossy) = losing_every_answer(&servers).await;
 
     let charges: Vec<Charge> = within(
         Duration::from_secs(45),
         "the charges across three instances",
         futures::stream::iter(
-            (0..KEYS).map(|i| spread(&clients, i % INSTANCES, client::new_key())),
+            (0..KEYS).map(|i| spread(&clients, &lossy, i % INSTANCES, client::new_key())),
         )
         .buffer_unordered(CONCURRENCY)
         .collect(),
@@ -210,11 +225,11 @@ async fn three_instances_on_one_database_make_one_charge_per_key() {
             charge.key
         );
         replays += ok.iter().filter(|r| r.replayed()).count();
-        // Nothing but 201s and the lost response.
+        // Nothing but 201s and the lost answers.
         for attempt in &charge.attempts {
             let summary = attempt.summary();
             assert!(
-                summary == "201" || summary == "504 /problems/simulated-lost-response",
+                summary == "201" || summary == "no response",
                 "{}: {}",
                 charge.key,
                 charge.history()

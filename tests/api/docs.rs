@@ -1,0 +1,122 @@
+//! The design document names real code (issue #40): every module path it
+//! names in backticks (`idempotency::execute`, `network::client::derived_key`,
+//! `crate::metrics::METRICS`) is a module of `src/`, or an item defined in
+//! (or re-exported by) the module before it. A renamed or moved item fails
+//! here, not a reader following the document.
+
+use std::path::{Path, PathBuf};
+
+const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+
+/// The file of module `segments` (`["store", "postgres"]`), if it is one.
+fn module_file(segments: &[&str]) -> Option<PathBuf> {
+    let dir = segments.iter().fold(PathBuf::from(SRC), |p, s| p.join(s));
+    if segments.is_empty() {
+        return Some(Path::new(SRC).join("lib.rs"));
+    }
+    [dir.with_extension("rs"), dir.join("mod.rs")]
+        .into_iter()
+        .find(|p| p.exists())
+}
+
+/// Whether `source` defines or re-exports `name`.
+fn defines(source: &str, name: &str) -> bool {
+    let word = |line: &str| {
+        line.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|w| w == name)
+    };
+    source.lines().map(str::trim_start).any(|line| {
+        // A re-export names an item here; a private `use` does not.
+        let exported = line.starts_with("pub use ") || line.starts_with("pub(crate) use ");
+        let line = line
+            .strip_prefix("pub(crate) ")
+            .or_else(|| line.strip_prefix("pub "))
+            .unwrap_or(line);
+        let defining = [
+            "fn ",
+            "struct ",
+            "enum ",
+            "trait ",
+            "const ",
+            "static ",
+            "type ",
+            "mod ",
+            "macro_rules! ",
+        ];
+        (exported || defining.iter().any(|d| line.starts_with(d))) && word(line)
+    })
+}
+
+/// Why `path` names nothing, if it does not.
+fn check(path: &str) -> Result<(), String> {
+    let segments: Vec<&str> = path.trim_start_matches("crate::").split("::").collect();
+    let mut module: Vec<&str> = Vec::new();
+    for (i, segment) in segments.iter().enumerate() {
+        let mut next = module.clone();
+        next.push(segment);
+        if module_file(&next).is_some() {
+            module = next;
+            continue;
+        }
+        let file =
+            module_file(&module).ok_or_else(|| format!("no module {}", module.join("::")))?;
+        let source = std::fs::read_to_string(&file).unwrap();
+        if !defines(&source, segment) {
+            return Err(format!("{} has no {segment}", file.display()));
+        }
+        // An item's own items (a method, a variant) are past what this reads.
+        if i + 1 < segments.len() {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_module_path_the_design_document_names_exists() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/design.md")).unwrap();
+    // Other crates' paths, which this does not read.
+    let external = [
+        "diesel",
+        "std",
+        "actix_web",
+        "tokio",
+        "serde_json",
+        "r2d2",
+        "chrono",
+        "uuid",
+    ];
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for quoted in doc.split('`').skip(1).step_by(2) {
+        let path = quoted.trim_end_matches("()");
+        let first = path
+            .trim_start_matches("crate::")
+            .split("::")
+            .next()
+            .unwrap_or("");
+        let is_path = path.contains("::")
+            && path
+                .chars()
+                .all(|c| c.is_alphanumeric() || c == '_' || c == ':')
+            && first.starts_with(|c: char| c.is_ascii_lowercase())
+            && !external.contains(&first);
+        if !is_path {
+            continue;
+        }
+        checked += 1;
+        if let Err(why) = check(path) {
+            wrong.push(format!("`{path}`: {why}"));
+        }
+    }
+    assert!(
+        checked >= 10,
+        "the document names {checked} paths: is the reader right?"
+    );
+    assert!(
+        wrong.is_empty(),
+        "docs/design.md names what does not exist:\n{}",
+        wrong.join("\n")
+    );
+}

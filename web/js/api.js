@@ -28,9 +28,12 @@ export function newKey() {
  *  - key: the Idempotency-Key, sent as a Structured Field string ("…").
  *  - faults: Demo-Fault items, e.g. ['lose-response'] or ['delay-commit=5000'].
  *  - mode: Demo-Mode, e.g. 'check-then-insert', 'atomic' or 'key-first'.
+ *  - network: true to ask for the card network (Demo-Network: on). Without
+ *    it a demo charge is the one transaction (key, charge, stored response)
+ *    and its authorization_id is null.
  */
-export function chargeRequest({ apiKey, amount, currency = 'jpy', description, key, faults = [], mode } = {}) {
-  const headers = apiHeaders(apiKey, { key, faults, mode });
+export function chargeRequest({ apiKey, amount, currency = 'jpy', description, key, faults = [], mode, network = false } = {}) {
+  const headers = apiHeaders(apiKey, { key, faults, mode, network });
   const body = { amount, currency };
   if (description !== undefined) body.description = description;
   return {
@@ -40,17 +43,18 @@ export function chargeRequest({ apiKey, amount, currency = 'jpy', description, k
     headers,
     body: JSON.stringify(body, null, 2),
     // What the lesson meant, kept for the diagram's narration.
-    intent: { amount, currency, description, key: key ?? null, faults, mode: mode ?? null },
+    intent: { amount, currency, description, key: key ?? null, faults, mode: mode ?? null, network },
   };
 }
 
 /** Headers every request of the demo account's API carries, plus the optional ones. */
-function apiHeaders(apiKey, { key, faults = [], mode, json = true } = {}) {
+function apiHeaders(apiKey, { key, faults = [], mode, network = false, json = true } = {}) {
   const headers = [['Authorization', `Bearer ${apiKey}`]];
   if (json) headers.push(['Content-Type', 'application/json']);
   if (key) headers.push(['Idempotency-Key', `"${key}"`]);
   if (faults.length) headers.push(['Demo-Fault', faults.join(', ')]);
   if (mode) headers.push(['Demo-Mode', mode]);
+  if (network) headers.push(['Demo-Network', 'on']);
   return headers;
 }
 

@@ -389,12 +389,50 @@ const TOKEN = new RegExp(`[${CJK}]|[^\\s${CJK}]+\\s*|\\s+`, 'g');
 const CJK_CHAR = new RegExp(`^[${CJK}]$`);
 const NO_LINE_START = /^[、。，．）」』】・：ー）)\]]/;
 
-/** Greedy wrapping: words for Latin text, single characters for Japanese. */
+const SEGMENTER = typeof Intl.Segmenter === 'function' ? new Intl.Segmenter('ja', { granularity: 'word' }) : null;
+const KANA_ONLY = /^[\u3041-\u309f、。）」』]+$/;
+
+/**
+ * Japanese as phrases: the runs of CJK text cut into words, and a word of
+ * hiragana alone (a particle, an ending: して, を) kept with the word before
+ * it, so a line never breaks inside 記録して or スタンバイ.
+ */
+function cjkPhrases(tokens) {
+  if (!SEGMENTER) return tokens;
+  const out = [];
+  let run = '';
+  const flush = () => {
+    if (!run) return;
+    for (const { segment } of SEGMENTER.segment(run)) {
+      if (out.length && KANA_ONLY.test(segment) && CJK_END.test(out[out.length - 1])) out[out.length - 1] += segment;
+      else out.push(segment);
+    }
+    run = '';
+  };
+  for (const tok of tokens) {
+    if (CJK_CHAR.test(tok)) run += tok;
+    else {
+      flush();
+      out.push(tok);
+    }
+  }
+  flush();
+  // A single kanji before a word of kanji is mostly a prefix (未確定, 再送): keep them together.
+  for (let i = out.length - 2; i >= 0; i -= 1) {
+    if (ONE_KANJI.test(out[i]) && KANJI_START.test(out[i + 1])) out.splice(i, 2, out[i] + out[i + 1]);
+  }
+  return out;
+}
+const CJK_END = new RegExp(`[${CJK}]$`);
+const ONE_KANJI = /^[\u3400-\u9fff]$/;
+const KANJI_START = /^[\u3400-\u9fff]/;
+
+/** Greedy wrapping: words for Latin text, phrases for Japanese. */
 export function wrap(s, maxW, size, mono = false) {
   const lines = [];
   let line = '';
   // Long technical words may break after "-", "=", "/" or ":".
-  const tokens = (String(s).match(TOKEN) ?? []).flatMap((tok) => tok.split(/(?<=[-=/:])(?=[^\s])/));
+  const tokens = cjkPhrases(String(s).match(TOKEN) ?? []).flatMap((tok) => tok.split(/(?<=[-=/:])(?=[^\s])/));
   for (const token of tokens) {
     const candidate = line + token;
     if (!line || measure(candidate.trimEnd(), size, mono) <= maxW) {

@@ -7,7 +7,7 @@
 // while one experiment runs, the others wait, so the tables always belong to
 // the experiment you are looking at.
 
-import { t, tHtml, escapeHtml as esc, fmtAmount, fmtMs, fmtTime } from './i18n.js';
+import { t, tHtml, escapeHtml as esc, fmtAmount, fmtMs, fmtTime, sentenceGap } from './i18n.js';
 import { startRequest, getState, REASONS } from './api.js';
 import { SequenceDiagram, L, tagColor } from './diagram.js';
 import { renderState, stateIds, summarize, hue, authorizationsSince, updateScrollHints } from './tables.js';
@@ -88,7 +88,7 @@ export class Experiment {
         <p class="exp-progress" data-role="progress" data-testid="progress" hidden></p>
         <p class="visually-hidden" data-role="announce" aria-live="polite"></p>
       </div>
-      <div class="verdict" data-testid="verdict" data-role="verdict" role="status" aria-live="polite" hidden></div>
+      <div class="verdict-live" data-role="verdict" data-testid="verdict-live" role="status" aria-live="polite"></div>
       <div class="exp-body">
         <figure class="exp-diagram">
           <figcaption data-role="diagram-title"></figcaption>
@@ -345,26 +345,36 @@ export class Experiment {
     this.el.status.textContent = status;
   }
 
+  /**
+   * The result box. Its live region is in the page from the start, empty;
+   * a result is put into it in a later update than the one that ends the
+   * run, so a screen reader that watches the region hears it (one that
+   * appears and is filled at once may be skipped).
+   */
   renderVerdict() {
-    const v = this.el.verdict;
+    const live = this.el.verdict;
+    clearTimeout(this.verdictTimer);
     if (!this.result || this.nextStep < this.def.steps.length) {
-      v.hidden = true;
-      v.innerHTML = '';
+      live.innerHTML = '';
       return;
     }
+    const fill = () => {
+      live.innerHTML = this.verdictHtml();
+    };
+    if (live.firstElementChild) fill();
+    else this.verdictTimer = setTimeout(fill, VERDICT_DELAY_MS);
+  }
+
+  verdictHtml() {
     const { ok, key, params, newCharges } = this.result;
     // What the lesson shows may be harm (a double charge) or safety (one
     // charge): the box's colour and its title say which, and a run that did
     // not show what the lesson expects says that instead.
     const tone = ok ? this.def.tone ?? 'good' : 'unexpected';
-    v.hidden = false;
-    v.dataset.ok = String(ok);
-    v.dataset.tone = tone;
-    v.dataset.newCharges = String(newCharges ?? this.ctx.newCharges().length);
-    v.className = `verdict verdict-${tone}`;
     // A parameter may be a thunk (an amount, a span of time), so it is told in the language of the moment.
     const resolved = Object.fromEntries(Object.entries(params).map(([name, value]) => [name, typeof value === 'function' ? value() : value]));
-    v.innerHTML = `<strong class="verdict-title"><span class="verdict-icon" aria-hidden="true">${VERDICT_ICON[tone]}</span>${esc(t(`exp.result.${tone}`))}</strong> <span>${tHtml(`${key}.${ok ? 'ok' : 'bad'}.html`, resolved)}</span>`;
+    return `<div class="verdict verdict-${tone}" data-testid="verdict" data-ok="${ok}" data-tone="${tone}" data-new-charges="${newCharges ?? this.ctx.newCharges().length}">`
+      + `<strong class="verdict-title"><span class="verdict-icon" aria-hidden="true">${VERDICT_ICON[tone]}</span>${esc(t(`exp.result.${tone}`))}</strong> <span>${tHtml(`${key}.${ok ? 'ok' : 'bad'}.html`, resolved)}</span></div>`;
   }
 
   /** A lesson's running figure (lesson 2: the amount left to refund), one value per step. */
@@ -393,6 +403,8 @@ export class Experiment {
       baseline: this.ctx.baseline,
       context: t('exp.dbContext', { name: this.contextName() }),
       ...this._tables(),
+      // Lesson 4: what the database says waits, under the tables.
+      locks: Boolean(this.def.locks),
     });
     updateScrollHints(this.el['db-tables']);
     this.renderTrack();
@@ -462,7 +474,7 @@ class RequestCard {
           title="${esc(t('card.elapsedLabel'))}"><span class="ms">${fmtMs(r.elapsedNow())}</span> ms</span>
       </header>
       <p class="card-explain" data-testid="explain">${esc(pending ? t('card.waiting') : explain(r))}${
-        harmed ? ` <strong class="harm-note" data-testid="harm">${esc(t(`card.harm.${harm}`))}</strong>` : ''
+        harmed ? `${sentenceGap()}<strong class="harm-note" data-testid="harm">${esc(t(`card.harm.${harm}`))}</strong>` : ''
       }</p>
       <div class="raw">
         <div>
@@ -478,7 +490,7 @@ class RequestCard {
       </div>
       ${
         after
-          ? `<details class="card-after"><summary>${esc(t('card.after'))}: ${esc(after.state ? summarize(after.state, { network: after.network, baseline: after.baseline }) : after.error)}</summary>
+          ? `<details class="card-after"><summary>${esc(t('card.after'))}: ${esc(after.state ? summarize(after.state, { network: after.network, refunds: after.refunds, baseline: after.baseline }) : after.error)}</summary>
               ${after.state ? renderState(after.state, {
                 baseline: after.baseline,
                 compact: true,
@@ -500,6 +512,9 @@ class RequestCard {
 
 /** The colour of a card's status, by what came of the request. */
 const STATUS_CLASS = { [EXECUTED]: 'good', [REPLAYED]: 'good', [LOST]: 'lost', [UNAVAILABLE]: 'lost' };
+
+/** How long after a run ends its result is put into the (already present) live region. */
+const VERDICT_DELAY_MS = 120;
 
 /** The sign before a result's title, so its meaning is not told by colour alone. */
 const VERDICT_ICON = { good: '✓', bad: '⚠', unexpected: '?' };
@@ -607,6 +622,7 @@ function callDetail(spec) {
     lines.push(i.key ? L('d.withKey', { key: shortKeyOf(i.key) }) : L('d.noKey'));
     if (i.faults?.length) lines.push(() => `Demo-Fault: ${i.faults.join(', ')}`);
     if (i.mode) lines.push(() => `Demo-Mode: ${i.mode}`);
+    if (i.network) lines.push(() => 'Demo-Network: on');
   } else if (spec.kind === 'describe') {
     lines.push(() => `"description": ${JSON.stringify(i.description)}`);
     if (i.faults?.length) lines.push(() => `Demo-Fault: ${i.faults.join(', ')}`);

@@ -66,10 +66,16 @@ export function t(key, params = {}) {
   return typeof value === 'function' ? value(params) : interpolate(value, params);
 }
 
-/** Markup for a `*.html` key, with every parameter HTML-escaped first. */
+/**
+ * Markup for a `*.html` key, with every text parameter HTML-escaped first.
+ * A boolean or a number is passed on as it is: escaping made `false` the
+ * text "false", which a message testing `p.recovered ?` took for true.
+ */
 export function tHtml(key, params = {}) {
   const safe = {};
-  for (const [name, value] of Object.entries(params)) safe[name] = escapeHtml(value);
+  for (const [name, value] of Object.entries(params)) {
+    safe[name] = typeof value === 'boolean' || typeof value === 'number' ? value : escapeHtml(value);
+  }
   return t(key, safe);
 }
 
@@ -94,6 +100,11 @@ export function applyStatic(root) {
 }
 
 // ---- formatting -----------------------------------------------------------
+
+/** What stands between two sentences: a space in English, nothing after Japanese 。. */
+export function sentenceGap() {
+  return current === 'ja' ? '' : ' ';
+}
 
 export function fmtInt(n) {
   return new Intl.NumberFormat(current === 'ja' ? 'ja-JP' : 'en-US').format(Math.round(n));
@@ -134,17 +145,17 @@ export function fmtDateTime(isoOrDate) {
  */
 export function fmtSpan(ms) {
   const ja = current === 'ja';
-  const u = ja ? { h: ' 時間', min: ' 分', s: ' 秒' } : { h: ' h', min: ' min', s: ' s' };
+  const u = ja ? { h: '時間', min: '分', s: '秒' } : { h: ' h', min: ' min', s: ' s' };
   const abs = Math.abs(ms);
   if (abs >= 3_600_000) {
     const h = Math.floor(abs / 3_600_000);
     const min = Math.floor((abs % 3_600_000) / 60_000);
-    return `${h}${u.h}${min ? ` ${min}${u.min}` : ''}`;
+    return `${h}${u.h}${min ? `${ja ? '' : ' '}${min}${u.min}` : ''}`;
   }
   if (abs >= 60_000) {
     const min = Math.floor(abs / 60_000);
     const s = Math.floor((abs % 60_000) / 1000);
-    return `${min}${u.min}${s ? ` ${s}${u.s}` : ''}`;
+    return `${min}${u.min}${s ? `${ja ? '' : ' '}${s}${u.s}` : ''}`;
   }
   if (abs >= 10_000 || abs % 1000 < 50) return `${Math.round(abs / 1000)}${u.s}`;
   return `${(abs / 1000).toFixed(1)}${u.s}`;
@@ -155,17 +166,22 @@ export function fmtMs(ms) {
   return fmtInt(ms);
 }
 
-/** The ttl in words, e.g. 86400 → "24 hours" / "24 時間". */
+/**
+ * A length of time in words, e.g. 86400 → "24 hours" / "24時間", 60 →
+ * "1 minute" / "1分". In Japanese the number and its unit are written
+ * together, and without 間, so that it reads both as a length (「24時間保持」)
+ * and before ごと (「1分ごと」).
+ */
 export function fmtDuration(seconds) {
   const ja = current === 'ja';
-  if (seconds % 86400 === 0 && seconds >= 86400 * 2) return ja ? `${seconds / 86400} 日間` : `${seconds / 86400} days`;
+  if (seconds % 86400 === 0 && seconds >= 86400 * 2) return ja ? `${seconds / 86400}日` : `${seconds / 86400} days`;
   if (seconds % 3600 === 0) {
     const h = seconds / 3600;
-    return ja ? `${h} 時間` : `${h} ${h === 1 ? 'hour' : 'hours'}`;
+    return ja ? `${h}時間` : `${h} ${h === 1 ? 'hour' : 'hours'}`;
   }
   if (seconds % 60 === 0) {
     const m = seconds / 60;
-    return ja ? `${m} 分間` : `${m} ${m === 1 ? 'minute' : 'minutes'}`;
+    return ja ? `${m}分` : `${m} ${m === 1 ? 'minute' : 'minutes'}`;
   }
-  return ja ? `${seconds} 秒間` : `${seconds} ${seconds === 1 ? 'second' : 'seconds'}`;
+  return ja ? `${seconds}秒` : `${seconds} ${seconds === 1 ? 'second' : 'seconds'}`;
 }

@@ -14,8 +14,10 @@ const $ = (selector) => document.querySelector(selector);
 
 let lastState = null;
 
-/** How often the header re-reads the tables while no experiment is running. */
+/** How often the header re-reads the tables while no experiment is running… */
 const HEADER_REFRESH_MS = 5000;
+/** …and while one is: its count follows the run (a held transaction commits in the middle of a step). */
+const HEADER_REFRESH_BUSY_MS = 1000;
 
 function renderHeader() {
   const backend = $('[data-testid="server-status"]');
@@ -35,6 +37,8 @@ function renderHeader() {
   const { backend_name: name, idempotency_mode: mode } = server();
   backend.textContent = t('status.backend', { backend: name, mode });
   db.textContent = t('status.db', { charges: lastState.charges.length, keys: lastState.idempotency_keys.length });
+  // When the database was read for this count, by the server's clock.
+  db.dataset.readAt = lastState.now ?? '';
 }
 
 function showState(state) {
@@ -116,10 +120,14 @@ async function start() {
   updateScrollHints(document);
   // The header's count follows the database even when no lesson runs: a
   // transaction held open before a reload still commits after it.
+  let lastRead = 0;
   setInterval(() => {
-    if (isBusy() || document.hidden || lastState === 'offline') return;
+    if (document.hidden || lastState === 'offline') return;
+    const every = isBusy() ? HEADER_REFRESH_BUSY_MS : HEADER_REFRESH_MS;
+    if (performance.now() - lastRead < every - 100) return;
+    lastRead = performance.now();
     getState().then(showState, () => {});
-  }, HEADER_REFRESH_MS);
+  }, HEADER_REFRESH_BUSY_MS);
   document.body.dataset.ready = 'true';
 }
 

@@ -3,8 +3,15 @@
 // legend is the question) with a "Check" button; the feedback, in a live
 // region, says whether the answer is right, explains it, and links back to
 // the experiment that shows it. Nothing is sent to the server.
+//
+// It cannot be gamed: the first answer checked is the one scored; the
+// options are shuffled at each load (the right ones spread evenly over the
+// positions, so always picking one position scores at most 4 of 10); a
+// wrong answer is told what is wrong with it, and the right one is shown
+// only after the learner's own second try, or once every question has a
+// first answer.
 
-import { t, tHtml, escapeHtml as esc, onLangChange } from './i18n.js';
+import { t, tHtml, escapeHtml as esc, onLangChange, sentenceGap } from './i18n.js';
 
 /**
  * The questions, as data: `q` is the i18n prefix (q.text, q.a0…q.aN,
@@ -29,7 +36,9 @@ export function mountSelfCheck(root) {
   const host = root.querySelector('[data-role="self-check"]');
   if (!host) return;
   const score = root.querySelector('[data-role="self-check-score"]');
-  // What was checked, per question: null, or { choice, correct }.
+  const orders = shuffledOrders(QUESTIONS);
+  // Per question: null until checked, then { first, tries, choice, correct }:
+  // the first answer checked (scored), how many checks, the last one.
   const results = QUESTIONS.map(() => null);
 
   host.innerHTML = QUESTIONS.map(
@@ -37,10 +46,10 @@ export function mountSelfCheck(root) {
     <fieldset class="quiz" data-testid="quiz-${i + 1}" data-question="${i + 1}">
       <legend data-role="legend"></legend>
       <div class="quiz-options">
-        ${Array.from({ length: question.options }, (_, j) => `
+        ${orders[i].map((j, position) => `
           <label class="quiz-option">
-            <input type="radio" name="quiz-${i + 1}" value="${j}" data-testid="quiz-${i + 1}-option-${j + 1}">
-            <span data-role="option"></span>
+            <input type="radio" name="quiz-${i + 1}" value="${j}" data-testid="quiz-${i + 1}-option-${position + 1}">
+            <span data-role="option" data-option="${j}"></span>
           </label>`).join('')}
       </div>
       <button type="button" class="secondary quiz-check" data-testid="quiz-check" data-role="check"></button>
@@ -49,16 +58,19 @@ export function mountSelfCheck(root) {
   ).join('');
 
   const fieldsets = [...host.querySelectorAll('fieldset.quiz')];
+  /** Once every question has a first answer, the right answers are shown. */
+  const allAnswered = () => results.every((r) => r && r.first !== null);
 
   const renderFeedback = (i) => {
     const fieldset = fieldsets[i];
     const feedback = fieldset.querySelector('[data-testid="quiz-feedback"]');
     const result = results[i];
     const question = QUESTIONS[i];
-    fieldset.dataset.state = result === null ? '' : result.correct ? 'correct' : 'wrong';
-    if (result === null) {
+    fieldset.dataset.state = !result || result.choice === null ? '' : result.correct ? 'correct' : 'wrong';
+    if (!result) {
       feedback.innerHTML = '';
       delete feedback.dataset.correct;
+      delete feedback.dataset.revealed;
       return;
     }
     if (result.choice === null) {
@@ -68,28 +80,39 @@ export function mountSelfCheck(root) {
     }
     const heading = document.getElementById(question.see);
     const where = heading ? heading.textContent.trim() : question.see;
+    const link = `<p><a href="#${esc(question.see)}" data-testid="quiz-link">${esc(t('sc.see', { where }))}</a></p>`;
     feedback.dataset.correct = String(result.correct);
-    const verdict = result.correct
-      ? `<strong class="quiz-right"><span aria-hidden="true">✓ </span>${esc(t('sc.right'))}</strong>`
-      : `<strong class="quiz-wrong"><span aria-hidden="true">✗ </span>${esc(t('sc.wrong'))}</strong> ${tHtml(`${question.q}.a${result.choice}.wrong.html`)}</p>
-        <p>${esc(t('sc.rightIs'))}${tHtml(`${question.q}.a${question.answer}.html`).replace(/[.。]$/, '')}${esc(t('sc.rightIsEnd'))}`;
-    feedback.innerHTML = `<p>${verdict} ${tHtml(`${question.q}.why.html`)}</p>
-      <p><a href="#${esc(question.see)}" data-testid="quiz-link">${esc(t('sc.see', { where }))}</a></p>`;
+    if (result.correct) {
+      const title = result.first === question.answer ? t('sc.right') : t('sc.rightLater');
+      feedback.dataset.revealed = 'true';
+      feedback.innerHTML = `<p><strong class="quiz-right"><span aria-hidden="true">✓ </span>${esc(title)}</strong>${sentenceGap()}${tHtml(`${question.q}.why.html`)}</p>${link}`;
+      return;
+    }
+    // Wrong: what is wrong with this very answer; the right one only after a second try, or at the end.
+    const reveal = result.tries >= 2 || allAnswered();
+    feedback.dataset.revealed = String(reveal);
+    const wrong = `<p><strong class="quiz-wrong"><span aria-hidden="true">✗ </span>${esc(t('sc.wrong', { n: i + result.tries }))}</strong>${sentenceGap()}${tHtml(`${question.q}.a${result.choice}.wrong.html`)}</p>`;
+    feedback.innerHTML = reveal
+      ? `${wrong}<p>${esc(t('sc.rightIs'))}${tHtml(`${question.q}.a${question.answer}.html`).replace(/[.。]$/, '')}${esc(t('sc.rightIsEnd'))}${sentenceGap()}${tHtml(`${question.q}.why.html`)}</p>${link}`
+      : `${wrong}<p>${esc(t('sc.tryAgain'))}</p>`;
   };
 
   const renderScore = () => {
-    const checked = results.filter((r) => r && r.choice !== null);
-    const right = checked.filter((r) => r.correct).length;
-    score.textContent = checked.length ? t('sc.score', { right, total: QUESTIONS.length, checked: checked.length }) : t('sc.scoreNone', { total: QUESTIONS.length });
+    const answered = results.filter((r) => r && r.first !== null);
+    const right = answered.filter((r) => r.first === QUESTIONS[results.indexOf(r)].answer).length;
+    score.textContent = answered.length
+      ? t(allAnswered() ? 'sc.scoreEnd' : 'sc.score', { right, total: QUESTIONS.length, checked: answered.length })
+      : t('sc.scoreNone', { total: QUESTIONS.length });
     score.dataset.right = String(right);
+    score.dataset.answered = String(answered.length);
   };
 
   const render = () => {
     QUESTIONS.forEach((question, i) => {
       const fieldset = fieldsets[i];
       fieldset.querySelector('[data-role="legend"]').innerHTML = `<span class="quiz-num">${i + 1}.</span> ${tHtml(`${question.q}.text.html`)}`;
-      fieldset.querySelectorAll('[data-role="option"]').forEach((span, j) => {
-        span.innerHTML = tHtml(`${question.q}.a${j}.html`);
+      fieldset.querySelectorAll('[data-role="option"]').forEach((span) => {
+        span.innerHTML = tHtml(`${question.q}.a${span.dataset.option}.html`);
       });
       fieldset.querySelector('[data-role="check"]').textContent = t('sc.check');
       renderFeedback(i);
@@ -101,24 +124,61 @@ export function mountSelfCheck(root) {
     fieldset.querySelector('[data-role="check"]').addEventListener('click', () => {
       const chosen = fieldset.querySelector('input[type="radio"]:checked');
       const choice = chosen ? Number(chosen.value) : null;
+      const before = results[i] ?? { first: null, tries: 0 };
+      const wasAll = allAnswered();
       // Empty first, so the same message is announced again.
       fieldset.querySelector('[data-testid="quiz-feedback"]').innerHTML = '';
-      results[i] = { choice, correct: choice === QUESTIONS[i].answer };
+      results[i] = choice === null
+        ? { ...before, choice: null, correct: false }
+        : { first: before.first ?? choice, tries: before.tries + 1, choice, correct: choice === QUESTIONS[i].answer };
       requestAnimationFrame(() => {
-        renderFeedback(i);
+        // The last first answer reveals the right answers of every question still wrong.
+        if (allAnswered() && !wasAll) QUESTIONS.forEach((_, k) => renderFeedback(k));
+        else renderFeedback(i);
         renderScore();
       });
     });
-    // A new choice clears the old verdict; it has not been checked yet.
+    // A new choice clears the shown verdict (it has not been checked yet); the first answer stays scored.
     fieldset.addEventListener('change', () => {
-      if (results[i] !== null) {
-        results[i] = null;
-        renderFeedback(i);
-        renderScore();
+      if (results[i]?.choice !== undefined && results[i].choice !== null) {
+        results[i] = { ...results[i], choice: null, correct: false };
+        const feedback = fieldset.querySelector('[data-testid="quiz-feedback"]');
+        fieldset.dataset.state = '';
+        feedback.innerHTML = '';
+        delete feedback.dataset.correct;
       }
     });
   });
 
   render();
   onLangChange(render);
+}
+
+/**
+ * Each question's options in the order shown, as indices into its options.
+ * The right answers are spread over the positions as evenly as the count
+ * allows (10 questions, 3 options: 4, 3 and 3), which position gets the
+ * extra one and the rest of each order chosen at random at every load.
+ */
+function shuffledOrders(questions) {
+  const width = Math.max(...questions.map((q) => q.options));
+  const offset = crypto.getRandomValues(new Uint32Array(1))[0] % width;
+  const slots = shuffle(questions.map((_, i) => (i + offset) % width));
+  return questions.map((question, i) => {
+    const position = Math.min(slots[i], question.options - 1);
+    const wrong = shuffle([...Array(question.options).keys()].filter((j) => j !== question.answer));
+    wrong.splice(position, 0, question.answer);
+    return wrong;
+  });
+}
+
+function shuffle(items) {
+  const a = [...items];
+  const random = new Uint32Array(a.length);
+  crypto.getRandomValues(random);
+  for (let i = a.length - 1; i > 0; i -= 1) {
+    const j = random[i] % (i + 1);
+    [a[i], a[j]] = [a[j], a[i]];
+  }
+  return a;
 }

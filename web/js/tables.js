@@ -22,12 +22,22 @@ export function shortKey(key) {
   return s.length > 10 ? `${s.slice(0, 8)}…` : s;
 }
 
-/** One-line summary, e.g. "2 charges, 1 key"; with `network`, the network's authorizations since `baseline` too. */
-export function summarize(state, { network = false, baseline = null } = {}) {
+/**
+ * One-line summary of what this run added, e.g. "this run: 2 new charges, 1
+ * new key": the rows of `state` that are not in `baseline` (the ids seen when
+ * the run began), so a card never counts what an earlier experiment left.
+ * With `refunds`, the run's refunds too; with `network`, its authorizations.
+ */
+export function summarize(state, { network = false, baseline = null, refunds = false } = {}) {
   if (!state) return '';
-  let s = t('summary.db', { charges: state.charges.length, keys: state.idempotency_keys.length });
-  if (state.refunds?.length) s += t('summary.refunds', { n: state.refunds.length });
-  if (state.unguarded_keys?.length) s += t('summary.unguarded', { n: state.unguarded_keys.length });
+  const fresh = (ids) => (baseline ? ids.filter((id) => !baseline.has(id)) : ids).length;
+  const charges = fresh(state.charges.map((c) => c.id));
+  const keys = fresh(state.idempotency_keys.map((k) => `key:${k.key}`));
+  let s = t('summary.db', { charges, keys });
+  const refundsNew = fresh((state.refunds ?? []).map((r) => `refund:${r.id}`));
+  if (refunds || refundsNew) s += t('summary.refunds', { n: refundsNew });
+  const unguarded = fresh((state.unguarded_keys ?? []).map((u) => `unguarded:${u.key}:${u.charge_id}`));
+  if (unguarded) s += t('summary.unguarded', { n: unguarded });
   if (network && state.network?.authorizations) s += t('summary.authorizations', { n: authorizationsSince(state, baseline).length });
   return s;
 }
@@ -79,7 +89,7 @@ function relativeCell(iso, now, kind) {
  * of charge ids, keys and unguarded row ids seen when the run started) are
  * marked new.
  */
-export function renderState(state, { baseline = null, compact = false, context = '', refunds = false, network = false } = {}) {
+export function renderState(state, { baseline = null, compact = false, context = '', refunds = false, network = false, locks = false } = {}) {
   const now = nowOf(state);
   const showRefunded = !network && state.charges.some((c) => c.amount_refunded !== undefined);
   const isNew = (id) => baseline !== null && !baseline.has(id);
@@ -197,7 +207,66 @@ export function renderState(state, { baseline = null, compact = false, context =
     ${table(t('tbl.keys'), 'keys', state.idempotency_keys.length, keyColumns, keys)}
     ${state.unguarded_keys?.length ? table(t('tbl.unguarded'), 'unguarded', state.unguarded_keys.length, ['key', 'charge_id', 'created_at'], unguarded) : ''}
     ${networkBlock}
+    ${locks ? renderLocks(state) : ''}
   </div>`;
+}
+
+// ---- what the database says waits (GET /demo/state's `locks`) ----------------------------
+
+/**
+ * The wait the database reports in `state`, or null: on PostgreSQL a demo
+ * session waiting on a lock (wait_event_type 'Lock'), with the session it
+ * waits for; on SQLite the write lock held (SQLite names no waiting
+ * session: a writer waits for the lock in its busy handler).
+ */
+export function lockWaitOf(state) {
+  const locks = state?.locks;
+  if (!locks) return null;
+  if (locks.backend === 'postgres') {
+    const w = (locks.waiting ?? []).find((x) => x.wait_event_type === 'Lock');
+    if (!w) return null;
+    const by = w.blocked_by?.[0] ?? null;
+    return { kind: 'postgres', pid: w.pid, event: w.wait_event ?? '', ms: w.waiting_ms ?? 0, query: w.query ?? '', by };
+  }
+  if (locks.backend === 'sqlite') return locks.write_lock_held ? { kind: 'sqlite' } : null;
+  return null;
+}
+
+/** One waiting session as a line of text. */
+export function describeLockWait(w) {
+  if (!w) return '';
+  if (w.kind === 'sqlite') return t('locks.sqlite.held');
+  return t('locks.pg.wait', {
+    pid: w.pid,
+    event: w.event,
+    ms: fmtSpan(w.ms),
+    by: w.by?.pid ?? '?',
+    state: w.by?.state ?? '?',
+    tx: fmtSpan(w.by?.transaction_ms ?? 0),
+  });
+}
+
+/** The panel under the tables that shows what waits on what, as the database reports it now. */
+export function renderLocks(state) {
+  const locks = state?.locks;
+  const title = `<p class="table-title">${esc(t('locks.title'))}</p>`;
+  if (!locks) return `<div class="wait-panel" data-testid="wait-panel" data-backend="">${title}<p class="table-empty">${esc(t('locks.unknown'))}</p></div>`;
+  const w = lockWaitOf(state);
+  let body;
+  if (locks.backend === 'sqlite') {
+    body = `<p data-testid="lock-wait" data-write-lock="${Boolean(locks.write_lock_held)}">${esc(t(locks.write_lock_held ? 'locks.sqlite.held' : 'locks.sqlite.free'))}</p>`;
+  } else if (locks.waiting?.length) {
+    body = `<ul class="lock-list">${locks.waiting.map((x) => {
+      const one = lockWaitOf({ locks: { backend: 'postgres', waiting: [x] } });
+      const text = one ? describeLockWait(one) : t('locks.pg.other', { pid: x.pid, type: x.wait_event_type ?? '?', event: x.wait_event ?? '?' });
+      const query = x.query ? `<code class="lock-query">${esc(x.query)}</code>` : '';
+      return `<li data-testid="lock-wait" data-wait-event-type="${esc(x.wait_event_type ?? '')}" data-blocked-by="${esc((x.blocked_by ?? []).map((b) => b.pid).join(' '))}">${esc(text)} ${query}</li>`;
+    }).join('')}</ul>`;
+  } else {
+    body = `<p class="table-empty">${esc(t('locks.pg.none'))}</p>`;
+  }
+  return `<div class="wait-panel" data-testid="wait-panel" data-backend="${esc(locks.backend)}" data-waiting="${w ? 'true' : 'false'}"${
+    w?.kind === 'postgres' ? ' data-wait-event-type="Lock"' : ''}${locks.backend === 'sqlite' ? ` data-write-lock="${Boolean(locks.write_lock_held)}"` : ''}>${title}${body}</div>`;
 }
 
 /** Every id in a state, for telling new rows from old ones. */

@@ -1,8 +1,9 @@
 // Lesson 4: a retry while the first is still running.
 
 import { L } from '../diagram.js';
-import { shortKeyOf, onBusyChange } from '../experiment.js';
-import { t, tHtml, fmtMs, fmtDuration } from '../i18n.js';
+import { shortKeyOf, onBusyChange, amountOf } from '../experiment.js';
+import { t, tHtml, fmtMs, fmtDuration, fmtSpan } from '../i18n.js';
+import { lockWaitOf, describeLockWait } from '../tables.js';
 import { outcomeOf, problemFor, EXECUTED, REPLAYED, IN_FLIGHT } from '../outcome.js';
 import { server, serverOrNull } from '../server.js';
 import { charge, reply, narrateCharge, T, experiment, setText, setHtml } from './shared.js';
@@ -24,17 +25,63 @@ const KEY_FIRST_MAX_MS = HOLD_MS / 5;
 /** The hold in the units the texts use: seconds, B's delay, the Demo-Fault's milliseconds. */
 const HOLD = { s: HOLD_MS / 1000, after: SEND_B_AFTER_MS / 1000, ms: HOLD_MS };
 
-/** Throws unless the server lets a request hold its transaction open for HOLD_MS. */
-function checkHold() {
+/** Throws unless the server lets a request hold its transaction open for `ms`. */
+function checkHold(ms = HOLD_MS) {
   const { max_delay_commit_ms: max, max_delayed_transactions: places } = server();
-  if (HOLD_MS >= max) throw new Error(`lesson 4 holds a transaction for ${HOLD_MS} ms; that must stay below this server’s limit, ${max} ms (max_delay_commit_ms)`);
+  if (ms >= max) throw new Error(`lesson 4 holds a transaction for ${ms} ms; that must stay below this server’s limit, ${max} ms (max_delay_commit_ms)`);
   if (places < 1) throw new Error('this server lets no demo request hold its transaction open (DEMO_MAX_DELAYED)');
 }
 
+/** While B waits, the page reads the tables (and what waits on what) this often. */
+const WAIT_POLL_MS = 400;
+
+/** Whether the server runs on SQLite, as its last state says (else PostgreSQL). */
+function onSqlite(ctx) {
+  return (ctx.latest?.backend ?? ctx.latest?.locks?.backend ?? '') === 'sqlite';
+}
+
 /**
- * Lesson 4 in the "atomic" mode: the key and the charge share one
- * transaction, so B's insert of the same key waits on the unique index until
- * A commits, then B replays A's stored response.
+ * While `until` is pending, reads the tables every WAIT_POLL_MS and shows
+ * them, with what the database says waits (GET /demo/state's `locks`).
+ * Records in ctx.vars.wait what it saw: how many reads, the last lock wait
+ * the database reported, and whether any read showed the key in progress
+ * (in the atomic design none may: A's row is not visible until it commits).
+ */
+async function watchWait(ctx, until, { tag = 'B', holder = 'A' } = {}) {
+  const d = ctx.diagram;
+  const key = ctx.vars.key;
+  let over = false;
+  until.then(() => { over = true; }, () => { over = true; });
+  const wait = { reads: 0, lock: null, inProgress: false };
+  ctx.vars.wait = wait;
+  const started = performance.now();
+  while (!over) {
+    await Promise.race([ctx.sleep(WAIT_POLL_MS), until]);
+    if (over) break;
+    // A read that fails is skipped: the wait goes on, and the next read may answer.
+    const state = await ctx.refresh().catch(() => null);
+    if (!state) continue;
+    wait.reads += 1;
+    if (state.idempotency_keys.some((k) => k.key === key && k.status === 'in_progress')) wait.inProgress = true;
+    const lock = lockWaitOf(state);
+    if (lock && !over) {
+      const waited = performance.now() - started;
+      ctx.progress(L('progress.lockWait', { tag, text: () => describeLockWait(lock), waited: () => fmtSpan(waited) }));
+      // The diagram notes the wait once, when the database first reports it; the result tells the last report.
+      if (!wait.lock) d.note(['db'], L(lock.kind === 'sqlite' ? 'd.lockSeenSqlite' : 'd.lockSeenPg', { tag, other: holder, event: lock.event, pid: lock.pid, by: lock.by?.pid ?? '?' }), { tag });
+      wait.lock = lock;
+    }
+  }
+}
+
+/**
+ * Lesson 4 in the "atomic" design, the article's: the key, the charge and
+ * the stored response in one transaction, which the demo holds open. A's
+ * rows are not visible to other reads until A commits; B's INSERT of the
+ * same key waits on the unique index entry (PostgreSQL) or for the write
+ * lock at BEGIN IMMEDIATE (SQLite). While it waits, the page reads the
+ * tables and the database's own account of the wait. Then B's INSERT … ON
+ * CONFLICT DO NOTHING returns no row, and B replays A's stored response.
  */
 async function runLesson4Atomic(ctx) {
   const d = ctx.diagram;
@@ -48,8 +95,10 @@ async function runLesson4Atomic(ctx) {
   d.note(['db'], L('d.holdOpen', HOLD), { tag: 'A' });
   await Promise.race([ctx.sleep(SEND_B_AFTER_MS), a.answered]);
   const b = ctx.start(charge({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning', HOLD) });
-  d.message('api', 'db', L('d.mustWait', { key: short, other: 'A' }), { tag: 'B' });
+  const sqlite = onSqlite(ctx);
+  d.message('api', 'db', L(sqlite ? 'd.mustWaitSqlite' : 'd.mustWait', { key: short, other: 'A' }), { tag: 'B' });
   const wait = d.openBar('B', 'db', { kind: 'wait', record: b.record });
+  const watching = watchWait(ctx, b.answered);
 
   let committedDrawn = false;
   const drawCommit = () => {
@@ -65,25 +114,118 @@ async function runLesson4Atomic(ctx) {
     if (outcomeOf(rec) === REPLAYED) {
       drawCommit();
       d.closeBar(wait);
-      d.message('db', 'api', L('d.unblocked', { other: 'A' }), { tag: 'B', kind: 'reply' });
+      d.message('db', 'api', L(sqlite ? 'd.unblockedSqlite' : 'd.unblocked', { other: 'A' }), { tag: 'B', kind: 'reply' });
     } else {
       d.closeBar(wait);
     }
     reply(d, rec, b.bar);
   });
-  await Promise.all([aDone, bDone, a.done, b.done]);
+  await Promise.all([aDone, bDone, a.done, b.done, watching]);
 }
 
 function verdictLesson4Atomic(ctx) {
   const { A, B } = ctx.records;
   const n = ctx.newCharges().length;
-  const ok = outcomeOf(B) === REPLAYED && B.elapsedMs >= ATOMIC_MIN_WAIT_MS && n === 1 && A.json?.id === B.json?.id;
+  const wait = ctx.vars.wait ?? { reads: 0, lock: null, inProgress: false };
+  const ok = outcomeOf(B) === REPLAYED && B.elapsedMs >= ATOMIC_MIN_WAIT_MS && n === 1 && A.json?.id === B.json?.id && !wait.inProgress;
   return {
     ok,
     key: 'l4.verdict',
-    params: { ms: fmtMs(B.elapsedMs), n, status: B.status, replayed: B.replayed, expectMs: ATOMIC_EXPECTED_WAIT_MS },
+    params: {
+      ms: fmtMs(B.elapsedMs),
+      n,
+      status: B.status,
+      replayed: B.replayed,
+      expectMs: ATOMIC_EXPECTED_WAIT_MS,
+      reads: wait.reads,
+      inProgress: wait.inProgress,
+      lock: () => (wait.lock ? describeLockWait(wait.lock) : t('locks.notSeen')),
+    },
   };
 }
+
+// ---- the rollback path: A fails before COMMIT while B waits ---------------------------------
+
+/** The rollback experiment's hold: A keeps its transaction open this long, then fails. */
+const ROLLBACK_HOLD_MS = 4000;
+const ROLLBACK = { s: ROLLBACK_HOLD_MS / 1000, after: SEND_B_AFTER_MS / 1000, ms: ROLLBACK_HOLD_MS };
+
+/**
+ * A holds its transaction, then fails before COMMIT (Demo-Fault:
+ * delay-commit, fail-before-commit): everything it wrote rolls back. B,
+ * sent meanwhile with the same key and body, waits as before; when A's
+ * transaction ends without a commit, B's INSERT returns a row, and B runs
+ * as the first: one charge, B's, a 201 that is not a replay.
+ */
+async function runLesson4Rollback(ctx) {
+  const d = ctx.diagram;
+  const key = ctx.vars.key;
+  const short = shortKeyOf(key);
+  const body = ctx.vars.body;
+  const mode = 'atomic';
+  checkHold(ROLLBACK_HOLD_MS);
+  const a = ctx.start(charge({ ...body, key, mode, faults: [`delay-commit=${ROLLBACK_HOLD_MS}`, 'fail-before-commit'] }), { tag: 'A', title: T('title.firstRollsBack', ROLLBACK) });
+  d.message('api', 'db', L('d.uncommitted', { key: short }), { tag: 'A' });
+  d.note(['db'], L('d.holdThenFail', ROLLBACK), { tag: 'A' });
+  await Promise.race([ctx.sleep(SEND_B_AFTER_MS), a.answered]);
+  const b = ctx.start(charge({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning', ROLLBACK) });
+  const sqlite = onSqlite(ctx);
+  d.message('api', 'db', L(sqlite ? 'd.mustWaitSqlite' : 'd.mustWait', { key: short, other: 'A' }), { tag: 'B' });
+  const wait = d.openBar('B', 'db', { kind: 'wait', record: b.record });
+  const watching = watchWait(ctx, b.answered);
+  let rolledBackDrawn = false;
+  const drawRollback = () => {
+    if (rolledBackDrawn) return;
+    rolledBackDrawn = true;
+    d.message('api', 'db', L('d.rollbackNow', ROLLBACK), { tag: 'A' });
+  };
+  const aDone = a.answered.then((rec) => {
+    if (rec.status >= 400) drawRollback();
+    reply(d, rec, a.bar);
+  });
+  const bDone = b.answered.then((rec) => {
+    d.closeBar(wait);
+    if (outcomeOf(rec) === EXECUTED) {
+      drawRollback();
+      d.message('db', 'api', L(sqlite ? 'd.proceedsFirstSqlite' : 'd.proceedsFirst', { other: 'A', key: short }), { tag: 'B', kind: 'reply' });
+      d.message('api', 'db', L('d.chargeAndSave', { amount: amountOf(rec.spec) }), { tag: 'B' });
+    }
+    reply(d, rec, b.bar);
+  });
+  await Promise.all([aDone, bDone, a.done, b.done, watching]);
+}
+
+function verdictLesson4Rollback(ctx) {
+  const { A, B } = ctx.records;
+  const fresh = ctx.newCharges();
+  const wait = ctx.vars.wait ?? { reads: 0, lock: null, inProgress: false };
+  const keyRow = ctx.latest?.idempotency_keys.find((k) => k.key === ctx.vars.key) ?? null;
+  const aFailed = A.status !== null && A.status >= 400;
+  const ok = aFailed && outcomeOf(B) === EXECUTED && !B.replayed && B.elapsedMs >= ATOMIC_MIN_WAIT_MS * (ROLLBACK_HOLD_MS / HOLD_MS) * 0.8
+    && fresh.length === 1 && fresh[0].id === B.json?.id && keyRow?.charge_id === B.json?.id && !wait.inProgress;
+  return {
+    ok,
+    key: 'l4.rollback.verdict',
+    params: {
+      a: A.status ?? 'error',
+      aType: A.problemType ?? '—',
+      b: B.status ?? 'error',
+      replayed: B.replayed,
+      ms: fmtMs(B.elapsedMs ?? 0),
+      n: fresh.length,
+      same: Boolean(B.json?.id) && keyRow?.charge_id === B.json?.id,
+      lock: () => (wait.lock ? describeLockWait(wait.lock) : t('locks.notSeen')),
+    },
+  };
+}
+
+export const lesson4Rollback = experiment({
+  id: 'l4-rollback',
+  body: { amount: 1000, currency: 'jpy', desc: 'body.l4rollback' },
+  locks: true,
+  steps: [{ label: L('l4.rollback.step1', ROLLBACK), run: (ctx) => runLesson4Rollback(ctx) }],
+  verdict: verdictLesson4Rollback,
+});
 
 /**
  * Lesson 4 in the "key-first" mode: A's first transaction commits the key
@@ -169,6 +311,7 @@ const LESSON4_MODES = {
 export const lesson4 = experiment({
   id: 'l4',
   mode: 'atomic',
+  locks: true,
   body: { amount: 1000, currency: 'jpy', desc: 'body.l4' },
   setup(ctx) {
     ctx.vars.mode = lesson4.mode;
@@ -208,6 +351,7 @@ export function mountLesson4Modes(root, experiment) {
 /** Lesson 4's mode-dependent text, and the sentences that quote the server's settings. */
 export function renderLesson4(root, config = serverOrNull()) {
   setHtml(root.querySelector('[data-role="l4-intro"]'), tHtml('l4.p1.html', HOLD));
+  setHtml(root.querySelector('[data-role="l4-rollback-intro"]'), tHtml('l4.rollback.p.html', ROLLBACK));
   setText(
     root.querySelector('[data-role="l4-backend"]'),
     t('l4.backend', { backend: config?.backend_name ?? '…', serverMode: config?.idempotency_mode ?? '…', mode: lesson4.mode }),

@@ -3,13 +3,13 @@
 import { expireRequest, purgeRequest } from '../api.js';
 import { t, tHtml, fmtInt, fmtDuration } from '../i18n.js';
 import { outcomeOf, problemFor, EXECUTED, MISMATCH } from '../outcome.js';
-import { narrateExpire, narratePurge, T, LOSE_RESPONSE, experiment, sameKeyDuplicate, sameAuthorization, setText, setHtml } from './shared.js';
+import { narrateExpire, narratePurge, T, LOSE_RESPONSE, experiment, sameKeyDuplicate, setText, setHtml } from './shared.js';
 
 export const lesson5Expire = experiment({
   id: 'l5-expire',
   body: { amount: 1000, currency: 'jpy', desc: 'body.l5expire' },
   steps: [
-    { label: 'l5.expire.step1', tag: 'A', title: 'title.first', key: 'same' },
+    { label: 'l5.expire.step1', tag: 'A', title: 'title.first', key: 'same', faults: [LOSE_RESPONSE] },
     {
       label: 'l5.expire.step2',
       run: (ctx) => ctx.send(expireRequest(ctx.vars.key), { tag: 'B', title: T('title.expire'), narrate: narrateExpire }),
@@ -45,7 +45,7 @@ export const lesson5Expire = experiment({
     return {
       ok,
       key: 'l5.expire.verdict',
-      params: { n, status: retry.status, purged: purge.purged ?? '—', keyLeft: purge.keyLeft, kept: purge.kept, sameAuth: sameAuthorization(ctx) },
+      params: { n, status: retry.status, purged: purge.purged ?? '—', keyLeft: purge.keyLeft, kept: purge.kept },
     };
   },
 });

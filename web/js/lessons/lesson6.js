@@ -6,7 +6,7 @@ import { amountOf, shortKeyOf } from '../experiment.js';
 import { t, tHtml, fmtDuration, fmtSpan } from '../i18n.js';
 import { outcomeOf, EXECUTED, REPLAYED, IN_FLIGHT, LOST } from '../outcome.js';
 import { server } from '../server.js';
-import { charge, reply, narrateCharge, narrateExpire, T, LOSE_RESPONSE, sendCharge, experiment, sameKeyDuplicate, sameAuthorization, leaseLeft, showLease, setText, setHtml } from './shared.js';
+import { charge, reply, narrateCharge, narrateExpire, T, LOSE_RESPONSE, sendCharge, experiment, sameKeyDuplicate, leaseLeft, showLease, setText, setHtml } from './shared.js';
 
 const FORGET_COMMIT = 'forget-commit';
 
@@ -177,7 +177,7 @@ export const lesson6Retention = experiment({
   verdict(ctx) {
     const n = ctx.newCharges().length;
     const c = ctx.records.C;
-    return { ok: n === 2 && outcomeOf(c) === EXECUTED && !c.replayed, key: 'l6.retention.verdict', params: { n, status: c?.status ?? '—', sameAuth: sameAuthorization(ctx) } };
+    return { ok: n === 2 && outcomeOf(c) === EXECUTED && !c.replayed, key: 'l6.retention.verdict', params: { n, status: c?.status ?? '—' } };
   },
 });
 

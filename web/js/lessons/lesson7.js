@@ -130,7 +130,8 @@ function narrateNetworkCharge(d, rec, bar, { known = new Set(), holder = '…' }
 /** A charge with the run's key, through the network, narrated with the network's lane. */
 function sendNetworkCharge(ctx, { tag, title, faults = [], mode, harm = null, holder }) {
   const known = authIdsOf(ctx.latest);
-  const spec = charge({ ...ctx.vars.body, key: ctx.vars.key, faults, mode });
+  // Every charge of this lesson asks for the card network (Demo-Network: on); lessons 1 to 6 do not.
+  const spec = charge({ ...ctx.vars.body, key: ctx.vars.key, faults, mode, network: true });
   return ctx.send(spec, {
     tag,
     title: T(title, { s: L7_LEASE_MS / 1000 }),
@@ -287,11 +288,11 @@ async function waitForRecovery(ctx) {
   const left = row?.status === 'in_progress' && row.locked_until ? Math.max(0, timeOf(row.locked_until) - nowOf(state)) : 0;
   const limit = Math.min(L7_LEASE_MS, left) + interval + L7_RECOVERY_SLACK_MS;
   d.note(['client'], L('d.waitRecovery', { every: () => fmtSpan(L7_POLL_MS) }));
-  showLease(ctx, state, key, started);
+  showLease(ctx, state, key, started, { recoveryEvery: interval });
   while (rowOf(state)?.status !== 'completed' && performance.now() - started < limit) {
     await ctx.sleep(L7_POLL_MS);
     state = await ctx.refresh();
-    showLease(ctx, state, key, started);
+    showLease(ctx, state, key, started, { recoveryEvery: interval });
   }
   const waitedMs = Math.round(performance.now() - started);
   const done = rowOf(state);
@@ -334,7 +335,7 @@ export function renderLesson7(root, config) {
   const network = config ? config.network : undefined;
   setHtml(root.querySelector('[data-role="l7-network"]'), network === null
     ? tHtml('l7.network.none.html')
-    : tHtml('l7.network.html', { url: network ?? '…' }));
+    : tHtml('l7.network.html', { network: network ?? '…' }));
   const every = config ? fmtSpan(config.recovery_interval_ms) : '…';
   setHtml(root.querySelector('[data-role="l7-recover-intro"]'), tHtml('l7.recover.p1.html', {
     s: L7_LEASE_MS / 1000,

@@ -179,20 +179,12 @@ export function experiment({ body, steps, setup, ...rest }) {
 
 /**
  * The harm of a second charge made under the first one's key (its record
- * forgotten): with a card network, the derived network key made the
- * network replay the first authorization, so the harm is in our ledger only.
+ * forgotten): the same purchase charged twice. (Had it asked the card
+ * network, the network would have forgotten the derived key by then too,
+ * and made a second authorization: lesson 7.)
  */
-export function sameKeyDuplicate(record) {
-  return record.json?.authorization_id ? 'ledgerDuplicate' : 'duplicate';
-}
-
-/**
- * Whether the run's two charges hold one authorization at the card network
- * (the late retry's derived network key made the network replay; lesson 7).
- */
-export function sameAuthorization(ctx) {
-  const auths = ctx.newCharges().map((c) => c.authorization_id);
-  return auths.length === 2 && Boolean(auths[0]) && auths[0] === auths[1];
+export function sameKeyDuplicate() {
+  return 'duplicate';
 }
 
 // ---- shared by lessons 6 and 7: watching a key-first lease run out ---------------------------
@@ -203,12 +195,18 @@ export function leaseLeft(state, key) {
   return row?.status === 'in_progress' && row.locked_until ? timeOf(row.locked_until) - nowOf(state) : null;
 }
 
-/** Shows how the wait for `key`'s lease is going, from `state` (the latest read). */
-export function showLease(ctx, state, key, started) {
+/**
+ * Shows how the wait for `key`'s lease is going, from `state` (the latest
+ * read). With `recoveryEvery` (ms), the wait is for the recovery task, and
+ * once the lease is over it says so, rather than counting the lease on.
+ */
+export function showLease(ctx, state, key, started, { recoveryEvery = null } = {}) {
   const left = leaseLeft(state, key);
   if (left === null) return;
   const waited = performance.now() - started;
-  ctx.progress(L('progress.lease', { ms: left, span: () => fmtSpan(Math.abs(left)), waited: () => fmtSpan(waited) }), left);
+  const params = { ms: left, span: () => fmtSpan(Math.abs(left)), waited: () => fmtSpan(waited) };
+  if (recoveryEvery !== null) ctx.progress(L('progress.recovery', { ...params, every: () => fmtSpan(recoveryEvery) }), left);
+  else ctx.progress(L('progress.lease', params), left);
 }
 
 // ---- the sentences that quote the server's settings ------------------------------------------

@@ -191,6 +191,18 @@ pub struct Claim {
     pub completed: bool,
 }
 
+impl Claim {
+    /// The claim on the row `request` wrote as `status`, under `lease_token`.
+    pub fn new(request: &KeyedRequest<'_>, lease_token: Uuid, status: NewKeyStatus<'_>) -> Claim {
+        Claim {
+            account_id: request.account_id,
+            key: request.key.to_owned(),
+            lease_token,
+            completed: matches!(status, NewKeyStatus::Completed(_)),
+        }
+    }
+}
+
 /// A response as stored in a key row and replayed byte for byte.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SavedResponse {
@@ -212,6 +224,10 @@ impl SavedResponse {
         super::fingerprint::canonical_json(&self.body)
     }
 }
+
+/// The `status` column's two values, as each backend's queries write them.
+pub const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
+pub const COMPLETED: &str = KeyStatus::Completed.as_str();
 
 /// The `status` column's two values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

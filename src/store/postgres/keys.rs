@@ -20,13 +20,10 @@ use uuid::Uuid;
 
 use super::{Prepared, note};
 use crate::idempotency::key_store::{
-    Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, QueryResult, RawKeyRow,
-    SavedResponse, StuckKey, Transactional, takeover,
+    COMPLETED, Claim, IN_PROGRESS, KeyRecord, KeyStore, KeyedRequest, NewKeyStatus, QueryResult,
+    RawKeyRow, SavedResponse, StuckKey, Transactional, takeover,
 };
 use crate::store::postgres::schema::idempotency_keys as keys;
-
-const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
-const COMPLETED: &str = KeyStatus::Completed.as_str();
 
 #[derive(Queryable, Selectable)]
 #[diesel(table_name = keys, check_for_backend(diesel::pg::Pg))]
@@ -93,15 +90,6 @@ macro_rules! new_row {
     }};
 }
 
-fn claim(request: &KeyedRequest<'_>, lease_token: Uuid, status: NewKeyStatus<'_>) -> Claim {
-    Claim {
-        account_id: request.account_id,
-        key: request.key.to_owned(),
-        lease_token,
-        completed: matches!(status, NewKeyStatus::Completed(_)),
-    }
-}
-
 /// READ COMMITTED: a second insert of the same key waits on the unique
 /// index entry until the first transaction commits (then finds its row) or
 /// rolls back (then inserts); at REPEATABLE READ it would fail with a
@@ -159,7 +147,7 @@ impl KeyStore for PgConnection {
         .get_result(self)
         .inspect_err(note)
         .optional()?;
-        Ok(inserted.map(|token| claim(request, token, status)))
+        Ok(inserted.map(|token| Claim::new(request, token, status)))
     }
 
     fn take_over_key(
@@ -187,7 +175,7 @@ impl KeyStore for PgConnection {
         .get_result(self)
         .inspect_err(note)
         .optional()?;
-        Ok(taken.map(|token| claim(request, token, status)))
+        Ok(taken.map(|token| Claim::new(request, token, status)))
     }
 
     fn complete_key(&mut self, claim: &Claim, response: &SavedResponse) -> QueryResult<bool> {

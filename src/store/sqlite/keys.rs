@@ -10,12 +10,9 @@ use uuid::Uuid;
 use super::schema::idempotency_keys as keys;
 use super::{from_now, now_text};
 use crate::idempotency::key_store::{
-    Claim, KeyRecord, KeyStatus, KeyStore, KeyedRequest, NewKeyStatus, QueryResult, RawKeyRow,
-    SavedResponse, StuckKey, Transactional, takeover,
+    COMPLETED, Claim, IN_PROGRESS, KeyRecord, KeyStore, KeyedRequest, NewKeyStatus, QueryResult,
+    RawKeyRow, SavedResponse, StuckKey, Transactional, takeover,
 };
-
-const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
-const COMPLETED: &str = KeyStatus::Completed.as_str();
 
 fn json_column(text: Option<String>) -> QueryResult<Option<serde_json::Value>> {
     text.map(|t| {
@@ -72,15 +69,6 @@ macro_rules! new_row {
             keys::foreign_step.eq(foreign_step),
         )
     }};
-}
-
-fn claim(request: &KeyedRequest<'_>, lease_token: Uuid, status: NewKeyStatus<'_>) -> Claim {
-    Claim {
-        account_id: request.account_id,
-        key: request.key.to_owned(),
-        lease_token,
-        completed: matches!(status, NewKeyStatus::Completed(_)),
-    }
 }
 
 /// `BEGIN IMMEDIATE`: the database's write lock is taken up front, so a
@@ -150,7 +138,7 @@ impl KeyStore for SqliteConnection {
             .on_conflict((keys::account_id, keys::key))
             .do_nothing()
             .execute(self)?;
-        Ok((inserted == 1).then(|| claim(request, lease_token, status)))
+        Ok((inserted == 1).then(|| Claim::new(request, lease_token, status)))
     }
 
     fn take_over_key(
@@ -174,7 +162,7 @@ impl KeyStore for SqliteConnection {
         )
         .set(new_row!(request, status, lease_token))
         .execute(self)?;
-        Ok((taken == 1).then(|| claim(request, lease_token, status)))
+        Ok((taken == 1).then(|| Claim::new(request, lease_token, status)))
     }
 
     fn complete_key(&mut self, claim: &Claim, response: &SavedResponse) -> QueryResult<bool> {

@@ -134,7 +134,7 @@ const en = {
     'Both designs keep it to one charge. What differs is what a retry that overlaps the first request hears. In the atomic design it waits, holding a database connection, for as long as the first request takes, and then gets the real answer. In the key-first design it is told at once, with <code>409</code> and <code>Retry-After</code>, that it came too early. The client has to send it again later, and that later retry gets the real answer.',
   'l4.tradeoff.p2.html': p =>
     `Key-first pays for the quick answer with a window between its two transactions. If the process dies after committing the key but before the charge, the row stays <code>in_progress</code> with nobody working on it, and every retry gets 409 until the row’s lease runs out (<code>locked_until</code>; ${yes(p.isDefault) ? `${p.lease} here, the default` : `${p.lease} on this server, ${p.defaultLease} seconds by default`}). After that, the next request with the same key and the same body takes the row over and runs as the first. So key-first needs the lease and this takeover to recover. The atomic design has no such window: if the process dies, its single transaction rolls back, and the key disappears together with the charge.`,
-  'l4.sqlite': 
+  'l4.sqlite.html': 
     'On the SQLite backend (the zero-setup default) B waits too, but for another lock: SQLite has one write lock for the whole database, taken at <code>BEGIN IMMEDIATE</code>, so every other write waits for A as well, not only the one with this key. PostgreSQL makes only the writer of this one key wait, on its entry in the unique index.',
   // ---- lesson 5 ---------------------------------------------------------
   'l5.title': '5. How long a key lives, and reusing one',
@@ -816,7 +816,7 @@ const ja = {
     'どちらの設計でも、課金は 1回に収まります。違うのは、1通目と重なった再送が何を受け取るかです。atomic では、再送は 1通目が終わるまでデータベースの接続を握ったまま待ち、終わったところで本当の答えを受け取ります。key-first では、<code>409</code> と <code>Retry-After</code> で「まだ早い」とすぐに知らされます。クライアントは後でもう一度送る必要があり、本当の答えはその再送で受け取ります。',
   'l4.tradeoff.p2.html': p =>
     `key-first は、すぐに答えられる代わりに、2つのトランザクションの間に隙間を抱えます。キーをコミットした後、課金の前にプロセスが落ちると、その行は誰も処理していないのに <code>in_progress</code> のまま残り、再送は行のリース（<code>locked_until</code>。${yes(p.isDefault) ? `このサーバーでは既定どおり ${p.lease}` : `このサーバーでは ${p.lease}、既定は ${p.defaultLease}秒`}）が切れるまで 409 を受け取り続けます。リースが切れた後は、同じキー・同じ本文で届いた次のリクエストがその行を引き継ぎ、1通目として処理します。つまり key-first には、リースとこの引き継ぎという回収の仕組みが欠かせません。atomic にはこの隙間がありません。プロセスが落ちれば 1つしかないトランザクションがロールバックされ、キーも課金と一緒に消えるからです。`,
-  'l4.sqlite': 
+  'l4.sqlite.html': 
     'SQLite バックエンド（設定不要の既定）でも B は待ちますが、待つロックが違います。SQLite の書き込みロックはデータベース全体で 1つで、<code>BEGIN IMMEDIATE</code> で取るため、このキーの書き込みに限らず、ほかの書き込みもすべて A を待ちます。PostgreSQL で待たされるのは、一意インデックスのこのキーの項目に書き込もうとするリクエストだけです。',
   'l5.title': '5. キーの寿命と使い回し',
   'l5.p1': p =>

@@ -22,7 +22,7 @@
 //! ```
 //!
 //! Modules import downward only, in the order of [`LAYERS`] (a test,
-//! `tests/api/layers.rs`, reads every `crate::` path in `src/` and fails on
+//! `tests/rules/layers.rs`, reads every `crate::` path in `src/` and fails on
 //! an upward or sideways one).
 
 pub mod app;

@@ -1,0 +1,7 @@
+//! The house's rules, read from the source, not from a running app: modules
+//! import downward only (`layers`), no file over 600 lines and no function
+//! over 80 (`sizes`), and the design document names only real code (`docs`).
+
+mod docs;
+mod layers;
+mod sizes;

@@ -203,7 +203,9 @@ fn tally_answers(
             (Ok(r), _) if r.status == 409 => "409".to_owned(),
             (Ok(r), _) => {
                 bad = true;
-                super::super::bounded(&r.summary(), 100)
+                // Cut short: 50 distinct bodies would make one line of kilobytes.
+                let summary: String = r.summary().chars().take(100).collect();
+                format!("{summary}…")
             }
             (Err(e), _) => {
                 bad = true;

@@ -349,6 +349,25 @@ async fn a_server_that_replays_with_409_and_the_resource_is_diagnosed_as_replayi
     assert_eq!(run.code, 0);
 }
 
+/// Races hunted, not sampled: a race that shows for one key in three is
+/// missed by one burst (the checker's fourth key) and caught by eight,
+/// with how many bursts showed it.
+#[tokio::test]
+async fn a_race_that_shows_in_one_burst_of_three_is_caught_and_counted() {
+    let run = check_flawed(Flaw::RacesOnEveryThirdKey).await;
+    let expected = set(&["concurrent-one-resource", "concurrent-answers"]);
+    assert_eq!(run.rows("FAIL"), expected, "{:#}", run.report);
+    let evidence = run.evidence("concurrent-one-resource");
+    assert!(evidence.starts_with("2 of 8 burst(s) of 50"), "{evidence}");
+    assert!(evidence.contains("worst: burst"), "{evidence}");
+    assert!(
+        run.report["tried"]
+            .as_str()
+            .unwrap()
+            .starts_with("8 burst(s) of 50")
+    );
+}
+
 /// The documented measurement of issue #39: a check-then-insert race with
 /// a 5 ms window behind a listen backlog of 10 (as Django's development
 /// server has) is caught in at least 19 of 20 runs.

@@ -25,6 +25,10 @@ pub enum Flaw {
     RacesDuplicates,
     /// Check, then insert 5 ms apart, behind a listen backlog of 10.
     RacesBehindBacklog,
+    /// Check, then insert 20 ms apart, but only for every third key it
+    /// sees: a race that one burst of duplicates can miss, as a window that
+    /// opens only under some timing does.
+    RacesOnEveryThirdKey,
     /// Stores a validation error under the key and replays it.
     StoresErrors,
     /// Forgets a key when it refuses a request under it, its own 422 too.
@@ -49,6 +53,8 @@ pub struct FlawedApi {
 #[derive(Default)]
 pub struct Store {
     next_id: u64,
+    /// Each (credential, key) pair's rank among those seen, for RacesOnEveryThirdKey.
+    ordinals: HashMap<(String, String), usize>,
     /// (credential, key) -> (path and body, status, body)
     keys: HashMap<(String, String), (String, u16, String)>,
     resources: Vec<(String, Value)>,
@@ -277,9 +283,14 @@ fn post(
         }
         return (400, "", body);
     }
+    let seen = guard.ordinals.len();
+    let third = key
+        .as_ref()
+        .is_some_and(|k| (*guard.ordinals.entry(k.clone()).or_insert(seen + 1)).is_multiple_of(3));
     let window = match flaw {
         Flaw::RacesDuplicates => Some(Duration::from_millis(200)),
         Flaw::RacesBehindBacklog => Some(Duration::from_millis(5)),
+        Flaw::RacesOnEveryThirdKey if third => Some(Duration::from_millis(20)),
         _ => None,
     };
     if let Some(window) = window {

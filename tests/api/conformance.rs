@@ -307,6 +307,23 @@ async fn a_list_without_the_marker_or_with_it_twice_skips_every_counted_half() {
 }
 
 #[tokio::test]
+async fn a_list_oldest_first_and_short_skips_the_counts_it_cannot_see_instead_of_failing() {
+    let run = check_flawed(Flaw::ListOldestFirstShort).await;
+    assert_eq!(run.rows("FAIL"), set(&[]), "{:#}", run.report);
+    let skipped = set(&[
+        "concurrent-one-resource",
+        "concurrent-retry-after",
+        "lost-response-one-resource",
+        "error-not-result",
+    ]);
+    assert_eq!(run.rows("SKIP"), skipped, "{:#}", run.report);
+    let evidence = run.evidence("lost-response-one-resource");
+    assert!(evidence.contains("no longer shows resource"), "{evidence}");
+    assert!(evidence.contains("newest first"), "{evidence}");
+    assert_eq!(run.code, 0);
+}
+
+#[tokio::test]
 async fn a_server_that_ignores_malformed_keys_is_diagnosed_as_ignoring_them() {
     let run = check_flawed(Flaw::IgnoresMalformedKeys).await;
     // 256 characters are a valid key: only a length limit refuses them.

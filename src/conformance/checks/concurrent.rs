@@ -77,7 +77,15 @@ fn burst(ctx: &mut Ctx, number: usize, seen: &mut Seen) {
         .flatten()
         .filter_map(|r| ctx.answer_id(r))
         .collect();
-    match (ids.len(), ctx.expect_created(&marker, 1, "the burst")) {
+    match (
+        ids.len(),
+        ctx.expect_created(
+            &marker,
+            1,
+            "the burst",
+            ids.iter().next().map(String::as_str),
+        ),
+    ) {
         (0, _) => seen
             .resources
             .push((number, 0, "no request succeeded".to_owned())),

@@ -239,22 +239,52 @@ impl Ctx<'_> {
         }
     }
 
-    /// How many resources carry `marker`; `Err`: not counted, and why.
-    pub(super) fn count(&self, marker: &str) -> Result<usize, String> {
+    /// How many resources carry `marker`, and the page counted; `Err`:
+    /// not counted, and why.
+    pub(super) fn count_on_page(&self, marker: &str) -> Result<(usize, String), String> {
         let path = self.counting.as_ref().map_err(Clone::clone)?;
-        Ok(self.read_list(path)?.text().matches(marker).count())
+        let text = self.read_list(path)?.text();
+        Ok((text.matches(marker).count(), text))
+    }
+
+    pub(super) fn count(&self, marker: &str) -> Result<usize, String> {
+        self.count_on_page(marker).map(|(n, _)| n)
     }
 
     /// The counted half of a row: `expected` resources carry `marker`.
-    pub(super) fn expect_created(&self, marker: &str, expected: usize, what: &str) -> Half {
-        match self.count(marker) {
-            Ok(n) if n == expected => Half::Pass,
-            Ok(n) => Half::Fail(format!(
+    /// `shown`: a resource the answers named, which the list must show for
+    /// a count below `expected` to mean anything (a list that is not newest
+    /// first, or too short, drops it: then the half is SKIP, not FAIL).
+    pub(super) fn expect_created(
+        &self,
+        marker: &str,
+        expected: usize,
+        what: &str,
+        shown: Option<&str>,
+    ) -> Half {
+        match self.count_on_page(marker) {
+            Ok((n, _)) if n == expected => Half::Pass,
+            Ok((n, page)) if n < expected && shown.is_some_and(|id| !listed(&page, id)) => {
+                Half::Skip(format!(
+                    "the list no longer shows resource {}: give --read-url a list of this caller's resources, newest first, long enough",
+                    shown.unwrap_or_default()
+                ))
+            }
+            Ok((n, _)) => Half::Fail(format!(
                 "{n} resource(s) in --read-url carry {what}'s marker, not {expected}"
             )),
             Err(e) => Half::Skip(e),
         }
     }
+}
+
+/// Whether `page` shows the resource `id` (or, for a `Location`, its last segment).
+fn listed(page: &str, id: &str) -> bool {
+    page.contains(id)
+        || id
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| !last.is_empty() && page.contains(last))
 }
 
 /// A response as a test writes it.

@@ -176,7 +176,7 @@ fn retry(ctx: &mut Ctx, first: &First) -> Result<(), String> {
         _ if replay_409 => Half::Note("a 409 whose body is the resource: a replay".to_owned()),
         _ => Half::Pass,
     };
-    let counted = ctx.expect_created(&first.marker, 1, "the first request");
+    let counted = ctx.expect_created(&first.marker, 1, "the first request", Some(&first.id));
     ctx.settle("retry-one-resource", &[same_id, counted]);
     if r.headers
         .iter()
@@ -199,6 +199,7 @@ fn new_key_same_body(ctx: &mut Ctx, first: &First) -> Result<(), String> {
     // rows' failure, not this one's.
     let before = ctx.count(&first.marker);
     let r = ctx.post(&new_key(), &first.body)?;
+    let new_id = ctx.id(&r);
     let answered = match ctx.id(&r) {
         None => Half::Fail(r.summary()),
         Some(id) if id == first.id => Half::Fail(format!(
@@ -207,7 +208,7 @@ fn new_key_same_body(ctx: &mut Ctx, first: &First) -> Result<(), String> {
         Some(_) => Half::Pass,
     };
     let counted = match before {
-        Ok(n) => ctx.expect_created(&first.marker, n + 1, "the first request"),
+        Ok(n) => ctx.expect_created(&first.marker, n + 1, "the first request", new_id.as_deref()),
         Err(e) => Half::Skip(e),
     };
     ctx.settle("new-key-new-resource", &[answered, counted]);
@@ -235,7 +236,7 @@ fn lost_response(ctx: &mut Ctx, _: &First) -> Result<(), String> {
         ),
         _ => Half::Pass,
     };
-    let counted = ctx.expect_created(&marker, 1, "the lost request");
+    let counted = ctx.expect_created(&marker, 1, "the lost request", ctx.answer_id(&r).as_deref());
     ctx.settle("lost-response-one-resource", &[same, counted]);
     if ctx.id(&r).is_some() {
         ctx.pass("lost-response-answered");
@@ -275,7 +276,7 @@ fn error_not_result(ctx: &mut Ctx, _: &First) -> Result<(), String> {
         ))
     };
     let counted = if r.is_success() {
-        ctx.expect_created(&marker, 1, "the corrected request")
+        ctx.expect_created(&marker, 1, "the corrected request", ctx.id(&r).as_deref())
     } else {
         Half::Pass
     };

@@ -37,7 +37,7 @@ pub(super) fn other_body(ctx: &mut Ctx, first: &First) -> Result<(), String> {
     let r = ctx.post(&first.key, &body)?;
     ctx.refusal("other-body-422", &r);
     let refused = match taken(ctx, first, &r) {
-        Taken::Refused => ctx.expect_created(&marker, 0, "the other body"),
+        Taken::Refused => ctx.expect_created(&marker, 0, "the other body", None),
         Taken::FirstsAnswer(e) | Taken::Processed(e) => Half::Fail(e),
     };
     let was_refused = matches!(taken(ctx, first, &r), Taken::Refused);
@@ -58,7 +58,7 @@ pub(super) fn other_body(ctx: &mut Ctx, first: &First) -> Result<(), String> {
     // The client did not correct it: sent again, it must fail again.
     let again = ctx.post(&first.key, &body)?;
     let refused_again = match taken(ctx, first, &again) {
-        Taken::Refused => ctx.expect_created(&marker, 0, "the uncorrected request"),
+        Taken::Refused => ctx.expect_created(&marker, 0, "the uncorrected request", None),
         Taken::FirstsAnswer(e) | Taken::Processed(e) => Half::Fail(format!(
             "refused with {} once, then sent again uncorrected: {e}",
             r.status

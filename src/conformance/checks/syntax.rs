@@ -69,7 +69,7 @@ fn case(ctx: &mut Ctx, id: &'static str, lines: &[Vec<u8>]) -> Result<(), String
     let long = id == "syntax-too-long";
     match diagnosis {
         Diagnosis::Refused(status) => {
-            let counted = ctx.expect_created(&marker, 0, "this request");
+            let counted = ctx.expect_created(&marker, 0, "this request", None);
             ctx.settle(id, &[Half::Note(format!("refused ({status})")), counted]);
         }
         // A 256-character key is a valid sf-string: only a limit refuses it.

@@ -37,6 +37,8 @@ pub enum Flaw {
     ListOmitsMarker,
     /// Its list shows the marker's field twice per resource.
     ListShowsMarkerTwice,
+    /// Its list is oldest first and shows the caller's first 3 only.
+    ListOldestFirstShort,
     /// A malformed key is ignored as RFC 8941 says: processed without a key.
     IgnoresMalformedKeys,
     /// Answers a replay with 409 and the stored resource.
@@ -201,11 +203,17 @@ fn parse_key(lines: &[Vec<u8>]) -> Result<Option<String>, ()> {
 
 /// The caller's resources as its list shows them.
 fn list(store: &Store, credential: &str, flaw: Flaw) -> Value {
-    let mine: Vec<Value> = store
+    let mine: Vec<&(String, Value)> = store
         .resources
         .iter()
-        .rev()
         .filter(|(c, _)| c == credential)
+        .collect();
+    let shown: Vec<&(String, Value)> = match flaw {
+        Flaw::ListOldestFirstShort => mine.into_iter().take(3).collect(),
+        _ => mine.into_iter().rev().collect(),
+    };
+    let mine: Vec<Value> = shown
+        .into_iter()
         .map(|(_, r)| {
             let mut shown = r.clone();
             match flaw {

@@ -48,7 +48,7 @@ pub(super) fn send_at_once(ctx: &Ctx, request: &Request) -> Vec<Result<Response,
 /// What the bursts showed, summed up.
 #[derive(Default)]
 struct Seen {
-    /// (burst, what went wrong) for bursts that made more than one resource.
+    /// (burst, resources made, what went wrong) for bursts that did not make one.
     resources: Vec<(usize, usize, String)>,
     answers: Vec<(usize, String)>,
     skipped: Option<String>,
@@ -133,12 +133,12 @@ pub(super) fn concurrent(ctx: &mut Ctx, _: &First) -> Result<(), String> {
         .map(|(l, c)| format!("{c} × {l}"))
         .collect();
     let tally = tally.join("; ");
-    if let Some((number, worst, e)) = seen.resources.iter().max_by_key(|(_, w, _)| *w) {
+    // The worst burst: the one that made the most resources.
+    if let Some((number, _, e)) = seen.resources.iter().max_by_key(|(_, made, _)| *made) {
         let evidence = format!(
             "{} of {tried} made other than one resource; worst: burst {number}: {e}",
             seen.resources.len()
         );
-        let _ = worst;
         ctx.set("concurrent-one-resource", Verdict::Fail, evidence);
     } else if let Some(why) = &seen.skipped {
         let evidence = format!("{tried}: one id in every burst; not counted: {why}");

@@ -139,7 +139,7 @@ impl Report {
             self.draft, self.target, self.counted_by, self.tried
         );
         out.push_str(&format!(
-            "{:<width$}  {:<8} {:<9} result\n",
+            "{:<width$}  {:<8} {:<9} result  check\n",
             "id", "strength", "source"
         ));
         let indent = " ".repeat(width + 2);

@@ -50,13 +50,17 @@ install() { # name
 
 start() { # name port work_ms
   local dir="$work/peer-$1" log="$work/$1-$3ms.log"
-  case "$1" in
-    express | nest) (cd "$dir" && PORT="$2" WORK_MS="$3" exec timeout 900 node server.js) ;;
-    fastapi | asgi) (cd "$dir" && WORK_MS="$3" exec timeout 900 .venv/bin/uvicorn app:app \
-      --host 127.0.0.1 --port "$2" --log-level warning) ;;
-    django) (cd "$dir" && WORK_MS="$3" exec timeout 900 .venv/bin/python app.py runserver \
-      "127.0.0.1:$2" --noreload) ;;
-  esac >"$log" 2>&1 &
+  # One subshell that becomes `timeout` (exec): killing $! stops the server.
+  (
+    cd "$dir"
+    export PORT="$2" WORK_MS="$3"
+    case "$1" in
+      express | nest) exec timeout 900 node server.js ;;
+      fastapi | asgi) exec timeout 900 .venv/bin/uvicorn app:app --host 127.0.0.1 --port "$2" \
+        --log-level warning ;;
+      django) exec timeout 900 .venv/bin/python app.py runserver "127.0.0.1:$2" --noreload ;;
+    esac
+  ) >"$log" 2>&1 &
   pids+=($!)
 }
 

@@ -18,7 +18,7 @@ pub struct ConformanceArgs {
     /// A second credential's header(s), replacing those of the same name: the key must be scoped per credential (repeatable).
     #[arg(long = "second-credential", value_name = "NAME: VALUE")]
     pub second_credential: Vec<String>,
-    /// The JSON body; {marker} becomes a value unique to each new request.
+    /// The JSON body (the default is this API's); {marker} becomes a value unique to each new request: put it in a field the --read-url list shows.
     #[arg(long, default_value = DEFAULT_BODY)]
     pub body: String,
     /// Another valid body, different from --body ({marker} as there).
@@ -39,9 +39,12 @@ pub struct ConformanceArgs {
     /// The member of a 2xx JSON answer that names the resource (else its Location header).
     #[arg(long, default_value = "id")]
     pub id_field: String,
-    /// Requests sent at once with one key.
+    /// Requests sent at once with one key, in each burst.
     #[arg(long, default_value_t = 50)]
     pub concurrency: usize,
+    /// Bursts of --concurrency requests, each with a key of its own: a race is hunted, not sampled once.
+    #[arg(long, default_value_t = DEFAULT_BURSTS)]
+    pub bursts: usize,
     /// How long one request may take.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub timeout: Duration,
@@ -69,8 +72,13 @@ pub struct Config {
     pub read_path: Option<String>,
     pub id_field: String,
     pub concurrency: usize,
+    pub bursts: usize,
     pub timeout: Duration,
 }
+
+/// Enough bursts to catch a check-then-act race that one burst misses
+/// (docs/conformance.md, "Races").
+pub const DEFAULT_BURSTS: usize = 8;
 
 fn header_line(line: &str) -> Result<(String, String), String> {
     match line.split_once(':') {
@@ -136,7 +144,9 @@ impl Config {
             other_endpoint_body: args.other_endpoint_body.clone(),
             read_path,
             id_field: args.id_field.clone(),
-            concurrency: args.concurrency.max(2),
+            // Bounded: each request is a thread and a connection.
+            concurrency: args.concurrency.clamp(2, 500),
+            bursts: args.bursts.clamp(1, 100),
             timeout: args.timeout,
         })
     }

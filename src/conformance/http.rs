@@ -3,10 +3,21 @@
 //! send what a polite client library will not (two `Idempotency-Key` lines,
 //! non-ASCII bytes in a field value) and lose a response on purpose (write
 //! the request, close the connection before reading). Plain `http://` only.
+//!
+//! Bounded, because it is pointed at servers nobody vouches for: a response
+//! head of at most [`MAX_HEAD`] bytes, a body of at most [`MAX_BODY`], one
+//! deadline for the whole exchange (a server dripping a byte a second
+//! cannot hold it past `--timeout`), and no redirect is ever followed (a
+//! 3xx is an answer like any other).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The longest status line and header block read.
+pub const MAX_HEAD: usize = 32 * 1024;
+/// The longest body read (a list of 100 resources fits many times over).
+pub const MAX_BODY: usize = 512 * 1024;
 
 use serde_json::Value;
 
@@ -68,7 +79,9 @@ impl Origin {
         }
     }
 
-    fn connect(&self, timeout: Duration) -> Result<TcpStream, String> {
+    /// A connection, not yet used: the concurrent checks open theirs
+    /// before the burst, so that the requests leave together.
+    pub fn connect(&self, timeout: Duration) -> Result<TcpStream, String> {
         let addrs = (self.host.as_str(), self.port)
             .to_socket_addrs()
             .map_err(|e| format!("cannot resolve {}: {e}", self.authority()))?;
@@ -190,19 +203,50 @@ impl Response {
     }
 }
 
-/// Sends `request` on a new connection and reads the whole response.
+/// Sends `request` on a new connection and reads the whole response, all
+/// within `timeout`.
 pub fn send(origin: &Origin, request: &Request, timeout: Duration) -> Result<Response, String> {
-    let mut stream = origin.connect(timeout)?;
+    let deadline = Instant::now() + timeout;
+    let stream = origin.connect(timeout)?;
+    exchange(stream, origin, request, deadline)
+}
+
+/// Writes `request` on `stream` and reads its response by `deadline`.
+pub fn exchange(
+    mut stream: TcpStream,
+    origin: &Origin,
+    request: &Request,
+    deadline: Instant,
+) -> Result<Response, String> {
+    let late = || "no complete answer within --timeout".to_owned();
+    let remaining = deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(late)?;
+    stream.set_write_timeout(Some(remaining)).ok();
     stream
         .write_all(&request.to_bytes(origin))
         .map_err(|e| format!("writing the request: {e}"))?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     loop {
+        let remaining = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(late)?;
+        stream.set_read_timeout(Some(remaining)).ok();
         let n = match stream.read(&mut chunk) {
             Ok(n) => n,
             // A server may reset the connection after a complete answer.
             Err(_) if parse(&buf, true).is_some() => 0,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(late());
+            }
             Err(e) => return Err(format!("reading the response: {e}")),
         };
         if n > 0 {
@@ -214,6 +258,23 @@ pub fn send(origin: &Origin, request: &Request, timeout: Duration) -> Result<Res
         if n == 0 {
             return Err("the server closed the connection without an answer".to_owned());
         }
+        too_big(&buf)?;
+    }
+}
+
+/// `Err` once `buf` holds more than a bounded answer may.
+fn too_big(buf: &[u8]) -> Result<(), String> {
+    match buf.windows(4).position(|w| w == b"\r\n\r\n") {
+        None if buf.len() > MAX_HEAD => Err(format!(
+            "the response's head exceeded {} KiB: not read further",
+            MAX_HEAD / 1024
+        )),
+        // Chunk framing adds a little: the raw body may exceed MAX_BODY by it.
+        Some(end) if buf.len() - end - 4 > MAX_BODY + MAX_BODY / 8 => Err(format!(
+            "the response's body exceeded {} KiB: not read further",
+            MAX_BODY / 1024
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -262,6 +323,12 @@ fn parse(buf: &[u8], eof: bool) -> Option<Result<Response, String>> {
             None => return None,
         }
     } else if let Some(length) = find("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        if length > MAX_BODY {
+            return Some(Err(format!(
+                "the response announced a {length}-byte body, over {} KiB: not read",
+                MAX_BODY / 1024
+            )));
+        }
         if rest.len() < length {
             return eof.then(|| Err("the body was cut short".to_owned()));
         }

@@ -11,6 +11,7 @@
 mod checks;
 mod config;
 pub mod http;
+mod rows;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -19,8 +20,10 @@ use serde::Serialize;
 use serde_json::json;
 
 pub use config::{Config, ConformanceArgs};
+pub use rows::{CHECKS, Check, Strength};
 
-/// The body this API's `POST /charges` takes; `{marker}` becomes a value
+/// The body this API's `POST /charges` takes (another API needs its own
+/// `--body`, `--second-body` and `--invalid-body`); `{marker}` becomes a value
 /// unique to each request that must make a resource of its own, so that
 /// the read URL shows which request made what.
 pub const DEFAULT_BODY: &str =
@@ -32,27 +35,6 @@ pub const DEFAULT_SECOND_BODY: &str =
 pub const DEFAULT_INVALID_BODY: &str =
     r#"{"amount":-1,"currency":"jpy","description":"conformance {marker}"}"#;
 pub const DRAFT: &str = "draft-ietf-httpapi-idempotency-key-header-07";
-
-/// How binding a row is: the draft's MUST or SHOULD, or common practice
-/// the draft does not require.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Strength {
-    Must,
-    Should,
-    #[serde(rename = "practice")]
-    Practice,
-}
-
-impl Strength {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Strength::Must => "MUST",
-            Strength::Should => "SHOULD",
-            Strength::Practice => "practice",
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "UPPERCASE")]
@@ -72,176 +54,15 @@ impl Verdict {
     }
 }
 
-/// One row of the report before it is run.
-#[derive(Debug)]
-pub struct Check {
-    pub id: &'static str,
-    /// The draft's section, e.g. `2.6`; RFC 9457 for problem details.
-    pub section: &'static str,
-    pub strength: Strength,
-    pub title: &'static str,
-}
-
-const fn check(
-    id: &'static str,
-    section: &'static str,
-    strength: Strength,
-    title: &'static str,
-) -> Check {
-    Check {
-        id,
-        section,
-        strength,
-        title,
-    }
-}
-
-use Strength::{Must, Practice, Should};
-
-/// Every row, in the order of the report. docs/conformance.md explains
-/// each and why it has its strength.
-pub const CHECKS: &[Check] = &[
-    check(
-        "first-request",
-        "2.6",
-        Should,
-        "a first request is processed: 2xx with the resource's id",
-    ),
-    check(
-        "syntax-empty",
-        "2.1",
-        Should,
-        "an empty key is refused with 4xx, nothing created",
-    ),
-    check(
-        "syntax-list",
-        "2.1",
-        Should,
-        "a list of two keys is refused with 4xx, nothing created",
-    ),
-    check(
-        "syntax-two-fields",
-        "2.1",
-        Should,
-        "two Idempotency-Key lines are refused with 4xx, nothing created",
-    ),
-    check(
-        "syntax-non-ascii",
-        "2.1",
-        Should,
-        "a non-ASCII key is refused with 4xx, nothing created",
-    ),
-    check(
-        "syntax-too-long",
-        "2.1",
-        Practice,
-        "a 256-character key is refused with 4xx, nothing created",
-    ),
-    check(
-        "retry-same-answer",
-        "2.6",
-        Should,
-        "a retry gets the same status and body",
-    ),
-    check(
-        "retry-one-resource",
-        "1",
-        Must,
-        "a retry creates nothing: one resource",
-    ),
-    check(
-        "replay-marker",
-        "-",
-        Practice,
-        "a replay is marked (Idempotent-Replayed or the like)",
-    ),
-    check(
-        "other-body-refused",
-        "2.7",
-        Must,
-        "the same key with another body is refused, nothing created",
-    ),
-    check(
-        "other-body-422",
-        "2.7",
-        Should,
-        "the same key with another body answers 422",
-    ),
-    check(
-        "other-endpoint-refused",
-        "2.7",
-        Must,
-        "the same key on another endpoint is refused",
-    ),
-    check(
-        "other-endpoint-422",
-        "2.7",
-        Should,
-        "the same key on another endpoint answers 422",
-    ),
-    check(
-        "new-key-new-resource",
-        "2.6",
-        Should,
-        "a new key with the same body creates a new resource",
-    ),
-    check(
-        "concurrent-one-resource",
-        "2.6",
-        Must,
-        "concurrent requests with one key: exactly one resource",
-    ),
-    check(
-        "concurrent-answers",
-        "2.6",
-        Must,
-        "concurrent duplicates wait and replay, or get 409",
-    ),
-    check(
-        "concurrent-retry-after",
-        "-",
-        Practice,
-        "a 409 for a request in flight carries Retry-After",
-    ),
-    check(
-        "lost-response-one-resource",
-        "1",
-        Must,
-        "a lost response retried: one resource",
-    ),
-    check(
-        "lost-response-answered",
-        "2.6",
-        Should,
-        "a lost response retried: the retry gets the resource",
-    ),
-    check(
-        "error-not-result",
-        "2.7",
-        Must,
-        "a refused request does not bind its key: corrected, it is processed",
-    ),
-    check(
-        "scope-per-credential",
-        "5",
-        Should,
-        "one key under two credentials: two resources, no answer shared",
-    ),
-    check(
-        "problem-details",
-        "RFC 9457",
-        Practice,
-        "every refusal is application/problem+json",
-    ),
-];
-
 /// A row of the report: a check and how it went.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
     pub id: &'static str,
-    pub section: &'static str,
+    /// The revision and section quoted (`-07 §2.6`), or `project`.
+    pub source: &'static str,
     pub strength: Strength,
     pub check: &'static str,
+    pub quote: &'static str,
     pub result: Verdict,
     /// On FAIL what was seen (status, header, body excerpt); on SKIP why;
     /// on PASS a limit of what was checked, if any.
@@ -252,20 +73,46 @@ pub struct Row {
 pub struct Report {
     pub target: String,
     pub draft: &'static str,
-    /// How resources were counted: the read URL, or the ids in the answers.
+    /// How resources were counted, and whether that counting was proved.
     pub counted_by: String,
+    /// What the concurrent rows tried (bursts and their size).
+    pub tried: String,
     pub rows: Vec<Row>,
 }
 
+/// The longest evidence the table prints; `--json` has all of it.
+pub const EVIDENCE_CHARS: usize = 300;
+
+/// `text` cut at `max` characters, saying where the rest is.
+pub fn bounded(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let cut: String = text.chars().take(max).collect();
+    format!("{cut}… (the rest in --json)")
+}
+
 impl Report {
+    /// The exit status's question: did a row the draft states as MUST fail?
     pub fn must_failed(&self) -> bool {
         self.rows
             .iter()
             .any(|r| r.strength == Strength::Must && r.result == Verdict::Fail)
     }
 
-    fn count(&self, verdict: Verdict) -> usize {
-        self.rows.iter().filter(|r| r.result == verdict).count()
+    fn count(&self, project: bool, verdict: Verdict) -> usize {
+        self.rows
+            .iter()
+            .filter(|r| (r.strength == Strength::Project) == project && r.result == verdict)
+            .count()
+    }
+
+    fn tally(&self, project: bool) -> serde_json::Value {
+        json!({
+            "pass": self.count(project, Verdict::Pass),
+            "fail": self.count(project, Verdict::Fail),
+            "skip": self.count(project, Verdict::Skip),
+        })
     }
 
     pub fn to_json(&self) -> serde_json::Value {
@@ -273,41 +120,45 @@ impl Report {
             "target": self.target,
             "draft": self.draft,
             "counted_by": self.counted_by,
+            "tried": self.tried,
             "rows": self.rows,
             "summary": {
-                "pass": self.count(Verdict::Pass),
-                "fail": self.count(Verdict::Fail),
-                "skip": self.count(Verdict::Skip),
+                "draft": self.tally(false),
+                "project": self.tally(true),
                 "must_failed": self.must_failed(),
             },
         })
     }
 
-    /// The table a person reads: one line per row, the evidence under it.
+    /// The table a person reads: one line per row (its id first), the
+    /// evidence under it, bounded.
     pub fn to_table(&self) -> String {
-        let width = CHECKS
-            .iter()
-            .map(|c| c.title.chars().count())
-            .max()
-            .unwrap_or(0);
+        let width = CHECKS.iter().map(|c| c.id.len()).max().unwrap_or(0);
         let mut out = format!(
-            "{} conformance of POST {}\nresources counted by {}\n\n",
-            self.draft, self.target, self.counted_by
+            "{} conformance of POST {}\nresources counted by {}\nconcurrent rows: {}\n\n",
+            self.draft, self.target, self.counted_by, self.tried
         );
         out.push_str(&format!(
-            "{:<9} {:<9} {:<width$}  result\n",
-            "section", "strength", "check"
+            "{:<width$}  {:<8} {:<9} result  check\n",
+            "id", "strength", "source"
         ));
+        let indent = " ".repeat(width + 2);
         for row in &self.rows {
             out.push_str(&format!(
-                "{:<9} {:<9} {:<width$}  {}\n",
-                row.section,
+                "{:<width$}  {:<8} {:<9} {}  {}\n",
+                row.id,
                 row.strength.as_str(),
+                row.source,
+                row.result.as_str(),
                 row.check,
-                row.result.as_str()
             ));
             if !row.evidence.is_empty() {
-                out.push_str(&format!("{:20}{}\n", "", row.evidence));
+                let evidence = bounded(&row.evidence, EVIDENCE_CHARS).replace('\n', " ");
+                out.push_str(&format!("{indent}{evidence}\n"));
+            }
+            if row.result == Verdict::Fail {
+                let quote = bounded(row.quote, EVIDENCE_CHARS);
+                out.push_str(&format!("{indent}{}: \"{quote}\"\n", row.source));
             }
         }
         let must = self
@@ -317,34 +168,36 @@ impl Report {
             .count();
         // Not "N passed, N failed": CI reads such a line as a test runner's.
         out.push_str(&format!(
-            "\nrows: PASS {}, FAIL {} (MUST {must}), SKIP {}\n",
-            self.count(Verdict::Pass),
-            self.count(Verdict::Fail),
-            self.count(Verdict::Skip)
+            "\ndraft rows: PASS {}, FAIL {} (MUST {must}), SKIP {}\n\
+             project rows (not in the exit status): PASS {}, FAIL {}, SKIP {}\n",
+            self.count(false, Verdict::Pass),
+            self.count(false, Verdict::Fail),
+            self.count(false, Verdict::Skip),
+            self.count(true, Verdict::Pass),
+            self.count(true, Verdict::Fail),
+            self.count(true, Verdict::Skip),
         ));
         out
     }
 }
 
-/// Runs every check. `Err`: the server could not be reached at all.
+/// Runs every check. `Err`: the checks could not run at all (no server,
+/// or a first request refused for want of a credential).
 pub fn run(config: &Config) -> Result<Report, String> {
-    let rows = checks::run_all(config)?;
-    let counted_by = match &config.read_path {
-        Some(path) => format!("GET {path}"),
-        None => "the ids in the answers only (no --read-url: \"nothing created\" is not checked)"
-            .to_owned(),
-    };
+    let outcome = checks::run_all(config)?;
     Ok(Report {
         target: config.target(),
         draft: DRAFT,
-        counted_by,
-        rows,
+        counted_by: outcome.counted_by,
+        tried: outcome.tried,
+        rows: outcome.rows,
     })
 }
 
 /// `charges conformance`: the report on stdout; exit status 0 when no MUST
-/// failed, 1 when one did, 2 when the checks could not run (bad flags, no
-/// server, or a first request not processed: nothing else was checked).
+/// row failed, 1 when one did, 2 when the checks could not run (bad flags,
+/// no server, a credential missing, or a first request not processed:
+/// nothing else was checked). Project rows never change it.
 pub fn main(args: ConformanceArgs) -> ExitCode {
     let config = match Config::from_args(&args) {
         Ok(c) => c,
@@ -381,35 +234,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_check_has_its_own_id() {
+    fn every_check_has_its_own_id_and_a_quote() {
         let ids: std::collections::BTreeSet<&str> = CHECKS.iter().map(|c| c.id).collect();
         assert_eq!(ids.len(), CHECKS.len());
+        for c in CHECKS {
+            assert!(!c.quote.is_empty(), "{}", c.id);
+            assert_eq!(
+                c.strength == Strength::Project,
+                c.source == "project",
+                "{}",
+                c.id
+            );
+        }
     }
 
     fn row(id: &'static str, strength: Strength, result: Verdict) -> Row {
         Row {
             id,
-            section: "2.6",
+            source: "-07 §2.6",
             strength,
             check: "a check",
+            quote: "a sentence",
             result,
             evidence: if result == Verdict::Pass {
                 String::new()
             } else {
-                format!("why {id}")
+                format!("why {id} {}", "x".repeat(400))
             },
         }
     }
 
     #[test]
-    fn only_a_failed_must_fails_the_report() {
+    fn only_a_failed_must_fails_the_report_and_project_rows_are_counted_apart() {
         let mut report = Report {
             target: "http://h/charges".to_owned(),
             draft: DRAFT,
             counted_by: "GET /list".to_owned(),
+            tried: "1 burst".to_owned(),
             rows: vec![
                 row("a", Strength::Should, Verdict::Fail),
-                row("b", Strength::Practice, Verdict::Fail),
+                row("b", Strength::Project, Verdict::Fail),
                 row("c", Strength::Must, Verdict::Skip),
                 row("d", Strength::Must, Verdict::Pass),
             ],
@@ -417,16 +281,29 @@ mod tests {
         assert!(!report.must_failed());
         let table = report.to_table();
         assert!(table.contains("why a"), "{table}");
+        assert!(table.contains("(the rest in --json)"), "{table}");
         assert!(
-            table.contains("rows: PASS 1, FAIL 2 (MUST 0), SKIP 1"),
+            table
+                .lines()
+                .all(|l| l.chars().count() < EVIDENCE_CHARS + 80),
+            "{table}"
+        );
+        assert!(
+            table.contains("draft rows: PASS 1, FAIL 1 (MUST 0), SKIP 1"),
+            "{table}"
+        );
+        assert!(
+            table.contains("project rows (not in the exit status): PASS 0, FAIL 1"),
             "{table}"
         );
         report.rows.push(row("e", Strength::Must, Verdict::Fail));
         assert!(report.must_failed());
         let json = report.to_json();
-        assert_eq!(json["summary"]["fail"], 3);
+        assert_eq!(json["summary"]["draft"]["fail"], 2);
+        assert_eq!(json["summary"]["project"]["fail"], 1);
         assert_eq!(json["summary"]["must_failed"], true);
-        assert_eq!(json["rows"][1]["strength"], "practice");
+        assert_eq!(json["rows"][1]["strength"], "project");
         assert_eq!(json["rows"][4]["strength"], "MUST");
+        assert_eq!(json["rows"][4]["evidence"].as_str().unwrap().len(), 406);
     }
 }

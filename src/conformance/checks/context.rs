@@ -1,6 +1,7 @@
 //! What the checks share: the first request's result they build on, the
-//! context that records each row's verdict, and small helpers (fresh keys
-//! and markers, comparing answers, honouring Retry-After).
+//! context that records each row's verdict (from its halves: one counted
+//! through the read URL, one read off the answers), and small helpers
+//! (fresh keys and markers, comparing answers, honouring Retry-After).
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -33,6 +34,20 @@ pub(super) struct Ctx<'a> {
     pub(super) rows: BTreeMap<&'static str, (Verdict, String)>,
     /// Every refusal seen (4xx), with the check it came from.
     pub(super) refusals: Vec<(&'static str, Response)>,
+    /// The read URL once counting through it was proved on the first
+    /// resource; else why nothing is counted.
+    pub(super) counting: Result<String, String>,
+}
+
+/// One half of a row's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Half {
+    Pass,
+    /// Passed, with a note worth showing.
+    Note(String),
+    Fail(String),
+    /// Could not be checked: why, and the flag that fixes it.
+    Skip(String),
 }
 
 pub(super) fn new_key() -> String {
@@ -63,6 +78,8 @@ pub(super) fn retry_after(r: &Response) -> Duration {
         .clamp(Duration::from_millis(100), MAX_RETRY_AFTER)
 }
 
+/// A progress line on stderr: redrawn in place on a terminal; elsewhere
+/// (a pipe, a CI log) only the finished lines, one per group of rows.
 pub(super) fn progress(message: &str, done: bool) {
     let mut err = std::io::stderr();
     if err.is_terminal() {
@@ -80,6 +97,35 @@ impl Ctx<'_> {
 
     pub(super) fn pass(&mut self, id: &'static str) {
         self.set(id, Verdict::Pass, "");
+    }
+
+    /// The row's verdict from its halves: a failed half fails it; else a
+    /// half that could not be checked makes it SKIP, never PASS.
+    pub(super) fn settle(&mut self, id: &'static str, halves: &[Half]) {
+        let pick = |f: fn(&Half) -> Option<&String>| -> Vec<String> {
+            halves.iter().filter_map(f).cloned().collect()
+        };
+        let fails = pick(|h| match h {
+            Half::Fail(e) => Some(e),
+            _ => None,
+        });
+        let skips = pick(|h| match h {
+            Half::Skip(e) => Some(e),
+            _ => None,
+        });
+        let notes = pick(|h| match h {
+            Half::Note(e) => Some(e),
+            _ => None,
+        });
+        if !fails.is_empty() {
+            self.set(id, Verdict::Fail, fails.join("; "));
+        } else if !skips.is_empty() {
+            let mut why = notes;
+            why.extend(skips.into_iter().map(|s| format!("not counted: {s}")));
+            self.set(id, Verdict::Skip, why.join("; "));
+        } else {
+            self.set(id, Verdict::Pass, notes.join("; "));
+        }
     }
 
     pub(super) fn refusal(&mut self, id: &'static str, r: &Response) {
@@ -135,7 +181,8 @@ impl Ctx<'_> {
     pub(super) fn post_until_settled(&self, key: &str, body: &str) -> Result<Response, String> {
         for attempt in 1.. {
             let r = self.post(key, body)?;
-            if r.status != 409 || attempt == MAX_WAITS {
+            // A 409 that carries the resource is a replay: nothing to wait for.
+            if r.status != 409 || self.replayed_409(&r).is_some() || attempt == MAX_WAITS {
                 return Ok(r);
             }
             let wait = retry_after(&r);
@@ -161,38 +208,83 @@ impl Ctx<'_> {
         from_body.or_else(|| r.header("location").map(str::to_owned))
     }
 
-    /// How many resources carry `marker`, by the read URL (`None`: none
-    /// was given).
-    pub(super) fn created(&self, marker: &str) -> Option<Result<usize, String>> {
-        let path = self.cfg.read_path.as_ref()?;
+    /// A 409 whose body is a resource (its id member): a replay of the
+    /// completed request under another status, not a request in flight.
+    pub(super) fn replayed_409(&self, r: &Response) -> Option<String> {
+        if r.status != 409 {
+            return None;
+        }
+        match r.json()?.get(&self.cfg.id_field)? {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        }
+    }
+
+    /// The resource an answer gives: a 2xx's, or a replaying 409's.
+    pub(super) fn answer_id(&self, r: &Response) -> Option<String> {
+        self.id(r).or_else(|| self.replayed_409(r))
+    }
+
+    /// GET of the read URL as the main credential.
+    pub(super) fn read_list(&self, path: &str) -> Result<Response, String> {
         let mut request = Request::new("GET", path);
         for (name, value) in &self.cfg.headers {
             request = request.header(name, value.as_bytes());
         }
-        Some(match self.send(&request) {
-            Ok(r) if r.is_success() => Ok(r.text().matches(marker).count()),
+        match self.send(&request) {
+            Ok(r) if r.is_success() => Ok(r),
             Ok(r) => Err(format!("--read-url answered {}", r.summary())),
             Err(e) => Err(format!("--read-url: {e}")),
-        })
+        }
     }
 
-    /// `Ok(())` when what carries `marker` numbers `expected` (or cannot be
-    /// counted), else the evidence.
+    /// How many resources carry `marker`, and the page counted; `Err`:
+    /// not counted, and why.
+    pub(super) fn count_on_page(&self, marker: &str) -> Result<(usize, String), String> {
+        let path = self.counting.as_ref().map_err(Clone::clone)?;
+        let text = self.read_list(path)?.text();
+        Ok((text.matches(marker).count(), text))
+    }
+
+    pub(super) fn count(&self, marker: &str) -> Result<usize, String> {
+        self.count_on_page(marker).map(|(n, _)| n)
+    }
+
+    /// The counted half of a row: `expected` resources carry `marker`.
+    /// `shown`: a resource the answers named, which the list must show for
+    /// a count below `expected` to mean anything (a list that is not newest
+    /// first, or too short, drops it: then the half is SKIP, not FAIL).
     pub(super) fn expect_created(
         &self,
         marker: &str,
         expected: usize,
         what: &str,
-    ) -> Result<(), String> {
-        match self.created(marker) {
-            None => Ok(()),
-            Some(Ok(n)) if n == expected => Ok(()),
-            Some(Ok(n)) => Err(format!(
+        shown: Option<&str>,
+    ) -> Half {
+        match self.count_on_page(marker) {
+            Ok((n, _)) if n == expected => Half::Pass,
+            Ok((n, page)) if n < expected && shown.is_some_and(|id| !listed(&page, id)) => {
+                Half::Skip(format!(
+                    "the list no longer shows resource {}: give --read-url a list of this caller's resources, newest first, long enough",
+                    shown.unwrap_or_default()
+                ))
+            }
+            Ok((n, _)) => Half::Fail(format!(
                 "{n} resource(s) in --read-url carry {what}'s marker, not {expected}"
             )),
-            Some(Err(e)) => Err(e),
+            Err(e) => Half::Skip(e),
         }
     }
+}
+
+/// Whether `page` shows the resource `id` (or, for a `Location`, its last segment).
+fn listed(page: &str, id: &str) -> bool {
+    page.contains(id)
+        || id
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| !last.is_empty() && page.contains(last))
 }
 
 /// A response as a test writes it.

@@ -1,41 +1,65 @@
 //! The checks of [`super::CHECKS`], run in order against one endpoint. Each
 //! request that should make a resource of its own carries a fresh marker in
-//! its body (`{marker}`), so the read URL (when given) shows how many
-//! resources each request made; without it the checks compare the ids in
-//! the answers.
+//! its body (`{marker}`), so the read URL (when given, and once counting
+//! through it is proved: `counting.rs`) shows how many resources each
+//! request made; the answers' ids are compared as well.
 
 use std::collections::BTreeMap;
 
-use uuid::Uuid;
-
 mod concurrent;
 mod context;
+mod counting;
+mod reuse;
+mod syntax;
 
 use super::http;
 use super::{CHECKS, Config, Row, Verdict};
 use concurrent::concurrent;
 use context::*;
+use reuse::{other_body, other_endpoint};
+use syntax::syntax;
 
-pub fn run_all(cfg: &Config) -> Result<Vec<Row>, String> {
+/// The rows, and what the report says of how they were run.
+pub struct Outcome {
+    pub rows: Vec<Row>,
+    pub counted_by: String,
+    pub tried: String,
+}
+
+type Group = fn(&mut Ctx, &First) -> Result<(), String>;
+
+/// The groups of rows after the first request, each with the id prefixes
+/// of the rows it decides.
+const GROUPS: [(&[&str], Group); 9] = [
+    (&["syntax-"], syntax),
+    (&["retry-", "replay-marker"], retry),
+    (&["other-body-", "uncorrected-retry-refused"], other_body),
+    (&["other-endpoint-"], other_endpoint),
+    (&["new-key-new-resource"], new_key_same_body),
+    (&["concurrent-"], concurrent),
+    (&["lost-response-"], lost_response),
+    (&["error-not-result"], error_not_result),
+    (&["scope-per-credential"], scope),
+];
+
+pub fn run_all(cfg: &Config) -> Result<Outcome, String> {
     let mut ctx = Ctx {
         cfg,
         rows: BTreeMap::new(),
         refusals: Vec::new(),
+        counting: Err("the first request was not processed".to_owned()),
     };
+    let tried = format!(
+        "{} burst(s) of {} requests with one key each, released together over connections opened beforehand",
+        cfg.bursts, cfg.concurrency
+    );
     if let Some(first) = first_request(&mut ctx)? {
-        type Group = fn(&mut Ctx, &First) -> Result<(), String>;
-        let groups: [(&[&str], Group); 9] = [
-            (&["syntax-"], syntax),
-            (&["retry-", "replay-marker"], retry),
-            (&["other-body-"], other_body),
-            (&["other-endpoint-"], other_endpoint),
-            (&["new-key-new-resource"], new_key_same_body),
-            (&["concurrent-"], concurrent),
-            (&["lost-response-"], lost_response),
-            (&["error-not-result"], error_not_result),
-            (&["scope-per-credential"], scope),
-        ];
-        for (prefixes, group) in groups {
+        ctx.counting = counting::prove_counting(&ctx, &first);
+        progress(
+            "conformance: first request processed; counting checked",
+            true,
+        );
+        for (i, (prefixes, group)) in GROUPS.iter().enumerate() {
             if let Err(e) = group(&mut ctx, &first) {
                 // A request of the group got no answer: its rows not yet
                 // decided fail with what happened.
@@ -48,10 +72,21 @@ pub fn run_all(cfg: &Config) -> Result<Vec<Row>, String> {
                         .or_insert((Verdict::Fail, format!("no answer: {e}")));
                 }
             }
+            let names = prefixes.join(", ");
+            progress(
+                &format!("conformance: [{}/{}] {names} done", i + 1, GROUPS.len()),
+                true,
+            );
         }
         problem_details(&mut ctx);
     }
-    Ok(CHECKS
+    let counted_by = match &ctx.counting {
+        Ok(path) => format!(
+            "GET {path} (proved: the first resource, found by its id, shows its marker once)"
+        ),
+        Err(why) => format!("nothing: {why}; every count-based half is SKIP"),
+    };
+    let rows = CHECKS
         .iter()
         .map(|c| {
             let (result, evidence) = ctx.rows.remove(c.id).unwrap_or((
@@ -60,23 +95,38 @@ pub fn run_all(cfg: &Config) -> Result<Vec<Row>, String> {
             ));
             Row {
                 id: c.id,
-                section: c.section,
+                source: c.source,
                 strength: c.strength,
                 check: c.title,
+                quote: c.quote,
                 result,
                 evidence,
             }
         })
-        .collect())
+        .collect();
+    Ok(Outcome {
+        rows,
+        counted_by,
+        tried,
+    })
 }
 
-/// `Err` only when the server cannot be reached at all.
+/// `Err` when the checks cannot run at all: no server, or a first request
+/// refused for want of a credential (one line naming `-H`).
 fn first_request(ctx: &mut Ctx) -> Result<Option<First>, String> {
     let (key, marker) = (new_key(), new_marker());
     let body = fill(&ctx.cfg.body, &marker);
     let response = ctx
         .post(&key, &body)
         .map_err(|e| format!("{}: {e}", ctx.cfg.target()))?;
+    if matches!(response.status, 401 | 403) {
+        return Err(format!(
+            "the first request was answered {} ({}): pass the credential your API expects \
+             with -H, e.g. -H 'Authorization: Bearer sk_…'",
+            response.status,
+            super::bounded(&response.summary(), 120)
+        ));
+    }
     if !response.is_success() {
         ctx.set("first-request", Verdict::Fail, response.summary());
         return Ok(None);
@@ -100,46 +150,17 @@ fn first_request(ctx: &mut Ctx) -> Result<Option<First>, String> {
     }))
 }
 
-fn syntax(ctx: &mut Ctx, _: &First) -> Result<(), String> {
-    // Fresh keys for each case: a server that joins two lines into one
-    // value must not see the list case's key again.
-    let k = new_key;
-    let long: String = std::iter::repeat_with(|| Uuid::new_v4().simple().to_string())
-        .flat_map(|s| s.chars().collect::<Vec<_>>())
-        .take(256)
-        .collect();
-    let cases: [(&'static str, Vec<Vec<u8>>); 5] = [
-        ("syntax-empty", vec![Vec::new()]),
-        (
-            "syntax-list",
-            vec![format!("\"{}\", \"{}\"", k(), k()).into_bytes()],
-        ),
-        ("syntax-two-fields", vec![quoted(&k()), quoted(&k())]),
-        (
-            "syntax-non-ascii",
-            vec![format!("\"ключ-{}\"", k()).into_bytes()],
-        ),
-        ("syntax-too-long", vec![quoted(&long)]),
-    ];
-    for (id, lines) in cases {
-        let marker = new_marker();
-        let body = fill(&ctx.cfg.body, &marker);
-        let r = ctx.send(&ctx.request(&ctx.cfg.endpoint, &lines, &body, None))?;
-        ctx.refusal(id, &r);
-        let created = ctx.expect_created(&marker, 0, "this request");
-        match ((400..500).contains(&r.status), created) {
-            (true, Ok(())) => ctx.pass(id),
-            (false, _) => ctx.set(id, Verdict::Fail, r.summary()),
-            (true, Err(e)) => ctx.set(id, Verdict::Fail, format!("{}; {e}", r.status)),
-        }
-    }
-    Ok(())
-}
-
 fn retry(ctx: &mut Ctx, first: &First) -> Result<(), String> {
     let r = ctx.post(&first.key, &first.body)?;
+    let replay_409 = ctx.replayed_409(&r).is_some_and(|id| id == first.id);
     if r.status == first.response.status && same_body(&r, &first.response) {
         ctx.pass("retry-same-answer");
+    } else if replay_409 {
+        let evidence = format!(
+            "a replay under 409: the body is the first request's resource, but its status {} was not kept",
+            first.response.status
+        );
+        ctx.set("retry-same-answer", Verdict::Fail, evidence);
     } else {
         let evidence = format!(
             "first: {}; retry: {}",
@@ -148,17 +169,15 @@ fn retry(ctx: &mut Ctx, first: &First) -> Result<(), String> {
         );
         ctx.set("retry-same-answer", Verdict::Fail, evidence);
     }
-    let id = ctx.id(&r);
-    let counted = ctx.expect_created(&first.marker, 1, "the first request");
-    match (id, counted) {
-        (Some(id), _) if id != first.id => ctx.set(
-            "retry-one-resource",
-            Verdict::Fail,
-            format!("the first made {}, the retry {id}", first.id),
-        ),
-        (_, Err(e)) => ctx.set("retry-one-resource", Verdict::Fail, e),
-        _ => ctx.pass("retry-one-resource"),
-    }
+    let same_id = match ctx.answer_id(&r) {
+        Some(id) if id != first.id => {
+            Half::Fail(format!("the first made {}, the retry {id}", first.id))
+        }
+        _ if replay_409 => Half::Note("a 409 whose body is the resource: a replay".to_owned()),
+        _ => Half::Pass,
+    };
+    let counted = ctx.expect_created(&first.marker, 1, "the first request", Some(&first.id));
+    ctx.settle("retry-one-resource", &[same_id, counted]);
     if r.headers
         .iter()
         .any(|(n, _)| n.to_ascii_lowercase().contains("replay"))
@@ -175,99 +194,24 @@ fn retry(ctx: &mut Ctx, first: &First) -> Result<(), String> {
     Ok(())
 }
 
-fn other_body(ctx: &mut Ctx, first: &First) -> Result<(), String> {
-    let marker = new_marker();
-    let r = ctx.post(&first.key, &fill(&ctx.cfg.second_body, &marker))?;
-    ctx.refusal("other-body-422", &r);
-    let refused = if r.is_success() {
-        let replay = ctx.id(&r).is_some_and(|id| id == first.id);
-        Err(format!(
-            "{}{}",
-            r.summary(),
-            if replay {
-                " (the first request's answer: the body was ignored)"
-            } else {
-                ""
-            }
-        ))
-    } else {
-        ctx.expect_created(&marker, 0, "the other body")
-    };
-    match refused {
-        Ok(()) => ctx.pass("other-body-refused"),
-        Err(e) => ctx.set("other-body-refused", Verdict::Fail, e),
-    }
-    if r.status == 422 {
-        ctx.pass("other-body-422");
-    } else {
-        ctx.set("other-body-422", Verdict::Fail, r.summary());
-    }
-    Ok(())
-}
-
-fn other_endpoint(ctx: &mut Ctx, first: &First) -> Result<(), String> {
-    let Some(template) = ctx.cfg.other_endpoint.clone() else {
-        for id in ["other-endpoint-refused", "other-endpoint-422"] {
-            ctx.set(id, Verdict::Skip, "no --other-endpoint given");
-        }
-        return Ok(());
-    };
-    let path = template.replace("{id}", &first.id);
-    let body_template = ctx
-        .cfg
-        .other_endpoint_body
-        .as_ref()
-        .unwrap_or(&ctx.cfg.body);
-    let body = fill(body_template, &new_marker());
-    let r = ctx.send(&ctx.request(&path, &[quoted(&first.key)], &body, None))?;
-    ctx.refusal("other-endpoint-422", &r);
-    if r.is_success() {
-        ctx.set("other-endpoint-refused", Verdict::Fail, r.summary());
-        ctx.set("other-endpoint-422", Verdict::Fail, r.summary());
-        return Ok(());
-    }
-    // The same request under a new key: if it is refused too, the refusal
-    // above says nothing about the key.
-    let control = ctx.send(&ctx.request(&path, &[quoted(&new_key())], &body, None))?;
-    if !control.is_success() {
-        let evidence = format!(
-            "POST {path} is refused under a new key too ({}): give --other-endpoint-body a body it accepts",
-            control.summary()
-        );
-        ctx.set("other-endpoint-refused", Verdict::Skip, evidence.clone());
-        ctx.set("other-endpoint-422", Verdict::Skip, evidence);
-        return Ok(());
-    }
-    ctx.pass("other-endpoint-refused");
-    if r.status == 422 {
-        ctx.pass("other-endpoint-422");
-    } else {
-        ctx.set("other-endpoint-422", Verdict::Fail, r.summary());
-    }
-    Ok(())
-}
-
 fn new_key_same_body(ctx: &mut Ctx, first: &First) -> Result<(), String> {
     // Counted before and after: a retry that wrongly created is the retry
     // rows' failure, not this one's.
-    let before = match ctx.created(&first.marker) {
-        Some(Ok(n)) => Some(n),
-        Some(Err(e)) => return Err(e),
-        None => None,
-    };
+    let before = ctx.count(&first.marker);
     let r = ctx.post(&new_key(), &first.body)?;
-    let verdict = match (ctx.id(&r), before) {
-        (None, _) => Err(r.summary()),
-        (Some(id), _) if id == first.id => Err(format!(
+    let new_id = ctx.id(&r);
+    let answered = match ctx.id(&r) {
+        None => Half::Fail(r.summary()),
+        Some(id) if id == first.id => Half::Fail(format!(
             "answered with the first request's resource {id}: the key, not the body, tells a retry from a new request"
         )),
-        (Some(_), Some(n)) => ctx.expect_created(&first.marker, n + 1, "the first request"),
-        (Some(_), None) => Ok(()),
+        Some(_) => Half::Pass,
     };
-    match verdict {
-        Ok(()) => ctx.pass("new-key-new-resource"),
-        Err(e) => ctx.set("new-key-new-resource", Verdict::Fail, e),
-    }
+    let counted = match before {
+        Ok(n) => ctx.expect_created(&first.marker, n + 1, "the first request", new_id.as_deref()),
+        Err(e) => Half::Skip(e),
+    };
+    ctx.settle("new-key-new-resource", &[answered, counted]);
     Ok(())
 }
 
@@ -281,25 +225,27 @@ fn lost_response(ctx: &mut Ctx, _: &First) -> Result<(), String> {
     std::thread::sleep(LOST_RETRY_DELAY);
     // Whether the lost request had made its resource by then: if not, the
     // run checked no more than a plain retry, and the row says so.
-    let plain = matches!(ctx.created(&marker), Some(Ok(0)));
+    let plain = matches!(ctx.count(&marker), Ok(0));
     let r = ctx.post_until_settled(&key, &body)?;
     let again = ctx.post_until_settled(&key, &body)?;
-    progress(&format!("{label}; retried: {}", r.status), true);
-    let one = match (ctx.id(&r), ctx.id(&again)) {
-        (Some(a), Some(b)) if a != b => Err(format!("the retry made {a}, the next retry {b}")),
-        _ => ctx.expect_created(&marker, 1, "the lost request"),
-    };
-    match one {
-        Ok(()) if plain => ctx.set(
-            "lost-response-one-resource",
-            Verdict::Pass,
-            "the lost request had made nothing 1 s later: the server may drop a request whose client has gone",
+    progress(&format!("{label}; retried: {}", r.status), false);
+    let same = match (ctx.answer_id(&r), ctx.answer_id(&again)) {
+        (Some(a), Some(b)) if a != b => Half::Fail(format!("the retry made {a}, the next retry {b}")),
+        _ if plain => Half::Note(
+            "the lost request had made nothing 1 s later: the server may drop a request whose client has gone".to_owned(),
         ),
-        Ok(()) => ctx.pass("lost-response-one-resource"),
-        Err(e) => ctx.set("lost-response-one-resource", Verdict::Fail, e),
-    }
+        _ => Half::Pass,
+    };
+    let counted = ctx.expect_created(&marker, 1, "the lost request", ctx.answer_id(&r).as_deref());
+    ctx.settle("lost-response-one-resource", &[same, counted]);
     if ctx.id(&r).is_some() {
         ctx.pass("lost-response-answered");
+    } else if ctx.replayed_409(&r).is_some() {
+        ctx.set(
+            "lost-response-answered",
+            Verdict::Pass,
+            "answered 409 with the resource as its body: a replay",
+        );
     } else {
         ctx.set("lost-response-answered", Verdict::Fail, r.summary());
     }
@@ -320,19 +266,21 @@ fn error_not_result(ctx: &mut Ctx, _: &First) -> Result<(), String> {
     ctx.refusal("error-not-result", &invalid);
     let marker = new_marker();
     let r = ctx.post(&key, &fill(&ctx.cfg.body, &marker))?;
-    let verdict = if r.is_success() {
-        ctx.expect_created(&marker, 1, "the corrected request")
+    let processed = if r.is_success() {
+        Half::Pass
     } else {
-        Err(format!(
+        Half::Fail(format!(
             "the invalid body answered {}; the corrected one, same key: {}",
             invalid.status,
             r.summary()
         ))
     };
-    match verdict {
-        Ok(()) => ctx.pass("error-not-result"),
-        Err(e) => ctx.set("error-not-result", Verdict::Fail, e),
-    }
+    let counted = if r.is_success() {
+        ctx.expect_created(&marker, 1, "the corrected request", ctx.id(&r).as_deref())
+    } else {
+        Half::Pass
+    };
+    ctx.settle("error-not-result", &[processed, counted]);
     Ok(())
 }
 
@@ -349,12 +297,13 @@ fn scope(ctx: &mut Ctx, _: &First) -> Result<(), String> {
     let body = fill(&ctx.cfg.body, &new_marker());
     let a = ctx.post(&key, &body)?;
     let b = ctx.send(&ctx.request(&ctx.cfg.endpoint, &[quoted(&key)], &body, Some(&second)))?;
-    let verdict = match (ctx.id(&a), ctx.id(&b)) {
+    let verdict = match (ctx.id(&a), ctx.answer_id(&b)) {
         (None, _) => Err(format!("the first credential: {}", a.summary())),
-        (_, None) => Err(format!("the second credential: {}", b.summary())),
         (Some(x), Some(y)) if x == y || a.body == b.body => Err(format!(
-            "the second credential got the first's answer (resource {x})"
+            "the second credential got the first's answer (resource {x}, {})",
+            b.status
         )),
+        (_, None) => Err(format!("the second credential: {}", b.summary())),
         _ => Ok(()),
     };
     match verdict {

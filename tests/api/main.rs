@@ -15,6 +15,7 @@ mod fuzz;
 mod hardening;
 mod idempotency;
 mod key_first;
+mod keyless;
 mod layers;
 mod logs;
 mod network;

@@ -316,6 +316,8 @@ fn api_server(
                 limits::per_client(limits.clone(), req, next)
             }))
             .wrap(from_fn(telemetry::observe))
+            // Outermost: an answer sent before the body was read closes.
+            .wrap(from_fn(limits::close_unread))
             .app_data(state)
             .app_data(
                 web::QueryConfig::default().error_handler(|e, _| {

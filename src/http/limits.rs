@@ -313,3 +313,74 @@ pub async fn per_client(
     }
     Ok(response)
 }
+
+/// A request's body, shared between its handler (which reads it) and the
+/// response (which keeps it until it is sent).
+type SharedBody = std::rc::Rc<std::cell::RefCell<actix_web::dev::Payload>>;
+
+struct SharedStream(SharedBody);
+
+impl futures_util::Stream for SharedStream {
+    type Item = Result<actix_web::web::Bytes, actix_web::error::PayloadError>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        std::pin::Pin::new(&mut *self.0.borrow_mut()).poll_next(cx)
+    }
+}
+
+/// A response body that holds its request's body (if it has one) until it
+/// has been sent.
+pub struct Holding {
+    body: actix_web::body::BoxBody,
+    _request_body: Option<SharedBody>,
+}
+
+impl actix_web::body::MessageBody for Holding {
+    type Error = Box<dyn std::error::Error>;
+
+    fn size(&self) -> actix_web::body::BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<actix_web::web::Bytes, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_next(cx)
+    }
+}
+
+/// Middleware on every route: a response sent before its request's body
+/// was read (a 401, 408, 413, 404 …) closes the connection, within the
+/// HTTP layer's disconnect timeout (1 s), instead of reading the rest.
+///
+/// actix-http drains a chunked body whose reader is gone for as long as
+/// the client sends it (a drip kept a connection open 90 s+ after a 401; a
+/// fast stream after a 413 was read without end), and closes only when the
+/// reader is still there when the response goes out. So the body is kept
+/// here, and by the response, until the response is sent.
+pub async fn close_unread(
+    mut req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<actix_web::dev::ServiceResponse<Holding>, actix_web::Error> {
+    let payload = req.parts_mut().1.take();
+    let shared = match payload {
+        actix_web::dev::Payload::None => None,
+        payload => {
+            let shared: SharedBody = std::rc::Rc::new(std::cell::RefCell::new(payload));
+            req.set_payload(actix_web::dev::Payload::Stream {
+                payload: Box::pin(SharedStream(shared.clone())),
+            });
+            Some(shared)
+        }
+    };
+    let response = next.call(req).await?;
+    // Not a `BoxBody` around it: that drops a body of no size at once.
+    Ok(response.map_body(|_, body| Holding {
+        body: body.boxed(),
+        _request_body: shared,
+    }))
+}

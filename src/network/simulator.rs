@@ -237,6 +237,7 @@ pub fn start(settings: Settings, listener: TcpListener) -> Result<Network, Strin
     let server = HttpServer::new(move || {
         App::new()
             .wrap(from_fn(telemetry::observe))
+            .wrap(from_fn(crate::http::limits::close_unread))
             .app_data(state.clone())
             .service(
                 web::resource(PATH)

@@ -8,6 +8,7 @@ mod conformance;
 mod contract;
 mod demo;
 mod deploy;
+mod early_close;
 mod ecosystem;
 mod exact;
 mod exposure;

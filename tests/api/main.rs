@@ -14,6 +14,7 @@ mod exact;
 mod exposure;
 mod fuzz;
 mod hardening;
+mod hosts;
 mod idempotency;
 mod key_first;
 mod keyless;

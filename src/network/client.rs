@@ -19,6 +19,14 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+/// How much of an answer that is not an authorization is read: enough for a
+/// problem's `type`. A network that answers megabytes must not cost us them.
+const MAX_ERROR_BODY: u64 = 4 * 1024;
+/// How much of an authorization is read.
+const MAX_AUTHORIZATION_BODY: u64 = 64 * 1024;
+/// How much of the ledger's page (`list`, at most 200 authorizations) is read.
+const MAX_LIST_BODY: u64 = 1024 * 1024;
+
 /// The well-known merchant key, public in this source: `charges network`
 /// refuses it on an address other machines reach, `charges serve` refuses it
 /// for a separate network, and the in-process one takes a random key instead.
@@ -95,8 +103,12 @@ struct AuthorizationBody {
 impl NetworkClient {
     pub fn new(base: &str, api_key: &str, timeout: Duration) -> NetworkClient {
         let agent: ureq::Agent = ureq::Agent::config_builder()
+            // The whole call, its body read included.
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
+            // A redirect is not an authorization: followed, it would carry
+            // the derived key to another host and take its 201 for one.
+            .max_redirects(0)
             .build()
             .into();
         NetworkClient {
@@ -155,8 +167,13 @@ impl NetworkClient {
             .get("idempotent-replayed")
             .is_some_and(|v| v == "true");
         if status != 201 {
-            // Read to tell its 422s apart, never passed on.
-            let body = response.body_mut().read_to_string().unwrap_or_default();
+            // Read to tell its 422s apart (a few KB at most), never passed on.
+            let body = response
+                .body_mut()
+                .with_config()
+                .limit(MAX_ERROR_BODY)
+                .read_to_string()
+                .unwrap_or_default();
             return Err(match status {
                 // Its own troubles, as ours: unknown outcome, retry.
                 408 | 409 | 429 | 500..=599 => {
@@ -168,6 +185,8 @@ impl NetworkClient {
         }
         let body: AuthorizationBody = response
             .body_mut()
+            .with_config()
+            .limit(MAX_AUTHORIZATION_BODY)
             .read_json()
             .map_err(|e| NetworkError::Unreachable(format!("an unreadable answer: {e}")))?;
         if let Some(watcher) = self.watcher.get() {
@@ -215,6 +234,8 @@ impl NetworkClient {
         }
         response
             .body_mut()
+            .with_config()
+            .limit(MAX_LIST_BODY)
             .read_json()
             .map_err(|e| NetworkError::Unreachable(e.to_string()))
     }

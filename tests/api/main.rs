@@ -21,6 +21,7 @@ mod keyless;
 mod layers;
 mod logs;
 mod network;
+mod network_answers;
 mod phases;
 mod refunds;
 mod replays;

@@ -286,8 +286,15 @@ pub async fn per_client(
     req: actix_web::dev::ServiceRequest,
     next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
 ) -> Result<actix_web::dev::ServiceResponse<actix_web::body::BoxBody>, actix_web::Error> {
+    let client = client_ip(req.request(), &limits.trusted_proxies);
+    if let Some(ip) = client {
+        // The log names the client, not a trusted proxy.
+        use actix_web::HttpMessage;
+        req.extensions_mut()
+            .insert(crate::telemetry::ClientAddress(ip));
+    }
     if let Some(limit) = &limits.per_client
-        && let Some(ip) = client_ip(req.request(), &limits.trusted_proxies)
+        && let Some(ip) = client
         && let Err(wait) = limit.check(&ip)
     {
         crate::metrics::METRICS

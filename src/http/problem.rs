@@ -330,6 +330,14 @@ impl ResponseError for ApiError {
             }
             _ => {}
         }
+        self.unlogged_response()
+    }
+}
+
+impl ApiError {
+    /// Its response, with nothing logged (a probe's: the pool logs an
+    /// outage once, not at every probe).
+    pub fn unlogged_response(&self) -> HttpResponse {
         let errors = match self {
             ApiError::InvalidRequest { errors, .. } => errors.clone(),
             _ => Vec::new(),

@@ -51,6 +51,14 @@ pub fn void_key(authorization_id: Uuid) -> String {
     format!("void-{authorization_id}")
 }
 
+/// No answer from the network: why is logged here, and told to no client
+/// (a transport error, `io: Connection refused`, describes our
+/// infrastructure, not the request).
+fn unreachable(call: &str, error: ureq::Error) -> NetworkError {
+    tracing::warn!(call, %error, "the card network did not answer");
+    NetworkError::Unreachable("no connection, or no answer in time".to_owned())
+}
+
 /// What the network answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Authorized {
@@ -160,7 +168,7 @@ impl NetworkClient {
             .header("Authorization", format!("Bearer {}", self.api_key))
             .header("Idempotency-Key", format!("\"{key}\""))
             .send_json(serde_json::json!({"amount": amount, "currency": currency}))
-            .map_err(|e| NetworkError::Unreachable(e.to_string()))?;
+            .map_err(|e| unreachable("authorize", e))?;
         let status = response.status().as_u16();
         let replayed = response
             .headers()
@@ -188,7 +196,10 @@ impl NetworkClient {
             .with_config()
             .limit(MAX_AUTHORIZATION_BODY)
             .read_json()
-            .map_err(|e| NetworkError::Unreachable(format!("an unreadable answer: {e}")))?;
+            .map_err(|e| {
+                tracing::warn!(%e, "the card network's authorization was unreadable");
+                NetworkError::Unreachable("an unreadable answer".to_owned())
+            })?;
         if let Some(watcher) = self.watcher.get() {
             watcher(&key, body.id);
         }
@@ -207,7 +218,7 @@ impl NetworkClient {
             .header("Authorization", format!("Bearer {}", self.api_key))
             .header("Idempotency-Key", format!("\"{}\"", void_key(id)))
             .send_json(serde_json::json!({}))
-            .map_err(|e| NetworkError::Unreachable(e.to_string()))?;
+            .map_err(|e| unreachable("void", e))?;
         match response.status().as_u16() {
             200 => Ok(()),
             // Its body is never passed on, as for an authorization.
@@ -226,7 +237,7 @@ impl NetworkClient {
             .get(format!("{}/authorizations?limit={limit}", self.base))
             .header("Authorization", format!("Bearer {}", self.api_key))
             .call()
-            .map_err(|e| NetworkError::Unreachable(e.to_string()))?;
+            .map_err(|e| unreachable("list", e))?;
         if response.status().as_u16() != 200 {
             return Err(NetworkError::Refused {
                 status: response.status().as_u16(),
@@ -237,7 +248,7 @@ impl NetworkClient {
             .with_config()
             .limit(MAX_LIST_BODY)
             .read_json()
-            .map_err(|e| NetworkError::Unreachable(e.to_string()))
+            .map_err(|e| unreachable("list", e))
     }
 }
 

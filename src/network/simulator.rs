@@ -267,7 +267,8 @@ pub fn start(settings: Settings, listener: TcpListener) -> Result<Network, Strin
                 loopback,
                 from_fn(move |req, next| hosts::check(allowed.clone(), req, next)),
             ))
-            .wrap(from_fn(telemetry::observe))
+            // Logged, but not counted as the API's traffic.
+            .wrap(from_fn(telemetry::observe_unmetered))
             .wrap(from_fn(crate::http::limits::close_unread))
             .app_data(state.clone())
             .service(

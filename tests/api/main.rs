@@ -28,6 +28,7 @@ mod replays;
 mod secrets;
 mod sizes;
 mod startup;
+mod telemetry;
 mod validation;
 
 #[path = "../support/mod.rs"]

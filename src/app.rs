@@ -404,6 +404,8 @@ fn metrics_server(
             .wrap(from_fn(move |req, next| {
                 hosts::check(allowed.clone(), req, next)
             }))
+            // An answer sent before the body was read closes.
+            .wrap(from_fn(limits::close_unread))
             .app_data(web::Data::new(pool.clone()))
             .service(web::resource("/metrics").route(get().to(ops::metrics)))
             .default_service(web::to(not_found))

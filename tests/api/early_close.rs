@@ -24,12 +24,21 @@ struct Seen {
 }
 
 async fn send_chunks(app: &TestApp, api_key: &str, chunk: &[u8], pause: Duration) -> Seen {
-    let stream = tokio::net::TcpStream::connect(app.socket_address())
-        .await
-        .unwrap();
+    send_chunks_to(&app.socket_address(), "/charges", api_key, chunk, pause).await
+}
+
+/// [`send_chunks`] to `path` at `address` (`HOST:PORT`).
+async fn send_chunks_to(
+    address: &str,
+    path: &str,
+    api_key: &str,
+    chunk: &[u8],
+    pause: Duration,
+) -> Seen {
+    let stream = tokio::net::TcpStream::connect(address).await.unwrap();
     let (mut from_server, mut to_server) = stream.into_split();
     let head = format!(
-        "POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {api_key}\r\n\
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {api_key}\r\n\
          Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
     );
     let started = Instant::now();
@@ -120,4 +129,18 @@ async fn a_body_still_dripping_after_its_408_is_closed() {
         closed < BODY_TIMEOUT + Duration::from_secs(2),
         "closed after {closed:?}"
     );
+}
+
+/// The metrics listener too: before, its 405 drained the body.
+#[tokio::test]
+async fn a_body_dripping_to_the_metrics_listener_is_closed() {
+    let app = app().await;
+    let metrics = app.metrics_url.clone().unwrap();
+    let address = metrics.trim_start_matches("http://");
+    let seen = send_chunks_to(address, "/metrics", "-", b"x", Duration::from_millis(100)).await;
+    assert_eq!(seen.status, Some(405));
+    let closed = seen
+        .closed_after
+        .expect("the connection was still open after 6 s");
+    assert!(closed < BODY_TIMEOUT, "closed after {closed:?}");
 }

@@ -91,6 +91,9 @@ pub struct Peers {
     /// idle the longest: actix stops accepting at MAX_CONNECTIONS, so the
     /// room is made before that.
     soft_limit: usize,
+    /// Whether its refusals count in the API's metrics (not the card
+    /// network's, beside it).
+    metered: bool,
 }
 
 #[derive(Default)]
@@ -184,7 +187,16 @@ impl Peers {
             cap,
             exempt,
             soft_limit: max_connections - (max_connections / 8).max(1).min(max_connections),
+            metered: true,
         })
+    }
+
+    /// As [`new`](Self::new), for a service beside the API (the in-process
+    /// card network): its refusals are not counted in the API's metrics.
+    pub fn unmetered(cap: usize, exempt: Vec<IpAddr>, max_connections: usize) -> Arc<Peers> {
+        let mut peers = Peers::new(cap, exempt, max_connections);
+        Arc::get_mut(&mut peers).expect("not shared yet").metered = false;
+        peers
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
@@ -213,7 +225,9 @@ impl Peers {
         let n = open.per_ip.get(&ip).copied().unwrap_or(0);
         if self.cap > 0 && n >= self.cap && !self.exempt.contains(&ip) {
             drop(open);
-            crate::metrics::METRICS.connections_refused.inc();
+            if self.metered {
+                crate::metrics::METRICS.connections_refused.inc();
+            }
             // Shut, not closed: the descriptor stays the runtime's.
             shut(stream.as_raw_fd());
             return;
@@ -224,7 +238,7 @@ impl Peers {
         // Idle from the start: a connection that sends nothing holds a slot.
         *state.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         if open.connections.len() >= self.soft_limit {
-            close_longest_idle(&open);
+            close_longest_idle(&open, self.metered);
         }
         open.connections.insert(
             id,
@@ -255,7 +269,7 @@ impl Peers {
 /// a few addresses churns among its own connections, and a client with one
 /// keep-alive connection is not the one closed because it happened to be
 /// idle longest while the hoard reconnected.
-fn close_longest_idle(open: &Open) {
+fn close_longest_idle(open: &Open, metered: bool) {
     use std::os::fd::AsRawFd;
     let now = Instant::now();
     let held = |ip: &IpAddr| open.per_ip.get(ip).copied().unwrap_or(0);
@@ -266,7 +280,9 @@ fn close_longest_idle(open: &Open) {
         .max_by_key(|(rank, _)| *rank);
     if let Some((_, tracked)) = chosen {
         tracked.state.closing.store(true, Ordering::SeqCst);
-        crate::metrics::METRICS.idle_connections_closed.inc();
+        if metered {
+            crate::metrics::METRICS.idle_connections_closed.inc();
+        }
         shut(tracked.fd.as_raw_fd());
     }
 }

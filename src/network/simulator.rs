@@ -251,7 +251,8 @@ pub fn start(settings: Settings, listener: TcpListener) -> Result<Network, Strin
     let merchant = Arc::new(accounts::hash_api_key(&settings.network_api_key));
     let loopback = local.ip().is_loopback();
     let allowed = Arc::new(AllowedHosts::new(&settings.allowed_hosts));
-    let peers = Peers::new(
+    // Its refusals are not the API's: not in the API's metrics.
+    let peers = Peers::unmetered(
         settings.max_connections_per_peer,
         Vec::new(),
         settings.max_connections,

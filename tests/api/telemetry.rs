@@ -183,3 +183,42 @@ async fn a_database_outage_is_logged_once_as_it_starts_and_once_as_it_ends() {
     eprintln!("{logs}");
     forwarder.stop();
 }
+
+/// Before, the connections the in-process network shut past its per-peer
+/// cap counted in the API's `connections_refused_total`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_in_process_networks_refused_connections_are_not_the_apis() {
+    let (db, network) = (TestDatabase::create(), TestDatabase::create());
+    let server = ServerProcess::start(
+        &db.url,
+        &[
+            ("NETWORK_URL", "in-process"),
+            ("NETWORK_DATABASE_URL", &network.url),
+        ],
+    );
+    let url = server
+        .stdout()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("card network: ").map(str::to_owned))
+        .expect("the banner names the card network");
+    let address: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+    let mut open = Vec::new();
+    for _ in 0..520 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.9:0".parse().unwrap()).unwrap();
+        open.push(socket.connect(address).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut byte = [0u8; 1];
+    let shut = open
+        .iter()
+        .filter(|s| matches!(s.try_read(&mut byte), Ok(0)))
+        .count();
+    assert_eq!(shut, 8, "the network shut the connections past its cap");
+    let metrics = AppClient::new(server.metrics_url().trim_end_matches("/metrics"));
+    let text = metrics.get("/metrics").await.body;
+    assert!(
+        text.lines().any(|l| l == "connections_refused_total 0"),
+        "{text}"
+    );
+}

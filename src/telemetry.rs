@@ -4,8 +4,8 @@
 //! outcome. Human-readable by default, JSON with `LOG_FORMAT=json`. API keys
 //! and bodies are never logged.
 //!
-//! Refusals (401, 408, 429, 431, and request heads the HTTP layer could not
-//! read) are counted in `/metrics` and logged at most once per client
+//! Refusals (401, 408, 421, 429, 431, and request heads the HTTP layer could
+//! not read) are counted in `/metrics` and logged at most once per client
 //! address per 10 s, with the count since its last line: a flood costs the
 //! log a few hundred bytes per address and interval, not a line per request.
 //!
@@ -75,6 +75,8 @@ fn refusal_reason(status: u16) -> Option<&'static str> {
     Some(match status {
         401 => "unauthorized",
         408 => "timeout",
+        // A DNS-rebinding page's requests (see `http::hosts`).
+        421 => "host_not_allowed",
         429 => "rate_limited",
         431 => "header_too_large",
         _ => return None,

@@ -144,3 +144,24 @@ async fn the_in_process_network_caps_one_addresss_connections() {
         .count();
     assert_eq!(shut, 540 - 512, "connections shut at accept");
 }
+
+/// A flood of refused Hosts is summarized like other refusals: before
+/// (40f443a), each 421 wrote a `request finished` line.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_unknown_hosts_costs_the_log_a_line() {
+    let db = TestDatabase::create();
+    let server = crate::support::ServerProcess::start(&db.url, &[("RUST_LOG", "info")]);
+    let before = server.logs().len();
+    for _ in 0..200 {
+        get_with_host(&server.address, "/demo/state", "evil.example", "")
+            .await
+            .assert_problem(421, "host-not-allowed");
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let grown = server.logs().len() - before;
+    assert!(
+        grown < 2048,
+        "200 refused Hosts grew the log by {grown} bytes"
+    );
+    assert_eq!(server.log_lines("request refused").len(), 1);
+}

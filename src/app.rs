@@ -15,6 +15,7 @@ use actix_web::{App, HttpServer, web};
 
 use crate::config::Settings;
 use crate::http::accounts::Authenticator;
+use crate::http::hosts::{self, AllowedHosts};
 use crate::http::limits::{self, ClientLimits, KeyedLimit, Peers};
 use crate::http::ops;
 use crate::http::problem::ApiError;
@@ -108,7 +109,8 @@ impl Application {
         let (metrics_server, metrics_addr) = match metrics {
             Some(listener) => {
                 let addr = listener.local_addr().map_err(bind_error)?;
-                let server = metrics_server(listener, pool.clone()).map_err(bind_error)?;
+                let allowed = AllowedHosts::new(&state.settings.allowed_hosts);
+                let server = metrics_server(listener, pool.clone(), allowed).map_err(bind_error)?;
                 (Some(server), Some(addr))
             }
             None => (None, None),
@@ -316,8 +318,9 @@ fn api_server(
         settings.max_connections,
     );
     let demo = sandbox.is_some();
+    let allowed = Arc::new(AllowedHosts::new(&settings.allowed_hosts));
     let server = HttpServer::new(move || {
-        let (state, limits) = (state.clone(), limits.clone());
+        let (state, limits, allowed) = (state.clone(), limits.clone(), allowed.clone());
         App::new()
             // Inside the log: a request the gate refuses is logged too.
             .wrap(Condition::new(demo, from_fn(demo::gate)))
@@ -326,7 +329,14 @@ fn api_server(
             .wrap(from_fn(move |req, next| {
                 limits::per_client(limits.clone(), req, next)
             }))
+            // Demo mode is for this machine: only its names (DNS rebinding).
+            .wrap(Condition::new(
+                demo,
+                from_fn(move |req, next| hosts::check(allowed.clone(), req, next)),
+            ))
             .wrap(from_fn(telemetry::observe))
+            // Outermost: an answer sent before the body was read closes.
+            .wrap(from_fn(limits::close_unread))
             .app_data(state)
             .app_data(
                 web::QueryConfig::default().error_handler(|e, _| {
@@ -475,9 +485,21 @@ fn start_in_process(settings: &mut Settings) -> Result<(StartedNetwork, Server),
 
 /// `/metrics` alone, on its own listener: whatever proxy stands in front of
 /// BIND never reaches it, and only who can reach METRICS_BIND reads it.
-fn metrics_server(listener: TcpListener, pool: DbPool) -> std::io::Result<Server> {
+fn metrics_server(
+    listener: TcpListener,
+    pool: DbPool,
+    allowed: AllowedHosts,
+) -> std::io::Result<Server> {
+    let allowed = Arc::new(allowed);
     let server = HttpServer::new(move || {
+        let allowed = allowed.clone();
         App::new()
+            // Only this machine's names, whatever METRICS_BIND (DNS rebinding).
+            .wrap(from_fn(move |req, next| {
+                hosts::check(allowed.clone(), req, next)
+            }))
+            // An answer sent before the body was read closes.
+            .wrap(from_fn(limits::close_unread))
             .app_data(web::Data::new(pool.clone()))
             .service(web::resource("/metrics").route(get().to(ops::metrics)))
             .default_service(web::to(not_found))

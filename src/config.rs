@@ -225,6 +225,10 @@ pub struct Settings {
     /// HTTP worker threads (default: one per core).
     #[arg(long, env = "WORKERS")]
     pub workers: Option<usize>,
+
+    /// Host names (comma-separated) that demo mode, /metrics and the in-process card network answer besides loopback's (localhost, 127.0.0.1, [::1]); any other Host is a 421 there. The API of `charges serve` answers any Host.
+    #[arg(long, env = "ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Settings {
@@ -269,6 +273,7 @@ impl Settings {
             network_id: None,
             web_dir: DEFAULT_WEB_DIR.to_owned(),
             workers: None,
+            allowed_hosts: Vec::new(),
         }
     }
 

@@ -20,11 +20,12 @@ use crate::http::problem::Answered::{
     Authenticated, By, ByTheDatabase, Everywhere, Keyed, OnACharge, WithABody,
 };
 use crate::http::problem::{
-    ACCOUNT_REVOKED, Answer, Answered, CONTENT_TYPE, DEADLINE_EXCEEDED, IDEMPOTENCY_KEY_IN_FLIGHT,
-    IDEMPOTENCY_KEY_REUSED, INTERNAL, INVALID_IDEMPOTENCY_KEY, INVALID_REQUEST,
-    NETWORK_UNAVAILABLE, NOT_FOUND, PAYLOAD_TOO_LARGE, Problem, ProblemType, RATE_LIMITED,
-    REFUND_EXCEEDS_CHARGE, REQUEST_NOT_RECOVERABLE, REQUEST_TIMEOUT, SERVICE_UNAVAILABLE, TYPES,
-    UNAUTHORIZED, UNSUPPORTED_CONTENT_ENCODING, UNSUPPORTED_MEDIA_TYPE, retries_after,
+    ACCOUNT_REVOKED, Answer, Answered, CONTENT_TYPE, DEADLINE_EXCEEDED, HOST_NOT_ALLOWED,
+    IDEMPOTENCY_KEY_IN_FLIGHT, IDEMPOTENCY_KEY_REUSED, INTERNAL, INVALID_IDEMPOTENCY_KEY,
+    INVALID_REQUEST, NETWORK_UNAVAILABLE, NOT_FOUND, PAYLOAD_TOO_LARGE, Problem, ProblemType,
+    RATE_LIMITED, REFUND_EXCEEDS_CHARGE, REQUEST_NOT_RECOVERABLE, REQUEST_TIMEOUT,
+    SERVICE_UNAVAILABLE, TYPES, UNAUTHORIZED, UNSUPPORTED_CONTENT_ENCODING, UNSUPPORTED_MEDIA_TYPE,
+    retries_after,
 };
 use crate::http::state::AppState;
 
@@ -110,6 +111,13 @@ pub const ANSWERS: &[Answer] = &[
     answer(&SERVICE_UNAVAILABLE, ByTheDatabase, "the database is unreachable or busy; retry after `Retry-After` seconds, with the same Idempotency-Key"),
     answer(&DEADLINE_EXCEEDED, ByTheDatabase, "the database did not answer within REQUEST_TIMEOUT, the outcome is unknown; retry with the same Idempotency-Key"),
     answer(&NETWORK_UNAVAILABLE, By(&["create"]), "the card network did not answer, nothing was stored; retry with the same Idempotency-Key"),
+];
+
+/// What demo mode adds to every operation: it answers only this machine's
+/// names (see `http::hosts`).
+#[rustfmt::skip]
+pub const DEMO_MODE_ANSWERS: &[Answer] = &[
+    answer(&HOST_NOT_ALLOWED, Everywhere, "demo mode: the request's `Host` names neither loopback (`localhost`, `127.0.0.1`, `[::1]`) nor one of ALLOWED_HOSTS; nothing was done"),
 ];
 
 const fn answer(kind: &'static ProblemType, answered: Answered, note: &'static str) -> Answer {
@@ -229,13 +237,14 @@ pub fn build(state: &AppState, demo: bool) -> Value {
         .info
         .description
         .map(|d| d.replace("24 hours by default", &format!("{ttl} on this server")));
-    let demo_answers: &[Answer] = if demo {
+    let (demo_answers, demo_mode): (&[Answer], &[Answer]) = if demo {
         crate::demo::openapi::add(&mut doc);
-        crate::demo::openapi::ANSWERS
+        (crate::demo::openapi::ANSWERS, DEMO_MODE_ANSWERS)
     } else {
-        &[]
+        (&[], &[])
     };
-    document_problems(&mut doc, ANSWERS.iter().chain(demo_answers));
+    let table = ANSWERS.iter().chain(demo_answers).chain(demo_mode);
+    document_problems(&mut doc, table);
     let mut doc = serde_json::to_value(doc).expect("the document serializes");
     // What a client does next with a charge: the links the stateful tests
     // follow. (utoipa 5.5 writes a link's `operationId` as `operation_id`.)

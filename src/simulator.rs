@@ -24,9 +24,10 @@
 use std::net::TcpListener;
 use std::sync::Arc;
 
-use actix_web::dev::Server;
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{Server, ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
-use actix_web::middleware::from_fn;
+use actix_web::middleware::{Condition, Next, from_fn};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -34,6 +35,8 @@ use uuid::Uuid;
 
 use crate::config::Settings;
 use crate::http::accounts::{self, Authenticator};
+use crate::http::hosts::{self, AllowedHosts};
+use crate::http::limits::Peers;
 use crate::http::problem::ApiError;
 use crate::http::requests::{self, KeyUse, json_response};
 use crate::http::state::AppState;
@@ -225,16 +228,24 @@ async fn list(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRespon
     })))
 }
 
+/// Connections one address may hold open at the network: its client, the
+/// API, makes at most one per blocking thread (actix's 512 in all), and
+/// another process on loopback must not take the rest.
+pub const MAX_CONNECTIONS_PER_PEER: usize = 512;
+
 /// The settings of a network on `database_url`, from the API's: it
 /// requires a key on every authorization, has no demo and no rate limit of
-/// its own (its one client is the API, which limits its callers).
+/// its own (its one client is the API, which limits its callers), and caps
+/// the connections one address may hold.
 pub fn settings(api: &Settings, database_url: String, api_key: &str) -> Settings {
     let mut s = Settings::with_database_url(database_url);
     s.require_idempotency_key = true;
     s.demo = Some(false);
     s.rate_limit_per_account = 0;
     s.rate_limit_per_client = 0;
-    s.max_connections_per_peer = 0;
+    s.max_connections_per_peer = MAX_CONNECTIONS_PER_PEER;
+    s.max_connections = 2 * MAX_CONNECTIONS_PER_PEER;
+    s.allowed_hosts = api.allowed_hosts.clone();
     s.network_url = crate::config::NETWORK_OFF.to_owned();
     s.network_api_key = api_key.to_owned();
     s.request_timeout = api.request_timeout;
@@ -254,6 +265,10 @@ pub struct Network {
 
 /// Opens the network's database (migrating it), makes sure its merchant
 /// with `settings.network_api_key` exists, and starts serving on `listener`.
+/// A request without that key is refused before anything else is done (no
+/// look-up, no body read). On loopback (the in-process network, or one
+/// bound there), only this machine's names (and ALLOWED_HOSTS) are
+/// answered: a web page must not reach it by DNS rebinding.
 pub fn start(settings: Settings, listener: TcpListener) -> Result<Network, String> {
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     let pool = DbPool::open(&settings.pool()).map_err(|e| e.to_string())?;
@@ -272,10 +287,29 @@ pub fn start(settings: Settings, listener: TcpListener) -> Result<Network, Strin
         recent_keys: Default::default(),
         hooks: Default::default(),
     });
+    let merchant = Arc::new(accounts::hash_api_key(&settings.network_api_key));
+    let loopback = local.ip().is_loopback();
+    let allowed = Arc::new(AllowedHosts::new(&settings.allowed_hosts));
+    // Its refusals are not the API's: not in the API's metrics.
+    let peers = Peers::unmetered(
+        settings.max_connections_per_peer,
+        Vec::new(),
+        settings.max_connections,
+    );
     let workers = settings.workers.unwrap_or(1);
     let server = HttpServer::new(move || {
+        let (merchant, allowed) = (merchant.clone(), allowed.clone());
         App::new()
-            .wrap(from_fn(telemetry::observe))
+            .wrap(from_fn(move |req, next| {
+                merchant_only(merchant.clone(), req, next)
+            }))
+            .wrap(Condition::new(
+                loopback,
+                from_fn(move |req, next| hosts::check(allowed.clone(), req, next)),
+            ))
+            // Logged, but not counted as the API's traffic.
+            .wrap(from_fn(telemetry::observe_unmetered))
+            .wrap(from_fn(crate::http::limits::close_unread))
             .app_data(state.clone())
             .service(
                 web::resource(PATH)
@@ -286,7 +320,10 @@ pub fn start(settings: Settings, listener: TcpListener) -> Result<Network, Strin
             .service(web::resource("/authorizations/{id}/void").route(web::post().to(void)))
             .default_service(web::to(crate::http::not_found))
     })
+    .on_connect(move |connection, data| peers.on_connect(connection, data))
     .workers(workers)
+    // actix counts per worker.
+    .max_connections(settings.max_connections.div_ceil(workers).max(1))
     .disable_signals()
     .shutdown_timeout(5)
     .listen(listener)
@@ -296,6 +333,27 @@ pub fn start(settings: Settings, listener: TcpListener) -> Result<Network, Strin
         url: format!("http://{local}"),
         server,
     })
+}
+
+/// Middleware: a request without the merchant's key (its SHA-256 digest
+/// here) is a 401 at once, before its body is read, its latency slept, or
+/// the database asked: a flood of made-up keys costs a hash each.
+async fn merchant_only(
+    merchant: Arc<String>,
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let known = match accounts::bearer_token(req.request()) {
+        Ok(Some(token)) => accounts::hash_api_key(token) == *merchant,
+        Ok(None) => false,
+        Err(e) => return Ok(req.error_response(e).map_into_boxed_body()),
+    };
+    if !known {
+        return Ok(req
+            .error_response(ApiError::Unauthorized)
+            .map_into_boxed_body());
+    }
+    Ok(next.call(req).await?.map_into_boxed_body())
 }
 
 /// The API's merchant account at the network, made on first start.

@@ -4,8 +4,8 @@
 //! outcome. Human-readable by default, JSON with `LOG_FORMAT=json`. API keys
 //! and bodies are never logged.
 //!
-//! Refusals (401, 408, 429, 431, and request heads the HTTP layer could not
-//! read) are counted in `/metrics` and logged at most once per client
+//! Refusals (401, 408, 421, 429, 431, and request heads the HTTP layer could
+//! not read) are counted in `/metrics` and logged at most once per client
 //! address per 10 s, with the count since its last line: a flood costs the
 //! log a few hundred bytes per address and interval, not a line per request.
 //!
@@ -75,6 +75,8 @@ fn refusal_reason(status: u16) -> Option<&'static str> {
     Some(match status {
         401 => "unauthorized",
         408 => "timeout",
+        // A DNS-rebinding page's requests (see `http::hosts`).
+        421 => "host_not_allowed",
         429 => "rate_limited",
         431 => "header_too_large",
         _ => return None,
@@ -105,11 +107,18 @@ fn counts_text(counts: &std::collections::BTreeMap<u16, u64>) -> String {
     parts.join(",")
 }
 
-/// Counts a refused request from `client` and logs it, at most one line per
-/// address per [`REFUSAL_LOG_INTERVAL`]: a flood costs the log a line per
-/// address and interval, whatever its rate.
-fn note_refusal(client: Option<std::net::IpAddr>, status: u16, reason: &'static str) {
-    METRICS.requests_refused.with_label_values(&[reason]).inc();
+/// Counts a refused request from `client` (unless `metered` is false) and
+/// logs it, at most one line per address per [`REFUSAL_LOG_INTERVAL`]: a
+/// flood costs the log a line per address and interval, whatever its rate.
+fn note_refusal(
+    client: Option<std::net::IpAddr>,
+    status: u16,
+    reason: &'static str,
+    metered: bool,
+) {
+    if metered {
+        METRICS.requests_refused.with_label_values(&[reason]).inc();
+    }
     let now = Instant::now();
     let earlier = {
         let mut refused = REFUSED.lock().unwrap_or_else(|e| e.into_inner());
@@ -259,6 +268,34 @@ fn method_label(method: &actix_web::http::Method) -> &'static str {
     }
 }
 
+/// Marks a request to a service beside the API (the in-process card
+/// network): logged, but not counted in the API's metrics, which count the
+/// API's own traffic only.
+#[derive(Debug, Clone, Copy)]
+pub struct Unmetered;
+
+/// The client a request came from, as the limits tell it (the peer, or
+/// behind a trusted proxy the address its `X-Forwarded-For` names): set by
+/// `http::limits`, and logged instead of the peer.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddress(pub std::net::IpAddr);
+
+/// [`observe`] for a service beside the API: see [`Unmetered`].
+pub async fn observe_unmetered(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    use actix_web::HttpMessage;
+    req.extensions_mut().insert(Unmetered);
+    observe(req, next).await
+}
+
+/// Whether `req`'s traffic is counted in the API's metrics.
+pub fn metered(req: &actix_web::HttpRequest) -> bool {
+    use actix_web::HttpMessage;
+    req.extensions().get::<Unmetered>().is_none()
+}
+
 pub async fn observe(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
@@ -287,9 +324,20 @@ pub async fn observe(
     let status = response.status().as_u16();
     let elapsed = started.elapsed();
     span.record("status", status);
+    let metered = metered(response.request());
+    // Behind a trusted proxy, the client it names, not the proxy.
+    let client = {
+        use actix_web::HttpMessage;
+        let told = response
+            .request()
+            .extensions()
+            .get::<ClientAddress>()
+            .copied();
+        told.map(|c| c.0).or(client)
+    };
     match refusal_reason(status) {
         // A refusal is cheap to send by the thousand: summarized instead.
-        Some(reason) => span.in_scope(|| note_refusal(client, status, reason)),
+        Some(reason) => span.in_scope(|| note_refusal(client, status, reason, metered)),
         None => span.in_scope(|| {
             tracing::info!(
                 elapsed_ms = elapsed.as_secs_f64() * 1000.0,
@@ -297,15 +345,17 @@ pub async fn observe(
             )
         }),
     }
-    let status_label = status.to_string();
-    METRICS
-        .http_requests
-        .with_label_values(&[route.as_str(), method_label, status_label.as_str()])
-        .inc();
-    METRICS
-        .http_duration
-        .with_label_values(&[route.as_str(), method_label])
-        .observe(elapsed.as_secs_f64());
+    if metered {
+        let status_label = status.to_string();
+        METRICS
+            .http_requests
+            .with_label_values(&[route.as_str(), method_label, status_label.as_str()])
+            .inc();
+        METRICS
+            .http_duration
+            .with_label_values(&[route.as_str(), method_label])
+            .observe(elapsed.as_secs_f64());
+    }
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(REQUEST_ID, value);
     }

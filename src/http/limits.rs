@@ -91,6 +91,9 @@ pub struct Peers {
     /// idle the longest: actix stops accepting at MAX_CONNECTIONS, so the
     /// room is made before that.
     soft_limit: usize,
+    /// Whether its refusals count in the API's metrics (not the card
+    /// network's, beside it).
+    metered: bool,
 }
 
 #[derive(Default)]
@@ -184,7 +187,16 @@ impl Peers {
             cap,
             exempt,
             soft_limit: max_connections - (max_connections / 8).max(1).min(max_connections),
+            metered: true,
         })
+    }
+
+    /// As [`new`](Self::new), for a service beside the API (the in-process
+    /// card network): its refusals are not counted in the API's metrics.
+    pub fn unmetered(cap: usize, exempt: Vec<IpAddr>, max_connections: usize) -> Arc<Peers> {
+        let mut peers = Peers::new(cap, exempt, max_connections);
+        Arc::get_mut(&mut peers).expect("not shared yet").metered = false;
+        peers
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
@@ -213,7 +225,9 @@ impl Peers {
         let n = open.per_ip.get(&ip).copied().unwrap_or(0);
         if self.cap > 0 && n >= self.cap && !self.exempt.contains(&ip) {
             drop(open);
-            crate::metrics::METRICS.connections_refused.inc();
+            if self.metered {
+                crate::metrics::METRICS.connections_refused.inc();
+            }
             // Shut, not closed: the descriptor stays the runtime's.
             shut(stream.as_raw_fd());
             return;
@@ -224,7 +238,7 @@ impl Peers {
         // Idle from the start: a connection that sends nothing holds a slot.
         *state.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         if open.connections.len() >= self.soft_limit {
-            close_longest_idle(&open);
+            close_longest_idle(&open, self.metered);
         }
         open.connections.insert(
             id,
@@ -255,7 +269,7 @@ impl Peers {
 /// a few addresses churns among its own connections, and a client with one
 /// keep-alive connection is not the one closed because it happened to be
 /// idle longest while the hoard reconnected.
-fn close_longest_idle(open: &Open) {
+fn close_longest_idle(open: &Open, metered: bool) {
     use std::os::fd::AsRawFd;
     let now = Instant::now();
     let held = |ip: &IpAddr| open.per_ip.get(ip).copied().unwrap_or(0);
@@ -266,7 +280,9 @@ fn close_longest_idle(open: &Open) {
         .max_by_key(|(rank, _)| *rank);
     if let Some((_, tracked)) = chosen {
         tracked.state.closing.store(true, Ordering::SeqCst);
-        crate::metrics::METRICS.idle_connections_closed.inc();
+        if metered {
+            crate::metrics::METRICS.idle_connections_closed.inc();
+        }
         shut(tracked.fd.as_raw_fd());
     }
 }
@@ -286,8 +302,15 @@ pub async fn per_client(
     req: actix_web::dev::ServiceRequest,
     next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
 ) -> Result<actix_web::dev::ServiceResponse<actix_web::body::BoxBody>, actix_web::Error> {
+    let client = client_ip(req.request(), &limits.trusted_proxies);
+    if let Some(ip) = client {
+        // The log names the client, not a trusted proxy.
+        use actix_web::HttpMessage;
+        req.extensions_mut()
+            .insert(crate::telemetry::ClientAddress(ip));
+    }
     if let Some(limit) = &limits.per_client
-        && let Some(ip) = client_ip(req.request(), &limits.trusted_proxies)
+        && let Some(ip) = client
         && let Err(wait) = limit.check(&ip)
     {
         crate::metrics::METRICS
@@ -312,4 +335,75 @@ pub async fn per_client(
             .set_connection_type(actix_web::http::ConnectionType::Close);
     }
     Ok(response)
+}
+
+/// A request's body, shared between its handler (which reads it) and the
+/// response (which keeps it until it is sent).
+type SharedBody = std::rc::Rc<std::cell::RefCell<actix_web::dev::Payload>>;
+
+struct SharedStream(SharedBody);
+
+impl futures_util::Stream for SharedStream {
+    type Item = Result<actix_web::web::Bytes, actix_web::error::PayloadError>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        std::pin::Pin::new(&mut *self.0.borrow_mut()).poll_next(cx)
+    }
+}
+
+/// A response body that holds its request's body (if it has one) until it
+/// has been sent.
+pub struct Holding {
+    body: actix_web::body::BoxBody,
+    _request_body: Option<SharedBody>,
+}
+
+impl actix_web::body::MessageBody for Holding {
+    type Error = Box<dyn std::error::Error>;
+
+    fn size(&self) -> actix_web::body::BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<actix_web::web::Bytes, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_next(cx)
+    }
+}
+
+/// Middleware on every route: a response sent before its request's body
+/// was read (a 401, 408, 413, 404 …) closes the connection, within the
+/// HTTP layer's disconnect timeout (1 s), instead of reading the rest.
+///
+/// actix-http drains a chunked body whose reader is gone for as long as
+/// the client sends it (a drip kept a connection open 90 s+ after a 401; a
+/// fast stream after a 413 was read without end), and closes only when the
+/// reader is still there when the response goes out. So the body is kept
+/// here, and by the response, until the response is sent.
+pub async fn close_unread(
+    mut req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<actix_web::dev::ServiceResponse<Holding>, actix_web::Error> {
+    let payload = req.parts_mut().1.take();
+    let shared = match payload {
+        actix_web::dev::Payload::None => None,
+        payload => {
+            let shared: SharedBody = std::rc::Rc::new(std::cell::RefCell::new(payload));
+            req.set_payload(actix_web::dev::Payload::Stream {
+                payload: Box::pin(SharedStream(shared.clone())),
+            });
+            Some(shared)
+        }
+    };
+    let response = next.call(req).await?;
+    // Not a `BoxBody` around it: that drops a body of no size at once.
+    Ok(response.map_body(|_, body| Holding {
+        body: body.boxed(),
+        _request_body: shared,
+    }))
 }

@@ -1,7 +1,8 @@
 //! The HTTP edge: everything between a socket and an operation.
 //!
 //! - [`accounts`]: who is calling (API keys) and [`limits`]: how much they
-//!   may ask (rate limits, connection caps);
+//!   may ask (rate limits, connection caps); [`hosts`]: which `Host` the
+//!   loopback-only services answer;
 //! - [`json`]: strict request bodies; [`problem`]: every error as
 //!   `application/problem+json`; [`deadline`]: the time a request has;
 //! - [`requests`]: what every write goes through (its checks, the
@@ -13,6 +14,7 @@
 
 pub mod accounts;
 pub mod deadline;
+pub mod hosts;
 pub mod json;
 pub mod limits;
 pub mod ops;

@@ -63,6 +63,7 @@ problem_types! {
     PAYLOAD_TOO_LARGE = ("payload-too-large", 413, "The request body is too large");
     UNSUPPORTED_MEDIA_TYPE = ("unsupported-media-type", 415, "The request body must be JSON");
     UNSUPPORTED_CONTENT_ENCODING = ("unsupported-content-encoding", 415, "The request body must not be compressed");
+    HOST_NOT_ALLOWED = ("host-not-allowed", 421, "This service does not answer requests for this host");
     IDEMPOTENCY_KEY_REUSED = ("idempotency-key-reused", 422, "The Idempotency-Key was used with a different request");
     RATE_LIMITED = ("rate-limited", 429, "Too many requests");
     INTERNAL = ("internal", 500, "Internal server error");
@@ -329,6 +330,14 @@ impl ResponseError for ApiError {
             }
             _ => {}
         }
+        self.unlogged_response()
+    }
+}
+
+impl ApiError {
+    /// Its response, with nothing logged (a probe's: the pool logs an
+    /// outage once, not at every probe).
+    pub fn unlogged_response(&self) -> HttpResponse {
         let errors = match self {
             ApiError::InvalidRequest { errors, .. } => errors.clone(),
             _ => Vec::new(),

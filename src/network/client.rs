@@ -19,6 +19,14 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+/// How much of an answer that is not an authorization is read: enough for a
+/// problem's `type`. A network that answers megabytes must not cost us them.
+const MAX_ERROR_BODY: u64 = 4 * 1024;
+/// How much of an authorization is read.
+const MAX_AUTHORIZATION_BODY: u64 = 64 * 1024;
+/// How much of the ledger's page (`list`, at most 200 authorizations) is read.
+const MAX_LIST_BODY: u64 = 1024 * 1024;
+
 /// The well-known merchant key, public in this source: `charges network`
 /// refuses it on an address other machines reach, `charges serve` refuses it
 /// for a separate network, and the in-process one takes a random key instead.
@@ -41,6 +49,14 @@ pub fn key_for_charge(charge_id: Uuid) -> String {
 /// so voiding it again is a replay there.
 pub fn void_key(authorization_id: Uuid) -> String {
     format!("void-{authorization_id}")
+}
+
+/// No answer from the network: why is logged here, and told to no client
+/// (a transport error, `io: Connection refused`, describes our
+/// infrastructure, not the request).
+fn unreachable(call: &str, error: ureq::Error) -> NetworkError {
+    tracing::warn!(call, %error, "the card network did not answer");
+    NetworkError::Unreachable("no connection, or no answer in time".to_owned())
 }
 
 /// What the network answered.
@@ -101,8 +117,12 @@ struct AuthorizationBody {
 impl NetworkClient {
     pub fn new(base: &str, api_key: &str, timeout: Duration) -> NetworkClient {
         let agent: ureq::Agent = ureq::Agent::config_builder()
+            // The whole call, its body read included.
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
+            // A redirect is not an authorization: followed, it would carry
+            // the derived key to another host and take its 201 for one.
+            .max_redirects(0)
             .build()
             .into();
         NetworkClient {
@@ -181,15 +201,20 @@ impl NetworkClient {
                 self.key_lifetime.as_secs().max(1),
             )
             .send_json(serde_json::json!({"amount": amount, "currency": currency}))
-            .map_err(|e| NetworkError::Unreachable(e.to_string()))?;
+            .map_err(|e| unreachable("authorize", e))?;
         let status = response.status().as_u16();
         let replayed = response
             .headers()
             .get("idempotent-replayed")
             .is_some_and(|v| v == "true");
         if status != 201 {
-            // Read to tell its 422s apart, never passed on.
-            let body = response.body_mut().read_to_string().unwrap_or_default();
+            // Read to tell its 422s apart (a few KB at most), never passed on.
+            let body = response
+                .body_mut()
+                .with_config()
+                .limit(MAX_ERROR_BODY)
+                .read_to_string()
+                .unwrap_or_default();
             return Err(match status {
                 // Its own troubles, as ours: unknown outcome, retry.
                 408 | 409 | 429 | 500..=599 => {
@@ -201,8 +226,13 @@ impl NetworkClient {
         }
         let body: AuthorizationBody = response
             .body_mut()
+            .with_config()
+            .limit(MAX_AUTHORIZATION_BODY)
             .read_json()
-            .map_err(|e| NetworkError::Unreachable(format!("an unreadable answer: {e}")))?;
+            .map_err(|e| {
+                tracing::warn!(%e, "the card network's authorization was unreadable");
+                NetworkError::Unreachable("an unreadable answer".to_owned())
+            })?;
         if let Some(watcher) = self.watcher.get() {
             watcher(&key, body.id);
         }
@@ -221,7 +251,7 @@ impl NetworkClient {
             .header("Authorization", format!("Bearer {}", self.api_key))
             .header("Idempotency-Key", format!("\"{}\"", void_key(id)))
             .send_json(serde_json::json!({}))
-            .map_err(|e| NetworkError::Unreachable(e.to_string()))?;
+            .map_err(|e| unreachable("void", e))?;
         match response.status().as_u16() {
             200 => Ok(()),
             // Its body is never passed on, as for an authorization.
@@ -240,7 +270,7 @@ impl NetworkClient {
             .get(format!("{}/authorizations?limit={limit}", self.base))
             .header("Authorization", format!("Bearer {}", self.api_key))
             .call()
-            .map_err(|e| NetworkError::Unreachable(e.to_string()))?;
+            .map_err(|e| unreachable("list", e))?;
         if response.status().as_u16() != 200 {
             return Err(NetworkError::Refused {
                 status: response.status().as_u16(),
@@ -248,8 +278,10 @@ impl NetworkClient {
         }
         response
             .body_mut()
+            .with_config()
+            .limit(MAX_LIST_BODY)
             .read_json()
-            .map_err(|e| NetworkError::Unreachable(e.to_string()))
+            .map_err(|e| unreachable("list", e))
     }
 }
 

@@ -27,7 +27,7 @@ use crate::payments::domain::{
     CURRENCIES, DESCRIPTION_PATTERN, Description, MAX_AMOUNT, MAX_DESCRIPTION_CHARS, MIN_AMOUNT,
     NewCharge, NewDescription,
 };
-use crate::store::{AccountStore, Charge, ChargeStore, Store, now_micros, time_text};
+use crate::store::{AccountStore, Charge, ChargeStore, Checkouts, now_micros, time_text};
 
 pub const PATH: &str = "/charges";
 pub const DEFAULT_LIST_LIMIT: i64 = 20;
@@ -133,14 +133,20 @@ impl CreateCharge {
         Ok(())
     }
 
-    /// Without a key: the network first (if any), then one INSERT.
+    /// Without a key: the network first (if any), holding no connection,
+    /// then one INSERT on a connection checked out for it alone. A slow
+    /// network must not hold a pooled connection (issue #38: 40 keyless
+    /// charges on a 1 s network took the whole pool from every account).
     fn run_unkeyed(
         &mut self,
-        store: &mut dyn Store,
+        checkouts: &mut Checkouts,
         hooks: &RequestHooks,
     ) -> Result<SavedResponse, ApiError> {
         self.authorize()?;
-        write_alone(store, hooks, |s| s.insert_charge(&self.charge))?;
+        checkouts.with(|store| -> Result<(), ApiError> {
+            write_alone(store, hooks, |s| s.insert_charge(&self.charge))?;
+            Ok(())
+        })?;
         Ok(self.response.clone())
     }
 }
@@ -244,7 +250,7 @@ pub async fn create(
         None => {
             let JsonRequest { hooks, .. } = request;
             let response = state
-                .db(&req, move |store| create.run_unkeyed(store, &hooks))
+                .db_checkouts(&req, move |checkouts| create.run_unkeyed(checkouts, &hooks))
                 .await?;
             record_outcome("no_key", "none");
             Ok(respond(&response, false))

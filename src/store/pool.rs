@@ -80,6 +80,42 @@ pub struct PoolSettings {
 /// (a running server may hold it).
 const CLI_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Whether each database (by its URL as logged) was last found
+/// unreachable: its pools (the server's, the demo's beside it) log an outage
+/// once as it starts and once as it ends, not each failed connection (r2d2's
+/// own handler logged each, over several lines) or each probe.
+static UNREACHABLE: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// r2d2's handler of a pool's connection errors (the database is
+/// unreachable) and new connections (it is reachable).
+#[derive(Debug, Clone)]
+struct OutageLog {
+    /// The URL, redacted: how the log names the database.
+    database: String,
+    /// The URL as given, to redact its secrets out of an error's text.
+    url: String,
+}
+
+impl<E: std::fmt::Display> r2d2::HandleError<E> for OutageLog {
+    fn handle_error(&self, error: E) {
+        let mut down = UNREACHABLE.lock().unwrap_or_else(|e| e.into_inner());
+        if down.insert(self.database.clone()) {
+            let cause = redact_message(&one_line(&error.to_string()), &self.url);
+            tracing::warn!(database = %self.database, %cause, "the database is unreachable; requests that need it answer 503 until it is back (logged once, and again when it is)");
+        }
+    }
+}
+
+impl r2d2::HandleEvent for OutageLog {
+    fn handle_acquire(&self, _: r2d2::event::AcquireEvent) {
+        let mut down = UNREACHABLE.lock().unwrap_or_else(|e| e.into_inner());
+        if down.remove(&self.database) {
+            tracing::warn!(database = %self.database, "the database is reachable again");
+        }
+    }
+}
+
 /// A pool of either backend's connections.
 #[derive(Clone)]
 pub enum DbPool {
@@ -140,7 +176,13 @@ impl DbPool {
             settings: &PoolSettings,
             main: bool,
         ) -> r2d2::Builder<M> {
+            let outage = OutageLog {
+                database: redact(&settings.url),
+                url: settings.url.clone(),
+            };
             Pool::builder()
+                .error_handler(Box::new(outage.clone()))
+                .event_handler(Box::new(outage))
                 .max_size(settings.size)
                 // Opened as needed, one kept idle: a server and the pools
                 // beside it (the demo's, a network's) take only what they use.

@@ -156,7 +156,13 @@ crate::on_both_backends! {
             .await;
         assert_eq!(r.status, 201, "{}", r.body);
         // DEMO=true is the operator's say-so: whatever the request carries.
-        let told = spawn_app_with(|s| s.demo = Some(true)).await;
+        // (A Host it does not know is a 421: demo mode answers only this
+        // machine's names and ALLOWED_HOSTS, issue #38.)
+        let told = spawn_app_with(|s| {
+            s.demo = Some(true);
+            s.allowed_hosts = vec!["api.example.com".to_owned()];
+        })
+        .await;
         for headers in [&[][..], &[("x-forwarded-for", "203.0.113.7")][..], &[("host", "api.example.com")][..]] {
             assert_eq!(told.send(send(&told, Method::GET, "/demo/state", headers)).await.status, 200);
         }

@@ -528,6 +528,19 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
         )
         .await;
 
+    // Demo mode answers this machine's names only (DNS rebinding).
+    let raw = "GET /demo/state HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n";
+    let r = Captured::parse(&app.send_raw(raw).await);
+    provoked
+        .check(
+            &app,
+            "a Host that is not this machine's",
+            r,
+            421,
+            "host-not-allowed",
+        )
+        .await;
+
     let r = app
         .demo()
         .charge_with("k-lost", &body, &[("demo-fault", "lose-response")])

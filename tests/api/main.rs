@@ -10,21 +10,26 @@ mod contract;
 mod demo;
 mod demo_network;
 mod deploy;
+mod early_close;
 mod ecosystem;
 mod exact;
 mod exposure;
 mod fuzz;
 mod hardening;
+mod hosts;
 mod idempotency;
 mod key_first;
+mod keyless;
 mod logs;
 mod network;
+mod network_answers;
 mod phases;
 mod recovery;
 mod refunds;
 mod replays;
 mod secrets;
 mod startup;
+mod telemetry;
 mod validation;
 
 #[path = "../support/mod.rs"]

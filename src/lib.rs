@@ -16,7 +16,7 @@
 //! demo/         demo mode: the teaching page's faults, views and sandbox
 //! conformance/  a checker of any API's Idempotency-Key handling, from outside
 //! openapi.rs    the contract, generated from every handler (the demo's too)
-//! app.rs        the application: builds the pool, the sandbox and the routes
+//! app/          the application: builds the pool, the networks, the sandbox, the routes
 //! config.rs     settings from the environment
 //! telemetry.rs, metrics.rs  logs and the metrics registry
 //! ```

@@ -96,11 +96,8 @@ crate::on_both_backends! {
     async fn a_keyed_charge_is_one_transaction_of_key_charge_and_stored_response_by_default() {
         let db = TestDatabase::create();
         let server = serve_with_defaults(&db);
-        assert!(
-            server.stdout().contains("card network: off: a charge is one transaction"),
-            "{}",
-            server.stdout()
-        );
+        let banner = server.banner_line("card network: ");
+        assert!(banner.contains("off: a charge is one transaction"), "{banner}");
         audit(&db);
         let before = (db.backend() == TestBackend::Sqlite).then(|| wal_commits(&db));
         let api = server.client();

@@ -196,19 +196,7 @@ async fn the_in_process_networks_refused_connections_are_not_the_apis() {
             ("NETWORK_DATABASE_URL", &network.url),
         ],
     );
-    // The banner's lines after the ready line arrive a moment later.
-    let mut url = None;
-    for _ in 0..100 {
-        url = server
-            .stdout()
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("card network: ").map(str::to_owned));
-        if url.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let url = url.expect("the banner names the card network");
+    let url = server.network_url();
     let address: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
     let mut open = Vec::new();
     for _ in 0..520 {

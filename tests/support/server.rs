@@ -190,23 +190,43 @@ impl ServerProcess {
 
     /// Its `/metrics` URL, as its banner printed it.
     pub fn metrics_url(&self) -> String {
-        self.stdout()
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("metrics: "))
+        let line = self.banner_line("metrics: ");
+        line.strip_prefix("metrics: ")
             .filter(|url| url.starts_with("http://"))
-            .unwrap_or_else(|| panic!("{}: no metrics URL in {:?}", self.name, self.stdout()))
+            .unwrap_or_else(|| panic!("{}: no metrics URL in {line:?}", self.name))
             .to_owned()
     }
 
     /// Its card network's URL (NETWORK_URL), as its banner printed it
     /// (passwords redacted): no route of the server's tells it.
     pub fn network_url(&self) -> String {
-        self.stdout()
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("card network: "))
+        let line = self.banner_line("card network: ");
+        line.strip_prefix("card network: ")
             .and_then(|rest| rest.split_once(": every charge"))
             .map(|(url, _)| url.to_owned())
-            .unwrap_or_else(|| panic!("{}: no card network in {:?}", self.name, self.stdout()))
+            .unwrap_or_else(|| panic!("{}: no card network in {line:?}", self.name))
+    }
+
+    /// The banner's line that starts with `prefix`. The banner's lines come
+    /// after the ready line, read as they arrive: waited for (bounded).
+    pub fn banner_line(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let stdout = self.stdout();
+            if let Some(line) = stdout
+                .lines()
+                .map(str::trim)
+                .find(|l| l.starts_with(prefix))
+            {
+                return line.to_owned();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: no {prefix:?} line in {stdout:?}",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// A client of this server.

@@ -27,7 +27,7 @@ use crate::payments::domain::{
     CURRENCIES, DESCRIPTION_PATTERN, Description, MAX_AMOUNT, MAX_DESCRIPTION_CHARS, MIN_AMOUNT,
     NewCharge, NewDescription,
 };
-use crate::store::{AccountStore, Charge, ChargeStore, Checkouts, now_micros, time_text};
+use crate::store::{AccountStore, Charge, ChargeStore, Checkouts, Store, now_micros, time_text};
 
 pub const PATH: &str = "/charges";
 pub const DEFAULT_LIST_LIMIT: i64 = 20;
@@ -143,11 +143,37 @@ impl CreateCharge {
         hooks: &RequestHooks,
     ) -> Result<SavedResponse, ApiError> {
         self.authorize()?;
-        checkouts.with(|store| -> Result<(), ApiError> {
-            write_alone(store, hooks, |s| s.insert_charge(&self.charge))?;
-            Ok(())
+        let check_account = self.check_account;
+        let charge = &self.charge;
+        let inserted = checkouts.with(|store| -> Result<bool, ApiError> {
+            if !check_account {
+                write_alone(store, hooks, |s| s.insert_charge(charge))?;
+                return Ok(true);
+            }
+            // The network answered long after the request was authenticated:
+            // the account must still be live when the charge is written, as
+            // for a keyed charge's phase 3.
+            store.transaction(|tx| -> Result<bool, ApiError> {
+                if !tx.account_is_live(charge.account_id)? {
+                    return Ok(false);
+                }
+                tx.insert_charge(charge)?;
+                hooks.get().before_commit()?;
+                Ok(true)
+            })
         })?;
-        Ok(self.response.clone())
+        if inserted {
+            return Ok(self.response.clone());
+        }
+        // Refused: the authorization is given up, with no connection held.
+        self.refused = true;
+        if let Err(e) = Operation::<dyn Store>::compensate(self) {
+            tracing::error!(error = %e, account = self.charge.account_id, "could not void the authorization of a refused charge; void it by hand");
+        }
+        Ok(crate::http::problem::saved(
+            &crate::http::problem::ACCOUNT_REVOKED,
+            "This account was revoked while the card network was asked to authorize this charge, so it was not charged, and the network's authorization was voided.",
+        ))
     }
 }
 

@@ -50,4 +50,29 @@ crate::on_both_backends! {
         assert_eq!((app.charges(), network.count("authorizations")), (41, 41));
         eprintln!("40 keyless charges on a 1 s network: another account's GET /charges took {read_took:?}, its keyed charge {keyed_took:?}");
     }
+
+    /// The account revoked while its keyless charge waits on the network:
+    /// not charged, and the network's authorization voided, as a keyed
+    /// charge's phase 3 refuses (the keyless path wrote the charge anyway).
+    async fn an_account_revoked_while_its_keyless_charge_waits_on_the_network_is_not_charged() {
+        let network = TestDatabase::create();
+        let url = network.url.clone();
+        let app = spawn_app_with(move |s| {
+            s.network_url = NETWORK_IN_PROCESS.to_owned();
+            s.network_database_url = Some(url);
+            s.network_latency = Duration::from_millis(1500);
+        })
+        .await;
+        app.create_account("Shop", SHOP_KEY);
+        let charge = app.charge_as(SHOP_KEY, None, &charge_body(), &[]);
+        let revoke = async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            app.execute("UPDATE accounts SET revoked_at = CURRENT_TIMESTAMP WHERE name = 'Shop'");
+        };
+        let (answer, ()) = tokio::join!(charge, revoke);
+        answer.assert_problem(403, "account-revoked");
+        assert_eq!(app.charges(), 0, "nothing charged");
+        assert_eq!(network.count("authorizations"), 1);
+        assert_eq!(network.count("authorizations WHERE voided_at IS NOT NULL"), 1);
+    }
 }

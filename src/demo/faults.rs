@@ -111,9 +111,7 @@ impl Faults {
         }
         Ok(faults)
     }
-}
 
-impl Faults {
     /// Whether a fault acts on the card network's call: then the request
     /// asks the network, as with `Demo-Network: on`.
     fn of_the_network(&self) -> bool {

@@ -6,25 +6,33 @@ use std::time::{Duration, Instant};
 
 use charges::config::NETWORK_IN_PROCESS;
 
-use crate::support::{Captured, TEST_KEY, TestDatabase, charge_body, spawn_app_with};
+use crate::support::{Captured, TEST_KEY, TestApp, TestDatabase, charge_body, spawn_app_with};
 
 const SHOP_KEY: &str = "sk_live_keyless_shop";
+
+/// The app with an in-process card network answering in `latency` (its
+/// ledger on a database of the test's), `pool_size` connections, and the
+/// shop's account; the ledger's database and the app.
+async fn shop_with_network(latency: Duration, pool_size: u32) -> (TestDatabase, TestApp) {
+    let network = TestDatabase::create();
+    let url = network.url.clone();
+    let app = spawn_app_with(move |s| {
+        s.network_url = NETWORK_IN_PROCESS.to_owned();
+        s.network_database_url = Some(url);
+        s.network_latency = latency;
+        s.pool_size = pool_size;
+    })
+    .await;
+    app.create_account("Shop", SHOP_KEY);
+    (network, app)
+}
 
 crate::on_both_backends! {
     /// On d1dbd42 each keyless charge held one of the 10 connections for
     /// the network's whole second, and the read waited for the pool.
     async fn forty_keyless_charges_on_a_1_s_network_hold_up_no_other_account() {
-        let network = TestDatabase::create();
-        let url = network.url.clone();
-        let app = spawn_app_with(move |s| {
-            s.network_url = NETWORK_IN_PROCESS.to_owned();
-            s.network_database_url = Some(url);
-            s.network_latency = Duration::from_secs(1);
-            // The production default.
-            s.pool_size = 10;
-        })
-        .await;
-        app.create_account("Shop", SHOP_KEY);
+        // The production default pool.
+        let (network, app) = shop_with_network(Duration::from_secs(1), 10).await;
         let body = charge_body();
         let charges = futures::future::join_all((0..40).map(|_| app.charge_as(SHOP_KEY, None, &body, &[])));
         let others = async {
@@ -55,15 +63,7 @@ crate::on_both_backends! {
     /// not charged, and the network's authorization voided, as a keyed
     /// charge's phase 3 refuses (the keyless path wrote the charge anyway).
     async fn an_account_revoked_while_its_keyless_charge_waits_on_the_network_is_not_charged() {
-        let network = TestDatabase::create();
-        let url = network.url.clone();
-        let app = spawn_app_with(move |s| {
-            s.network_url = NETWORK_IN_PROCESS.to_owned();
-            s.network_database_url = Some(url);
-            s.network_latency = Duration::from_millis(1500);
-        })
-        .await;
-        app.create_account("Shop", SHOP_KEY);
+        let (network, app) = shop_with_network(Duration::from_millis(1500), 20).await;
         let charge = app.charge_as(SHOP_KEY, None, &charge_body(), &[]);
         let revoke = async {
             tokio::time::sleep(Duration::from_millis(500)).await;

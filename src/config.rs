@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
-use crate::idempotency::Mode;
 use crate::store::PoolSettings;
+use idempotency::{Mode, Policy};
 
 /// Without `DATABASE_URL`: an SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://charges.db";
@@ -117,7 +117,7 @@ pub struct Settings {
     pub idempotency_ttl: Duration,
 
     /// Where the key row is committed: with the charge (atomic) or before it (key-first).
-    #[arg(long, env = "IDEMPOTENCY_MODE", value_enum, default_value = "atomic")]
+    #[arg(long, env = "IDEMPOTENCY_MODE", default_value = "atomic", value_parser = mode_parser())]
     pub idempotency_mode: Mode,
 
     /// How long a key registered in progress is protected before another request may take it over (key-first, and a charge waiting on the card network: with one, at least NETWORK_TIMEOUT + POOL_TIMEOUT + 1s, or the server refuses to start).
@@ -231,7 +231,27 @@ pub struct Settings {
     pub allowed_hosts: Vec<String>,
 }
 
+/// The protocol crate's modes, with clap's list of them in `--help`.
+fn mode_parser() -> impl clap::builder::TypedValueParser<Value = Mode> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new([Mode::Atomic.as_str(), Mode::KeyFirst.as_str()])
+        .try_map(|s| s.parse::<Mode>())
+}
+
 impl Settings {
+    /// The Idempotency-Key protocol's policy these settings choose, with
+    /// the metrics registry; no hint of recent keys and no hooks (a state
+    /// adds its own).
+    pub fn key_policy(&self) -> Policy {
+        Policy {
+            mode: self.idempotency_mode,
+            ttl: self.idempotency_ttl,
+            lease: self.idempotency_lease,
+            metrics: crate::metrics::protocol(),
+            ..Policy::new(self.idempotency_mode)
+        }
+    }
+
     /// The settings every default gives, for tests and embedding (but with
     /// no metrics listener: METRICS_BIND's default is a fixed port).
     pub fn with_database_url(database_url: impl Into<String>) -> Self {

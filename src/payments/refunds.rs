@@ -18,10 +18,10 @@ use uuid::Uuid;
 use crate::http::problem::{ApiError, NOT_FOUND, REFUND_EXCEEDS_CHARGE, saved};
 use crate::http::requests::{self, KeyUse, json_response, record_outcome, respond};
 use crate::http::state::AppState;
-use crate::idempotency::{self, Operation, SavedResponse};
 use crate::payments::charges::{PATH, charge_id};
 use crate::payments::domain::NewRefund;
 use crate::store::{ChargeStore, Refund, RefundReservation, now_micros, time_text};
+use idempotency::{self, Operation, SavedResponse};
 
 /// A refund as the API shows it.
 #[derive(Serialize, utoipa::ToSchema)]

@@ -5,7 +5,6 @@
 
 mod accounts;
 mod charges;
-mod keys;
 mod network;
 pub mod schema;
 
@@ -15,6 +14,7 @@ use diesel::pg::PgConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Timestamptz};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use idempotency::postgres::Prepared;
 use uuid::Uuid;
 
 use super::{AnyConnection, Backend, Failure, QueryResult, Store, Transactional, classify};
@@ -102,37 +102,3 @@ impl Store for PgConnection {
         AnyConnection::Pg(self)
     }
 }
-
-/// A statement whose SQL text is the same every time it runs: no optional
-/// parts, no IN lists. Diesel never caches upserts, UPDATEs or SQL literals
-/// as prepared statements, because in general their text can vary; ours
-/// cannot, and wrapping them lets PostgreSQL plan them once per connection
-/// instead of on every request (the cache is keyed by the SQL text). Run it
-/// with `get_result`/`load`: Diesel's `execute` path ignores the wrapper.
-#[derive(Debug, Clone, Copy)]
-struct Prepared<Q>(Q);
-
-impl<Q> diesel::query_builder::QueryId for Prepared<Q> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
-}
-
-impl<Q: diesel::query_builder::Query> diesel::query_builder::Query for Prepared<Q> {
-    type SqlType = Q::SqlType;
-}
-
-impl<Q, DB> diesel::query_builder::QueryFragment<DB> for Prepared<Q>
-where
-    DB: diesel::backend::Backend,
-    Q: diesel::query_builder::QueryFragment<DB>,
-{
-    fn walk_ast<'b>(&'b self, pass: diesel::query_builder::AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        self.0.walk_ast(pass)
-    }
-
-    fn is_safe_to_cache_prepared(&self, _backend: &DB) -> QueryResult<bool> {
-        Ok(true)
-    }
-}
-
-impl<Q, Conn> RunQueryDsl<Conn> for Prepared<Q> {}

@@ -6,11 +6,8 @@
 
 mod accounts;
 mod charges;
-mod keys;
 mod network;
 pub mod schema;
-
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::dsl::AsExprOf;
@@ -61,11 +58,6 @@ fn note(_: &diesel::result::Error) {}
 
 fn now_text() -> String {
     time_text(Utc::now())
-}
-
-/// `now + d` as SQLite stores times.
-fn from_now(d: Duration) -> String {
-    time_text(Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
 }
 
 fn parse_time(text: &str) -> QueryResult<DateTime<Utc>> {

@@ -89,7 +89,7 @@ pub struct Settings {
 
     /// Database connections in the pool. A request waiting on a concurrent
     /// request with the same key holds one for the whole wait.
-    #[arg(long, env = "POOL_SIZE", default_value_t = DEFAULT_POOL_SIZE)]
+    #[arg(long, env = "POOL_SIZE", default_value_t = DEFAULT_POOL_SIZE, value_parser = clap::value_parser!(u32).range(1..))]
     pub pool_size: u32,
 
     /// How long a request waits for a free connection before it gets 503.
@@ -381,6 +381,20 @@ impl Settings {
         };
         let digest = format!("{:x}", Sha256::digest(place.as_bytes()));
         format!("{kind}:{}", &digest[..16])
+    }
+
+    /// A separate card network is never asked with the public default key
+    /// (anyone could charge through it with that key): refused before
+    /// anything is opened or created.
+    pub fn check_network_key(&self) -> Result<(), String> {
+        let separate = ![NETWORK_OFF, NETWORK_IN_PROCESS].contains(&self.network_url.as_str());
+        if separate && self.network_api_key == crate::network::client::DEFAULT_NETWORK_API_KEY {
+            return Err(format!(
+                "NETWORK_URL {} is a separate network, and NETWORK_API_KEY is the default, public key: set NETWORK_API_KEY to the secret that network was started with",
+                crate::store::redact::redact(&self.network_url)
+            ));
+        }
+        Ok(())
     }
 
     /// In demo mode, the teaching page must be where WEB_DIR says: a wrong

@@ -72,6 +72,9 @@ impl Application {
     pub fn build(mut settings: Settings) -> Result<Application, StartupError> {
         settings.check_lease().map_err(StartupError::Settings)?;
         settings.check_web_dir().map_err(StartupError::Settings)?;
+        settings
+            .check_network_key()
+            .map_err(StartupError::Settings)?;
         let Listeners {
             api,
             local,

@@ -3,9 +3,6 @@
 //! with is the database's clock (`now()`), so several app instances agree
 //! on what has expired.
 
-mod accounts;
-mod charges;
-mod network;
 pub mod schema;
 
 use chrono::{DateTime, Utc};
@@ -17,41 +14,60 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use idempotency::postgres::Prepared;
 use uuid::Uuid;
 
+use super::tables::Dialect;
 use super::{AnyConnection, Backend, Failure, QueryResult, Store, Transactional, classify};
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 /// The advisory lock migrations run under: "charges" in ASCII.
 const MIGRATION_LOCK: i64 = 0x0063_6861_7267_6573;
 
-// What the queries written once in `store::tables` need of PostgreSQL:
-// its UUIDs and times are the Rust types themselves, its clock is the
-// database's, and a statement that never varies is planned once.
-type Id = Uuid;
-type Time = DateTime<Utc>;
+/// What the queries written once in `store::tables` need of PostgreSQL:
+/// its UUIDs and times are the Rust types themselves, its clock is the
+/// database's, and a statement that never varies is planned once.
+impl Dialect for PgConnection {
+    type Id = Uuid;
+    type Time = DateTime<Utc>;
+    type Clock = AsExprOf<now, Timestamptz>;
+    type Cached<Q> = Prepared<Q>;
 
-fn encode_id(id: Uuid) -> Id {
-    id
+    fn encode_id(id: Uuid) -> Uuid {
+        id
+    }
+
+    fn decode_id(id: Uuid) -> QueryResult<Uuid> {
+        Ok(id)
+    }
+
+    fn encode_time(t: DateTime<Utc>) -> DateTime<Utc> {
+        t
+    }
+
+    fn decode_time(t: DateTime<Utc>) -> QueryResult<DateTime<Utc>> {
+        Ok(t)
+    }
+
+    fn clock() -> Self::Clock {
+        now.into_sql::<Timestamptz>()
+    }
+
+    fn cached<Q>(statement: Q) -> Prepared<Q> {
+        Prepared(statement)
+    }
+
+    fn note(error: &diesel::result::Error) {
+        note(error)
+    }
 }
 
-fn decode_id(id: Id) -> QueryResult<Uuid> {
-    Ok(id)
+// The tables whose queries are written once, over `schema`.
+mod accounts {
+    crate::store::tables::account_store!(diesel::pg::PgConnection);
 }
-
-fn encode_time(t: DateTime<Utc>) -> Time {
-    t
+mod charges {
+    crate::store::tables::charge_store!(diesel::pg::PgConnection, diesel::pg::Pg);
 }
-
-fn decode_time(t: Time) -> QueryResult<DateTime<Utc>> {
-    Ok(t)
-}
-
-/// Now, on the database's clock.
-fn clock() -> AsExprOf<now, Timestamptz> {
-    now.into_sql::<Timestamptz>()
-}
-
-fn cached<Q>(statement: Q) -> Prepared<Q> {
-    Prepared(statement)
+mod network {
+    crate::store::tables::authorization_store!(diesel::pg::PgConnection, diesel::pg::Pg);
 }
 
 /// Every query's error passes here on its way out (`.inspect_err(note)`): a

@@ -247,7 +247,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let keys_exist =
         diesel::dsl::sql::<diesel::sql_types::Bool>("to_regclass('idempotency_keys') IS NOT NULL");
     if !diesel::select(keys_exist).get_result::<bool>(&mut conn)? {
-        conn.batch_execute(include_str!("../sql/postgres.sql"))?;
+        conn.batch_execute(idempotency::postgres::CREATE_TABLE)?;
     }
     conn.batch_execute(ORDERS_SQL)?;
     drop(conn);

@@ -19,6 +19,10 @@ use crate::key_store::{
 };
 use schema::idempotency_keys as keys;
 
+/// The key table's `CREATE` statements (`sql/postgres.sql`), for a migration
+/// of yours (run once; add your foreign key to your accounts table).
+pub const CREATE_TABLE: &str = include_str!("../sql/postgres.sql");
+
 /// The table, as `sql/postgres.sql` creates it.
 pub mod schema {
     diesel::table! {
@@ -233,6 +237,11 @@ impl KeyStore for PgConnection {
                 keys::response_status.eq(status_code(response)?),
                 keys::response_headers.eq(response.headers_json()),
                 keys::response_body.eq(&response.body),
+                // A completed row answers from its response: the request
+                // it kept for recovery is not needed any more.
+                keys::request_path.eq(None::<String>),
+                keys::request_body.eq(None::<serde_json::Value>),
+                keys::foreign_step.eq(None::<String>),
             ))
             .returning(keys::lease_token),
         )

@@ -15,6 +15,10 @@ use crate::key_store::{
 };
 use schema::idempotency_keys as keys;
 
+/// The key table's `CREATE` statements (`sql/sqlite.sql`), for a migration
+/// of yours (run once; add your foreign key to your accounts table).
+pub const CREATE_TABLE: &str = include_str!("../sql/sqlite.sql");
+
 /// The table, as `sql/sqlite.sql` creates it.
 pub mod schema {
     diesel::table! {
@@ -210,6 +214,11 @@ impl KeyStore for SqliteConnection {
             keys::response_status.eq(i32::from(response.status)),
             keys::response_headers.eq(response.headers_json().to_string()),
             keys::response_body.eq(response.body.to_string()),
+            // A completed row answers from its response: the request it
+            // kept for recovery is not needed any more.
+            keys::request_path.eq(None::<String>),
+            keys::request_body.eq(None::<String>),
+            keys::foreign_step.eq(None::<String>),
         ))
         .execute(self)?;
         Ok(completed == 1)

@@ -643,15 +643,35 @@ fn recover_finishes_a_stuck_key_once<C: TestConn>(test: &str) {
     let Some(db) = TestDb::<C>::create(test) else {
         return;
     };
-    let healthy = policy(Mode::KeyFirst, SHORT_LEASE);
+    // A lease the first recovery attempt surely falls inside.
+    let lease = Duration::from_secs(3);
+    let healthy = policy(Mode::KeyFirst, lease);
     let dying = with_fault(healthy.clone(), Fault::DieAfterKeyCommitted);
     let req = Req::new("order-1", 500);
+    let started = Instant::now();
     let outcome = dying.execute(
         &mut db.connections(),
         &req.keyed(),
         &mut PlaceOrder::new("o1", 500),
     );
     assert!(matches!(outcome, Err(Error::Hook(_))), "{outcome:?}");
+
+    // Under a live lease its worker may still be on it: not recovered.
+    let mut early = PlaceOrder::new("o1", 500);
+    let recovered = healthy
+        .recover(&mut db.connections(), &req.keyed(), &mut early)
+        .unwrap();
+    assert!(
+        started.elapsed() < lease,
+        "too slow a machine for this test's lease"
+    );
+    assert_eq!(recovered, None);
+    assert_eq!(early.runs, 0);
+    assert_in_progress(&db, "order-1");
+    assert_eq!(
+        db.conn().find_stuck_accounts(10).unwrap(),
+        Vec::<i64>::new()
+    );
     db.until_lease_runs_out(ACCOUNT, "order-1");
 
     // The recovery pass finds the key, with the request it was registered

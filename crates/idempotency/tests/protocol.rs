@@ -172,6 +172,8 @@ struct Network {
     checked_out: Arc<std::sync::atomic::AtomicBool>,
     /// Answer this error instead of calling.
     down: bool,
+    /// Called while the other service works on the call (a test's pause).
+    during: Option<Box<dyn FnMut() + Send>>,
 }
 
 impl Network {
@@ -182,6 +184,7 @@ impl Network {
             hooks: policy.hooks.clone(),
             checked_out: conns.checked_out.clone(),
             down: false,
+            during: None,
         }
     }
 }
@@ -201,6 +204,9 @@ impl ForeignStep for Network {
             return Err(Error::Dependency("the network did not answer".into()));
         }
         self.seen.lock().unwrap().calls += 1;
+        if let Some(during) = &mut self.during {
+            during();
+        }
         self.hooks.get().after_remote_call()?;
         Ok(())
     }
@@ -327,8 +333,11 @@ crate::on_both_backends!(
     phases_call_the_foreign_step_once_and_a_retry_replays_without_calling_it,
     phases_a_worker_dead_after_the_foreign_call_is_recovered_by_calling_it_again,
     phases_a_failed_foreign_call_releases_the_key,
+    phases_in_atomic_mode_a_duplicate_waits_for_the_first_and_replays_it,
+    phases_a_duplicate_is_in_flight_at_its_deadline_or_at_once_in_key_first_mode,
     close_unrecoverable_gives_a_stuck_key_a_stored_answer,
     purge_expired_deletes_expired_keys_only_and_reports_them,
+    an_expired_key_is_free_for_any_request_before_it_is_purged,
     the_hint_replays_a_retry_from_a_read_alone_and_never_a_purged_key,
 );
 
@@ -917,6 +926,104 @@ fn phases_a_failed_foreign_call_releases_the_key<C: TestConn>(test: &str) {
     assert_completed(&db, "order-1", 201);
 }
 
+/// A runs `req` with a foreign call that, once made, waits for `release`;
+/// `calling` says it is being made.
+fn held_call<'db, C: TestConn>(
+    db: &'db TestDb<C>,
+    seen: &Arc<Mutex<Seen>>,
+    policy: &Policy,
+    id: &str,
+) -> (
+    support::Conns<'db, C>,
+    PlaceOrder,
+    mpsc::Receiver<()>,
+    mpsc::Sender<()>,
+) {
+    let (calling_tx, calling) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let conns = db.connections();
+    let mut step = Network::new(seen, &conns, policy);
+    step.during = Some(Box::new(move || {
+        calling_tx.send(()).unwrap();
+        released
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the test released the call");
+    }));
+    let op = PlaceOrder::new(id, 500).with_step(step);
+    (conns, op, calling, release)
+}
+
+fn phases_in_atomic_mode_a_duplicate_waits_for_the_first_and_replays_it<C: TestConn>(test: &str) {
+    let Some(db) = TestDb::<C>::create(test) else {
+        return;
+    };
+    let policy = policy(Mode::Atomic, LONG_LEASE);
+    let req = Req::new("order-1", 500);
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let (mut conns, mut first, calling, release) = held_call(&db, &seen, &policy, "o1");
+    let (a, b, second) = std::thread::scope(|s| {
+        let a = s.spawn(|| policy.execute(&mut conns, &req.keyed(), &mut first));
+        calling
+            .recv_timeout(Duration::from_secs(20))
+            .expect("A calls");
+        let b = s.spawn(|| {
+            let mut conns = db.connections();
+            let step = Network::new(&seen, &conns, &policy);
+            let mut second = PlaceOrder::new("o1-dup", 500).with_step(step);
+            let outcome = policy.execute(&mut conns, &req.keyed(), &mut second);
+            (outcome, second)
+        });
+        // B finds the key in progress and polls, holding no connection.
+        std::thread::sleep(Duration::from_millis(300));
+        release.send(()).unwrap();
+        let (b, second) = b.join().unwrap();
+        (a.join().unwrap(), b, second)
+    });
+    let response = executed(a);
+    assert_eq!(replayed(b), response, "B waited for A, then replayed it");
+    assert_eq!(second.runs, 0);
+    assert_eq!(seen.lock().unwrap().calls, 1, "B never called");
+    assert_eq!(db.orders(), vec![order("o1", 500)]);
+}
+
+fn phases_a_duplicate_is_in_flight_at_its_deadline_or_at_once_in_key_first_mode<C: TestConn>(
+    test: &str,
+) {
+    let Some(db) = TestDb::<C>::create(test) else {
+        return;
+    };
+    for mode in [Mode::Atomic, Mode::KeyFirst] {
+        let policy = policy(mode, LONG_LEASE);
+        let key = format!("order-{}", mode.as_str());
+        let id = format!("o-{}", mode.as_str());
+        let req = Req::new(&key, 500);
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let (mut conns, mut first, calling, release) = held_call(&db, &seen, &policy, &id);
+        // A's call is released only once B has answered: B answers
+        // without waiting for A, or this test times out.
+        let (a, b, second) = std::thread::scope(|s| {
+            let a = s.spawn(|| policy.execute(&mut conns, &req.keyed(), &mut first));
+            calling
+                .recv_timeout(Duration::from_secs(20))
+                .expect("A calls");
+            let mut conns = db.connections().deadline(Duration::from_millis(800));
+            let step = Network::new(&seen, &conns, &policy);
+            let mut second = PlaceOrder::new(&id, 500).with_step(step);
+            let b = policy.execute(&mut conns, &req.keyed(), &mut second);
+            release.send(()).unwrap();
+            (a.join().unwrap(), b, second)
+        });
+        assert!(matches!(b, Ok(Outcome::InFlight)), "{mode:?}: {b:?}");
+        assert_eq!(second.runs, 0);
+        executed(a);
+        assert_eq!(seen.lock().unwrap().calls, 1, "{mode:?}: B never called");
+    }
+    assert_eq!(
+        db.orders(),
+        vec![order("o-atomic", 500), order("o-key-first", 500)]
+    );
+}
+
 // ------------------------------------------------ closing, purging, hint
 
 fn close_unrecoverable_gives_a_stuck_key_a_stored_answer<C: TestConn>(test: &str) {
@@ -1027,6 +1134,53 @@ fn purge_expired_deletes_expired_keys_only_and_reports_them<C: TestConn>(test: &
         )),
         response
     );
+}
+
+fn an_expired_key_is_free_for_any_request_before_it_is_purged<C: TestConn>(test: &str) {
+    let Some(db) = TestDb::<C>::create(test) else {
+        return;
+    };
+    let short_lived = Policy {
+        ttl: Duration::from_millis(5),
+        ..Policy::new(Mode::Atomic)
+    };
+    executed(short_lived.execute(
+        &mut db.connections(),
+        &Req::new("order-1", 500).keyed(),
+        &mut PlaceOrder::new("o1", 500),
+    ));
+    std::thread::sleep(Duration::from_millis(100));
+    // Another request under the expired key: not a mismatch, a new first.
+    for mode in [Mode::Atomic, Mode::KeyFirst] {
+        let key = format!("order-{}", mode.as_str());
+        executed(short_lived.execute(
+            &mut db.connections(),
+            &Req::new(&key, 500).keyed(),
+            &mut PlaceOrder::new(&key, 500),
+        ));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    for (mode, key) in [
+        (Mode::Atomic, "order-1"),
+        (Mode::Atomic, "order-atomic"),
+        (Mode::KeyFirst, "order-key-first"),
+    ] {
+        let mut other = PlaceOrder::new(&format!("{key}-new"), 900);
+        let outcome = policy(mode, LONG_LEASE).execute(
+            &mut db.connections(),
+            &Req::new(key, 900).keyed(),
+            &mut other,
+        );
+        assert_eq!(
+            executed(outcome),
+            created(&format!("{key}-new"), 900),
+            "{key}"
+        );
+        assert_eq!(other.runs, 1);
+        assert_completed(&db, key, 201);
+    }
+    assert_eq!(db.keys().len(), 3, "taken over, not added");
+    assert_eq!(db.orders().len(), 6);
 }
 
 fn the_hint_replays_a_retry_from_a_read_alone_and_never_a_purged_key<C: TestConn>(test: &str) {

@@ -93,7 +93,7 @@ pub fn say_skipped(test: &str, why: &str) {
 
 /// The connection a test runs the protocol on, per backend: how its
 /// database is made, and the SQL the tests check with.
-pub trait TestConn: Transactional + KeyStore + SimpleConnection + Sized + 'static {
+pub trait TestConn: Transactional + KeyStore + SimpleConnection + Send + Sized + 'static {
     const BACKEND: &'static str;
 
     /// A fresh database with the key table and `orders`; `None` (said on
@@ -438,6 +438,14 @@ pub struct Conns<'db, C> {
     lock_wait: Duration,
     until: Instant,
     pub checked_out: Arc<AtomicBool>,
+}
+
+impl<C> Conns<'_, C> {
+    /// The request's deadline `after` from now (20 s unless told).
+    pub fn deadline(mut self, after: Duration) -> Self {
+        self.until = Instant::now() + after;
+        self
+    }
 }
 
 impl<C: TestConn> Connections for Conns<'_, C> {

@@ -132,7 +132,7 @@ pub fn pass(
             },
         };
         let Some(mut operation) = operation_for(&stuck, network) else {
-            close_unrecoverable(&policy, connections, &request, &key, &path);
+            close_unrecoverable(&policy, connections, &request, &stuck, &key, &path);
             continue;
         };
         match policy.recover(connections, &request, operation.as_mut()) {
@@ -180,6 +180,7 @@ fn close_unrecoverable(
     policy: &Policy,
     connections: &mut impl Connections<Store = dyn Store>,
     request: &KeyedRequest<'_>,
+    stuck: &StuckKey,
     key: &str,
     path: &str,
 ) {
@@ -187,7 +188,7 @@ fn close_unrecoverable(
         &REQUEST_NOT_RECOVERABLE,
         "This request was left unfinished (its worker stopped), and this server cannot run it again from what it kept. Nothing was done under this Idempotency-Key, and nothing will be: this answer is final for it. Send the request again with a new key.",
     );
-    match policy.close_unrecoverable(connections, request, &answer) {
+    match policy.close_unrecoverable(connections, request, stuck.foreign_step.as_deref(), &answer) {
         Ok(true) => {
             METRICS.keys_recovered.with_label_values(&["unknown"]).inc();
             tracing::warn!(account = request.account_id, key = %key, path = %path, "a stuck key whose request this server cannot rebuild: answered with a stored 500 request-not-recoverable");

@@ -99,7 +99,10 @@ pub trait Transactional: KeyStore {
 /// removed it yet), or when it is **in progress**, its **lease has run
 /// out** (its worker died: between the key-first design's two
 /// transactions, or between the phases of a foreign step) and it is **the
-/// same request's** (a different request is a 422, never a takeover).
+/// same request's** (a different request is a 422, never a takeover),
+/// **registered with the same foreign step** (none, or the same service:
+/// a worker without the step, or with another service's, would finish it
+/// without the call the row's first worker may have made).
 ///
 /// Why an SQL predicate and not a check in Rust: the rule must hold at the
 /// instant the row is written, under its lock, so that of several requests

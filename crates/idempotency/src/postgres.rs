@@ -206,7 +206,9 @@ impl KeyStore for PgConnection {
             keys::expires_at.le(now),
             keys::status.eq(IN_PROGRESS),
             keys::locked_until.lt(now),
-            keys::fingerprint.eq(request.fingerprint),
+            keys::fingerprint
+                .eq(request.fingerprint)
+                .and(keys::foreign_step.is_not_distinct_from(row.foreign_step)),
         );
         let taken: Option<Uuid> = Prepared(
             diesel::update(

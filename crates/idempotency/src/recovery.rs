@@ -49,14 +49,17 @@ impl Policy {
 
     /// Gives a stuck key whose request cannot be run again (the caller
     /// cannot rebuild it) a stored terminal answer, `response`, so that it
-    /// stops being found as stuck. `false`: someone else took it first.
+    /// stops being found as stuck. `step`: the foreign step the row names
+    /// (`StuckKey::foreign_step`), as the takeover rule asks. `false`:
+    /// someone else took it first.
     pub fn close_unrecoverable<C: Connections>(
         &self,
         connections: &mut C,
         request: &KeyedRequest<'_>,
+        step: Option<&str>,
         response: &SavedResponse,
     ) -> Result<bool, Error> {
-        let new_key = self.new_key(request, None, NewKeyStatus::Completed(response));
+        let new_key = self.new_key(request, step, NewKeyStatus::Completed(response));
         connections.run(|store| {
             with_transient_retries(|| {
                 store.transaction(|tx| Ok(tx.take_over_key(&new_key)?.is_some()))

@@ -188,7 +188,9 @@ impl KeyStore for SqliteConnection {
             keys::expires_at.le(now.clone()),
             keys::status.eq(IN_PROGRESS),
             keys::locked_until.lt(now),
-            keys::fingerprint.eq(request.fingerprint),
+            keys::fingerprint
+                .eq(request.fingerprint)
+                .and(keys::foreign_step.is(row.foreign_step)),
         );
         let taken = diesel::update(
             keys::table

@@ -807,10 +807,10 @@ fn phases_call_the_foreign_step_once_and_a_retry_replays_without_calling_it<C: T
             assert_eq!(seen.settled, vec![response.clone()], "{mode:?}");
         }
         assert_completed(&db, &key, 201);
-        assert_eq!(
-            db.key_row(ACCOUNT, &key).unwrap().foreign_step.as_deref(),
-            Some(STEP)
-        );
+        // Completed, the row answers from its response: the request and the
+        // step it kept for recovery are gone.
+        let row = db.key_row(ACCOUNT, &key).unwrap();
+        assert_eq!((row.foreign_step, row.request_path), (None, None));
 
         let mut conns = db.connections();
         let step = Network::new(&seen, &conns, &policy);
@@ -1052,7 +1052,7 @@ fn close_unrecoverable_gives_a_stuck_key_a_stored_answer<C: TestConn>(test: &str
     };
     assert!(
         healthy
-            .close_unrecoverable(&mut db.connections(), &req.keyed(), &terminal)
+            .close_unrecoverable(&mut db.connections(), &req.keyed(), None, &terminal)
             .unwrap()
     );
     assert_completed(&db, "order-1", 500);
@@ -1072,7 +1072,7 @@ fn close_unrecoverable_gives_a_stuck_key_a_stored_answer<C: TestConn>(test: &str
     // A second close finds nothing to close.
     assert!(
         !healthy
-            .close_unrecoverable(&mut db.connections(), &req.keyed(), &terminal)
+            .close_unrecoverable(&mut db.connections(), &req.keyed(), None, &terminal)
             .unwrap()
     );
 }
@@ -1246,35 +1246,27 @@ fn the_hint_replays_a_retry_from_a_read_alone_and_never_a_purged_key<C: TestConn
     );
 }
 
-// ------------------------------------------------------------- known bugs
+// ------------------------------------------------------ the foreign step
 
-/// BUG (issue #40, item 5): a key registered for one foreign step is taken
-/// over by a worker without that step, or with another. `NewKey::
-/// foreign_step` says "only a worker that can perform that same step may
-/// finish the row, never one without it nor one at another service", but
-/// the takeover rule (`key_store::takeover`, each store's
-/// `take_over_key`) does not look at `foreign_step`: `Policy::recover` with
-/// an operation without the step runs its writes without the call (the
-/// app's recovery pass checks the step itself before calling `recover`,
-/// from a read without a lock), and a client's retry that reaches an
-/// instance with another service takes the key over and calls that one.
-/// Ignored so that the suite stays green until the takeover holds it; run
-/// with `cargo test -p idempotency -- --ignored`.
-mod known_bugs {
+/// A key registered for one foreign step is finished only through it: not
+/// by a worker without the step (its writes would run without the call),
+/// nor by one at another service, whether by recovery or by the client's
+/// retry. The takeover rule holds it in its `WHERE`, under the row's lock
+/// (it did not before: a worker without the step recovered the key).
+mod foreign_step {
     #[test]
-    #[ignore = "BUG: the takeover ignores the key's foreign step (see the doc above)"]
+    #[cfg_attr(not(postgres_tests), ignore = "TEST_DATABASE_URL is not set: PostgreSQL was not tested")]
     fn on_postgres_a_key_registered_for_a_foreign_step_is_finished_only_through_it() {
         super::a_key_registered_for_a_foreign_step_is_finished_only_through_it::<
             diesel::pg::PgConnection,
-        >("known_bugs::on_postgres");
+        >("foreign_step::on_postgres");
     }
 
     #[test]
-    #[ignore = "BUG: the takeover ignores the key's foreign step (see the doc above)"]
     fn on_sqlite_a_key_registered_for_a_foreign_step_is_finished_only_through_it() {
         super::a_key_registered_for_a_foreign_step_is_finished_only_through_it::<
             diesel::sqlite::SqliteConnection,
-        >("known_bugs::on_sqlite");
+        >("foreign_step::on_sqlite");
     }
 }
 

@@ -1255,7 +1255,10 @@ fn the_hint_replays_a_retry_from_a_read_alone_and_never_a_purged_key<C: TestConn
 /// (it did not before: a worker without the step recovered the key).
 mod foreign_step {
     #[test]
-    #[cfg_attr(not(postgres_tests), ignore = "TEST_DATABASE_URL is not set: PostgreSQL was not tested")]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "TEST_DATABASE_URL is not set: PostgreSQL was not tested"
+    )]
     fn on_postgres_a_key_registered_for_a_foreign_step_is_finished_only_through_it() {
         super::a_key_registered_for_a_foreign_step_is_finished_only_through_it::<
             diesel::pg::PgConnection,

@@ -91,7 +91,10 @@ mod on_postgres {
     );
 
     #[test]
-    #[cfg_attr(not(postgres_tests), ignore = "TEST_DATABASE_URL is not set: PostgreSQL was not tested")]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "TEST_DATABASE_URL is not set: PostgreSQL was not tested"
+    )]
     fn the_sql_file_creates_the_table_the_schema_describes() {
         let Some(db) = TestDb::<PgConnection>::create(
             "on_postgres::the_sql_file_creates_the_table_the_schema_describes",

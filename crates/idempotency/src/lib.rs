@@ -18,8 +18,8 @@
 //! This file is the floor the designs stand on: the [`Policy`] (the
 //! server's choices) and its [`Policy::execute`], the [`Operation`] a caller
 //! runs under a key, the answers ([`Outcome`], [`Error`]), and the steps
-//! every design shares: [`register`], [`store_response`],
-//! [`run_and_store`], the answer after a lost claim, and transient retries.
+//! every design shares: `register`, `store_response`, `run_and_store`,
+//! the answer after a lost claim, and transient retries.
 //!
 //! The key table is a trait ([`KeyStore`], with [`Transactional`]),
 //! implemented here for Diesel's `PgConnection` (feature `postgres`) and
@@ -345,7 +345,7 @@ fn read_completed<C: Connections>(
 }
 
 /// What came of registering a key.
-pub enum Registration {
+pub(crate) enum Registration {
     /// The key row is this request's: run the operation.
     Claimed(Claim),
     /// The key is another request's: this is the answer.
@@ -354,7 +354,7 @@ pub enum Registration {
 
 /// Registers the key: inserts its row, or takes over the row it has if that
 /// may be taken over (expired; stuck in progress under a dead lease).
-pub fn register<S: KeyStore + ?Sized>(
+pub(crate) fn register<S: KeyStore + ?Sized>(
     policy: &Policy,
     tx: &mut S,
     row: &NewKey<'_>,
@@ -385,7 +385,7 @@ pub fn register<S: KeyStore + ?Sized>(
 
 /// The operation's writes and its response stored under `claim`, in one
 /// transaction (key-first's second; a foreign step's phase 3).
-pub fn run_and_store<S: Transactional + ?Sized>(
+pub(crate) fn run_and_store<S: Transactional + ?Sized>(
     policy: &Policy,
     store: &mut S,
     claim: &Claim,
@@ -403,7 +403,7 @@ pub fn run_and_store<S: Transactional + ?Sized>(
 
 /// Stores the response in the claimed row (or, when the row was written
 /// completed with the announced response, checks that this is it).
-pub fn store_response<S: KeyStore + ?Sized>(
+pub(crate) fn store_response<S: KeyStore + ?Sized>(
     tx: &mut S,
     claim: &Claim,
     response: &SavedResponse,

@@ -12,7 +12,7 @@
 //! listens on. `SHOP_TOKENS` maps bearer tokens to account ids (keys are
 //! scoped per account); `GET /orders` lists the caller's orders, newest first.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use actix_web::http::{StatusCode, header};
@@ -20,8 +20,9 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
-use idempotency::{Connections, Fingerprint, IdempotencyKey, KeyError, KeyedRequest, Mode};
-use idempotency::{Operation, Outcome, Policy, SavedResponse};
+use idempotency::actix::problem;
+use idempotency::pool::PoolConnections;
+use idempotency::{Fingerprint, KeyedRequest, Mode, Operation, Policy, SavedResponse};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -70,35 +71,7 @@ impl Operation<PgConnection> for CreateOrder {
             .values(&self.0)
             .execute(tx)?;
         let location = format!("/orders/{}", self.0.id);
-        let headers = [
-            ("content-type", "application/json"),
-            ("location", &location),
-        ];
-        let headers = headers.map(|(name, value)| (name.to_owned(), value.to_owned()));
-        Ok(SavedResponse {
-            status: 201,
-            headers: BTreeMap::from(headers),
-            body: self.0.json(),
-        })
-    }
-}
-
-/// The protocol's connections: one from the pool for each of its transactions.
-struct Checkouts<'a>(&'a PgPool, Instant);
-
-impl Connections for Checkouts<'_> {
-    type Store = PgConnection;
-
-    fn run<T>(
-        &mut self,
-        work: impl FnOnce(&mut PgConnection) -> Result<T, idempotency::Error>,
-    ) -> Result<T, idempotency::Error> {
-        let mut conn = (self.0.get()).map_err(|e| idempotency::Error::Connection(e.into()))?;
-        work(&mut conn)
-    }
-
-    fn until(&self) -> Instant {
-        self.1
+        Ok(SavedResponse::json(201, Some(location), self.0.json()))
     }
 }
 
@@ -112,10 +85,10 @@ async fn create_order(req: HttpRequest, body: web::Bytes, shop: web::Data<Shop>)
     let Some(account_id) = authenticate(&req, &shop) else {
         return problem(StatusCode::UNAUTHORIZED, NO_TOKEN);
     };
-    let key = match idempotency_key(&req) {
+    let key = match idempotency::actix::key(req.headers()) {
         Ok(Some(key)) => key,
         Ok(None) => return problem(StatusCode::BAD_REQUEST, "Send an Idempotency-Key."),
-        Err(e) => return problem(StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => return idempotency::actix::refuse(&e),
     };
     // Refused before the key is registered: the corrected request may reuse it.
     let body: Value = serde_json::from_slice(&body).unwrap_or_default();
@@ -125,34 +98,21 @@ async fn create_order(req: HttpRequest, body: web::Bytes, shop: web::Data<Shop>)
     let fingerprint = Fingerprint::of("POST", req.path(), &body);
     // Diesel blocks: off the async workers.
     let outcome = web::block(move || {
-        let (key, fingerprint) = (key.as_str(), fingerprint.as_str());
         let request = KeyedRequest {
             account_id,
-            key,
-            fingerprint,
+            key: key.as_str(),
+            fingerprint: fingerprint.as_str(),
             path: "/orders",
             body: &body,
         };
-        let mut checkouts = Checkouts(&shop.pool, Instant::now() + Duration::from_secs(30));
+        let until = Instant::now() + Duration::from_secs(30);
+        let mut connections = PoolConnections::new(&shop.pool, until);
         shop.policy
-            .execute(&mut checkouts, &request, &mut CreateOrder(order))
+            .execute(&mut connections, &request, &mut CreateOrder(order))
     })
     .await;
     match outcome {
-        Ok(Ok(Outcome::Executed(saved))) => respond(&saved, false),
-        Ok(Ok(Outcome::Replayed(saved))) => respond(&saved, true),
-        Ok(Ok(Outcome::Mismatch)) => problem(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "This Idempotency-Key was used with another request.",
-        ),
-        Ok(Ok(Outcome::InFlight)) => {
-            let mut conflict = problem(StatusCode::CONFLICT, "The key's request is in flight.");
-            let retry_after = header::HeaderValue::from_static("1");
-            conflict
-                .headers_mut()
-                .insert(header::RETRY_AFTER, retry_after);
-            conflict
-        }
+        Ok(Ok(outcome)) => idempotency::actix::respond(&outcome),
         failed => {
             eprintln!("POST /orders: {failed:?}");
             problem(
@@ -196,16 +156,6 @@ fn authenticate(req: &HttpRequest, shop: &Shop) -> Option<i64> {
     shop.tokens.get(value.strip_prefix("Bearer ")?).copied()
 }
 
-/// The header once, parsed as the draft says (two of them are refused).
-fn idempotency_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, KeyError> {
-    let mut values = req.headers().get_all("idempotency-key");
-    match (values.next(), values.next()) {
-        (None, _) => Ok(None),
-        (Some(value), None) => IdempotencyKey::parse(value.as_bytes()).map(Some),
-        (Some(_), Some(_)) => Err(KeyError::Repeated),
-    }
-}
-
 fn parse_order(body: &Value, account_id: i64) -> Option<Order> {
     let text = |name: &str| Some(body.get(name)?.as_str()?.to_owned());
     Some(Order {
@@ -215,28 +165,6 @@ fn parse_order(body: &Value, account_id: i64) -> Option<Order> {
         amount: body.get("amount")?.as_i64().filter(|amount| *amount > 0)?,
         note: text("note")?,
     })
-}
-
-/// A stored response as HTTP: the same bytes on every replay, marked as one.
-fn respond(saved: &SavedResponse, replayed: bool) -> HttpResponse {
-    let mut response = HttpResponse::build(StatusCode::from_u16(saved.status).unwrap());
-    for (name, value) in &saved.headers {
-        response.insert_header((name.as_str(), value.as_str()));
-    }
-    if replayed {
-        response.insert_header(("idempotent-replayed", "true"));
-    }
-    response.body(saved.body_bytes())
-}
-
-/// RFC 9457 problem details, as the draft's own examples answer.
-fn problem(status: StatusCode, detail: &str) -> HttpResponse {
-    let body =
-        json!({"title": status.canonical_reason(), "status": status.as_u16(), "detail": detail});
-    let content_type = (header::CONTENT_TYPE, "application/problem+json");
-    HttpResponse::build(status)
-        .insert_header(content_type)
-        .body(body.to_string())
 }
 
 #[actix_web::main]

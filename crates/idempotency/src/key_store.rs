@@ -216,6 +216,21 @@ pub struct SavedResponse {
 }
 
 impl SavedResponse {
+    /// A JSON answer: `status`, `content-type: application/json`, and
+    /// `location` if the operation created something there.
+    pub fn json(status: u16, location: Option<String>, body: Value) -> SavedResponse {
+        let mut headers =
+            BTreeMap::from([("content-type".to_owned(), "application/json".to_owned())]);
+        if let Some(location) = location {
+            headers.insert("location".to_owned(), location);
+        }
+        SavedResponse {
+            status,
+            headers,
+            body,
+        }
+    }
+
     /// The headers as the row's JSON column keeps them.
     pub fn headers_json(&self) -> Value {
         serde_json::to_value(&self.headers).expect("a string map serializes")

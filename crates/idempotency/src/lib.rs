@@ -23,11 +23,14 @@
 //!
 //! The key table is a trait ([`KeyStore`], with [`Transactional`]),
 //! implemented here for Diesel's `PgConnection` (feature `postgres`) and
-//! `SqliteConnection` (feature `sqlite`) over the table in `sql/`. The HTTP
-//! header's parser works on a `&str` ([`IdempotencyKey::from_value`]); an
-//! actix-web adapter is behind the feature `actix`. Metrics reach the
+//! `SqliteConnection` (feature `sqlite`) over the table in `sql/`, and
+//! `Connections` over an r2d2 pool (feature `r2d2`). The HTTP header's
+//! parser works on bytes ([`IdempotencyKey::parse`]); actix-web's headers
+//! and responses are behind the feature `actix`. Metrics reach the
 //! application through [`Metrics`], a trait it implements if it wants them.
 
+#[cfg(feature = "actix")]
+pub mod actix;
 mod atomic;
 pub mod decide;
 pub mod failure;
@@ -38,6 +41,8 @@ mod key_first;
 pub mod key_store;
 pub mod metrics;
 mod phases;
+#[cfg(feature = "r2d2")]
+pub mod pool;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod recent;

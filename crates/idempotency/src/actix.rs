@@ -1,6 +1,6 @@
 //! The protocol's answers as actix-web responses (feature `actix`): what
-//! every service would otherwise write around [`Policy::execute`]
-//! (crate::Policy::execute) the same way.
+//! every service would otherwise write the same way around
+//! [`Policy::execute`](crate::Policy::execute).
 //!
 //! - [`key`]: the `Idempotency-Key` header, once, parsed as the draft says;
 //! - [`respond`]: an [`Outcome`] as HTTP: the response executed now, or the

@@ -2,12 +2,11 @@
 //! can be injected: before COMMIT, after a key-first key's commit, around
 //! a call to another service.
 //!
-//! Production passes [`NoHooks`], whose every hook does nothing; the demo's
-//! state carries hooks of its own (from `Demo-Fault`), and tests may pass
-//! theirs. A hook fails in the terms below, which are the protocol's own;
-//! what the demo makes of them (an answer thrown away, a worker that stops
-//! as a dead process would) is done in `demo/`, around the handler or
-//! inside its hooks, and the protocol names none of it.
+//! Production passes [`NoHooks`], whose every hook does nothing; a test or
+//! a teaching demo installs its own. A hook fails in the terms below, which
+//! are the protocol's own; what a demo makes of them (an answer thrown away,
+//! a worker that stops as a dead process would) is its own, around the
+//! handler or inside its hooks, and the protocol names none of it.
 
 use std::sync::Arc;
 
@@ -64,7 +63,7 @@ pub struct NoHooks;
 impl TxHooks for NoHooks {}
 
 /// The hooks a state's requests run with: none by default (production),
-/// or hooks installed by a test or the demo.
+/// or hooks installed by a test or a demo.
 #[derive(Clone, Default)]
 pub struct RequestHooks(Option<Arc<dyn TxHooks>>);
 

@@ -25,7 +25,7 @@ pub const HEADER_PATTERN: &str =
     r#"^(?:"(?:[ !#-\[\]-~]|\\["\\]){1,255}"|[!#-~](?:[ -~]{0,253}[!-~])?)$"#;
 
 /// A key's value itself ([`IdempotencyKey::from_value`]), as where a key
-/// appears outside the header (the demo's `/demo/keys/{key}` path).
+/// appears outside the header (e.g. in a URL path).
 pub const VALUE_PATTERN: &str = r"^[ -~]{1,255}$";
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

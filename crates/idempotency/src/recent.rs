@@ -5,7 +5,7 @@
 //! statement and no transaction, and is replayed if the row says so (see
 //! `execute`; atomic mode without a foreign step, the one shape that reads
 //! nothing before its transaction). The database stays the authority: a key that expired, was
-//! purged or was expired by the demo since is not replayed from here, and
+//! purged or was expired (by a demo, say) since is not replayed from here, and
 //! a miss falls through to the protocol's transaction. A first request pays
 //! one hash look-up.
 //!

@@ -12,7 +12,6 @@ mod demo_network;
 mod deploy;
 mod early_close;
 mod ecosystem;
-mod exact;
 mod exposure;
 mod fuzz;
 mod hardening;

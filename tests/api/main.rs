@@ -23,6 +23,7 @@ mod keyless;
 mod logs;
 mod network;
 mod network_answers;
+mod network_keys;
 mod phases;
 mod recovery;
 mod refunds;

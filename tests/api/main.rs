@@ -9,6 +9,7 @@ mod conformance;
 mod contract;
 mod demo;
 mod demo_network;
+mod demo_walls;
 mod deploy;
 mod early_close;
 mod ecosystem;

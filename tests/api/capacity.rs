@@ -99,26 +99,6 @@ crate::on_both_backends! {
         app.get_as(&looked_up, "/charges").await.assert_problem(401, "unauthorized");
     }
 
-    async fn an_unknown_key_is_refused_without_a_look_up_for_a_few_seconds() {
-        let app = spawn_app().await;
-        let key = "sk_live_not_yet_made";
-        app.get_as(key, "/charges").await.assert_problem(401, "unauthorized");
-        // Made a moment after it was tried: refused from the cache ...
-        app.create_account("Late", key);
-        app.get_as(key, "/charges").await.assert_problem(401, "unauthorized");
-        // ... for at most 5 s.
-        tokio::time::sleep(Duration::from_millis(5200)).await;
-        assert_eq!(app.get_as(key, "/charges").await.status, 200);
-    }
-
-    async fn with_account_cache_ttl_0_a_revoked_key_stops_working_at_once() {
-        let app = spawn_app_with(|s| s.account_cache_ttl = Duration::ZERO).await;
-        app.create_account("Shop", SHOP_KEY);
-        assert_eq!(app.get_as(SHOP_KEY, "/charges").await.status, 200);
-        app.execute(&format!("UPDATE accounts SET revoked_at = {} WHERE name = 'Shop'", app.at(0)));
-        app.get_as(SHOP_KEY, "/charges").await.assert_problem(401, "unauthorized");
-    }
-
     async fn metrics_are_served_on_their_own_listener_and_never_on_the_api_s() {
         let app = spawn_app().await;
         for headers in [&[][..], &[("x-forwarded-for", "203.0.113.7")][..]] {

@@ -2,6 +2,7 @@
 //! a fresh database per test (dropped afterwards): an SQLite file always, and
 //! a PostgreSQL database too when `TEST_DATABASE_URL` is set.
 
+mod accounts;
 mod article;
 mod capacity;
 mod charges;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{AppClient, TEST_KEY, charge_body, spawn_app, spawn_app_with};
+use crate::support::{AppClient, TEST_KEY, charge_body, spawn_app_with};
 
 const SHOP_KEY: &str = "sk_live_shop_for_capacity_tests";
 
@@ -97,24 +97,6 @@ crate::on_both_backends! {
         app.create_account("Made after its 401", &looked_up);
         assert_eq!(app.get_as(&limited, "/charges").await.status, 200, "the 429 looked its key up");
         app.get_as(&looked_up, "/charges").await.assert_problem(401, "unauthorized");
-    }
-
-    async fn metrics_are_served_on_their_own_listener_and_never_on_the_api_s() {
-        let app = spawn_app().await;
-        for headers in [&[][..], &[("x-forwarded-for", "203.0.113.7")][..]] {
-            let mut r = app.request(Method::GET, "/metrics");
-            for (name, value) in headers {
-                r = r.header(*name, *value);
-            }
-            app.send(r).await.assert_problem(404, "not-found");
-        }
-        assert!(app.metrics().await.contains("http_requests_total"));
-        // Only /metrics there.
-        let metrics = AppClient::new(app.metrics_url.as_deref().unwrap());
-        assert_eq!(metrics.get("/charges").await.status, 404);
-        let none = spawn_app_with(|s| s.metrics_bind = "off".into()).await;
-        assert_eq!(none.metrics_url, None);
-        none.get("/metrics").await.assert_problem(404, "not-found");
     }
 }
 

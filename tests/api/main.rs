@@ -8,6 +8,7 @@ mod capacity;
 mod charges;
 mod conformance;
 mod contract;
+mod database;
 mod demo;
 mod demo_network;
 mod demo_walls;

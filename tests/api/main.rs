@@ -4,7 +4,6 @@
 
 mod accounts;
 mod article;
-mod capacity;
 mod charges;
 mod conformance;
 mod contract;
@@ -15,14 +14,13 @@ mod demo_walls;
 mod deploy;
 mod early_close;
 mod ecosystem;
-mod exposure;
 mod fuzz;
-mod hardening;
 mod hosts;
 mod idempotency;
 mod key_first;
 mod key_table;
 mod keyless;
+mod limits;
 mod logs;
 mod network;
 mod network_answers;

@@ -1,4 +1,6 @@
-//! The Idempotency-Key protocol over HTTP.
+//! The Idempotency-Key protocol over HTTP, the header's own grammar
+//! included: a bare key and its quoted form carry the same characters, and a
+//! quoted key with a parameter is told so.
 
 use std::time::{Duration, Instant};
 
@@ -6,6 +8,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::support::{TEST_KEY, charge_body, spawn_app};
+use crate::validation::raw_charge;
 
 crate::on_both_backends! {
     async fn the_first_request_with_a_key_creates_the_charge_and_stores_its_201() {
@@ -226,6 +229,34 @@ crate::on_both_backends! {
             "it executed rather than replayed"
         );
         assert_eq!((app.charges(), app.keys()), (1, 1));
+    }
+
+    async fn bare_and_quoted_keys_carry_the_same_characters() {
+        let app = spawn_app().await;
+        let send = |value: &'static str| {
+            app.send(
+                raw_charge(&app, "application/json", &charge_body().to_string())
+                    .header("idempotency-key", value),
+            )
+        };
+        let bare = send("two words").await;
+        assert_eq!(bare.status, 201, "{}", bare.body);
+        let quoted = send("\"two words\"").await;
+        assert!(quoted.replayed(), "the same key: {}", quoted.body);
+        let escaped = send(r#""a \"b\" \\c""#).await;
+        assert_eq!(escaped.status, 201);
+        assert!(send(r#"a "b" \c"#).await.replayed(), "the bare form of the same key");
+        assert_eq!(app.charges(), 2);
+    }
+
+    async fn a_quoted_key_with_a_parameter_is_told_so() {
+        let app = spawn_app().await;
+        let r = app
+            .send(raw_charge(&app, "application/json", &charge_body().to_string()).header("idempotency-key", "\"k\";x=1"))
+            .await;
+        r.assert_problem(400, "invalid-idempotency-key");
+        assert!(r.json()["detail"].as_str().unwrap().contains("without parameters"), "{}", r.body);
+        assert_eq!(app.charges(), 0);
     }
 }
 

@@ -2,28 +2,29 @@
 //! a fresh database per test (dropped afterwards): an SQLite file always, and
 //! a PostgreSQL database too when `TEST_DATABASE_URL` is set.
 
+mod accounts;
 mod article;
-mod capacity;
 mod charges;
 mod conformance;
 mod contract;
+mod database;
 mod demo;
 mod demo_network;
+mod demo_walls;
 mod deploy;
 mod early_close;
 mod ecosystem;
-mod exact;
-mod exposure;
 mod fuzz;
-mod hardening;
 mod hosts;
 mod idempotency;
 mod key_first;
 mod key_table;
 mod keyless;
+mod limits;
 mod logs;
 mod network;
 mod network_answers;
+mod network_keys;
 mod phases;
 mod recovery;
 mod refunds;

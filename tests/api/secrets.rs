@@ -1,10 +1,18 @@
-//! Secrets the binary is given stay out of what it prints: the help (clap
-//! would show each environment variable's value), and the errors about a
-//! database URL in every form libpq reads, including libpq's own message
-//! when it cannot read the URL (the unit tests of `store::redact` cover every
-//! form; these run the real binary).
+//! Secrets the binary is given stay out of what it prints and what it
+//! answers: the help (clap would show each environment variable's value); a
+//! database URL's password in every form libpq reads, including libpq's own
+//! message when it cannot read the URL and a password holding an `@` and a
+//! `/`, refused as malformed (the unit tests of `store::redact` cover every
+//! form; these run the real binary); and the card network's credentials and
+//! bodies, which reach no output and no client.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::network_keys::{Killed, run};
+use crate::support::{ServerProcess, TestDatabase, free_port};
 
 /// `charges <args>` with `DATABASE_URL` set to `url`: its exit success and
 /// everything it printed.
@@ -92,5 +100,121 @@ fn a_password_with_a_question_mark_or_hash_connects_and_is_never_printed() {
         assert!(ok, "{printed}");
         assert!(printed.contains("postgres:***@"), "{printed}");
         assert!(!printed.contains(password), "{printed}");
+    }
+}
+
+/// PostgreSQL only: an SQLite URL has no password to hide (the unit tests of
+/// `db::redact` cover every form).
+#[cfg(postgres_tests)]
+#[test]
+fn a_password_in_the_database_url_is_never_printed() {
+    let db = TestDatabase::create_for(crate::support::TestBackend::Postgres);
+    // Trust authentication ignores the password, so these URLs connect.
+    let with_query = format!("{}?password=hunter2-query", db.url);
+    let mut userinfo = url::Url::parse(&db.url).unwrap();
+    userinfo.set_password(Some("hunter2-userinfo")).unwrap();
+    for url in [with_query.as_str(), userinfo.as_str()] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_charges"))
+            .arg("migrate")
+            .env("DATABASE_URL", url)
+            .output()
+            .unwrap();
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{printed}");
+        assert!(!printed.contains("hunter2"), "{printed}");
+        assert!(printed.contains("***"), "{printed}");
+    }
+}
+
+#[test]
+fn a_password_holding_an_at_and_a_slash_is_refused_as_malformed_and_never_printed() {
+    let url = "postgres://app:p@ss/word@127.0.0.1:1/charges";
+    for args in [
+        &["serve"][..],
+        &["migrate"],
+        &["demo"],
+        &["account", "list"],
+    ] {
+        let (ok, printed) = run(args, &[("DATABASE_URL", url)]);
+        assert!(!ok, "{args:?}: {printed}");
+        assert!(printed.contains("malformed"), "{args:?}: {printed}");
+        for piece in ["ss/word", "p@ss", "word@"] {
+            assert!(
+                !printed.contains(piece),
+                "{args:?} shows {piece:?}: {printed}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_network_s_credentials_and_its_bodies_reach_no_output_and_no_client() {
+    let (db, network_db) = (TestDatabase::create(), TestDatabase::create());
+    // A real network, with a key the API does not hold.
+    let port = free_port();
+    let network = Command::new(env!("CARGO_BIN_EXE_charges"))
+        .arg("network")
+        .env("NETWORK_BIND", format!("127.0.0.1:{port}"))
+        .env("NETWORK_DATABASE_URL", &network_db.url)
+        .env("NETWORK_API_KEY", "sk_network_the_right_one")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _network = Killed(network);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "charges network did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let url = format!("http://netuser:NetPass123@127.0.0.1:{port}");
+    let server = ServerProcess::start(
+        &db.url,
+        &[
+            ("NETWORK_URL", url.as_str()),
+            ("NETWORK_API_KEY", "sk_network_a_wrong_one"),
+        ],
+    );
+    db.create_test_account();
+    let app = server.client();
+    let refused = app
+        .charge("k-wrong-key", &json!({"amount": 5, "currency": "jpy"}))
+        .await;
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert!(
+        refused.body.contains("HTTP 401"),
+        "the network's status at most: {}",
+        refused.body
+    );
+    assert!(
+        !refused.body.contains("/problems/unauthorized"),
+        "{}",
+        refused.body
+    );
+    assert!(!refused.body.contains("Bearer"), "{}", refused.body);
+    let config = app.get("/demo/config").await.body;
+    assert!(
+        server.network_url().contains("netuser:***@127.0.0.1"),
+        "{}",
+        server.stdout()
+    );
+    assert!(
+        !config.contains("127.0.0.1"),
+        "its address is not published: {config}"
+    );
+    let shown = [
+        config,
+        app.get("/demo/state").await.body,
+        server.stdout(),
+        server.logs(),
+    ];
+    for text in shown {
+        assert!(!text.contains("NetPass123"), "{text}");
+        assert!(!text.contains("sk_network_"), "{text}");
     }
 }

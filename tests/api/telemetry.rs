@@ -1,12 +1,17 @@
-//! What the server tells, and whom it counts (issue #38, finding 8): no
-//! transport error in a problem's detail; the API's metrics count the API's
-//! traffic only, not the in-process network's; a refusal behind a trusted
-//! proxy is logged under the client's address; a database outage is
-//! logged once when it starts and once when it ends.
+//! What the server tells, and whom it counts: metrics on a listener of
+//! their own, never the API's, with series bounded whatever methods and paths
+//! a client makes up; no transport error in a problem's detail; the API's
+//! metrics count the API's traffic only, not the in-process network's; a
+//! refusal behind a trusted proxy is logged under the client's address; a
+//! database outage is logged once when it starts and once when it ends.
 
 use std::time::Duration;
 
-use crate::support::{AppClient, ServerProcess, TestDatabase, charge_body, spawn_app_with};
+use reqwest::Method;
+
+use crate::support::{
+    AppClient, ServerProcess, TestDatabase, charge_body, spawn_app, spawn_app_with,
+};
 
 /// On d1dbd42 the detail ended "…: the card network did not answer: io:
 /// Connection refused".
@@ -217,4 +222,39 @@ async fn the_in_process_networks_refused_connections_are_not_the_apis() {
         text.lines().any(|l| l == "connections_refused_total 0"),
         "{text}"
     );
+}
+
+crate::on_both_backends! {
+    async fn made_up_methods_and_paths_do_not_make_up_metric_series() {
+        let app = spawn_app().await;
+        let series = |text: &str| text.lines().filter(|l| l.starts_with("http_requests_total{")).count();
+        let before = series(&app.metrics().await);
+        for i in 0..1000u32 {
+            let method = reqwest::Method::from_bytes(format!("M{i:x}X").as_bytes()).unwrap();
+            let _ = app.send(app.request(method, &format!("/random/{i}"))).await;
+        }
+        let text = app.metrics().await;
+        let after = series(&text);
+        assert!(after <= before + 4, "series grew from {before} to {after}");
+        assert!(text.contains("method=\"OTHER\""), "made-up methods are OTHER");
+        assert!(!text.contains("/random/"), "unmatched paths are not labels");
+    }
+
+    async fn metrics_are_served_on_their_own_listener_and_never_on_the_api_s() {
+        let app = spawn_app().await;
+        for headers in [&[][..], &[("x-forwarded-for", "203.0.113.7")][..]] {
+            let mut r = app.request(Method::GET, "/metrics");
+            for (name, value) in headers {
+                r = r.header(*name, *value);
+            }
+            app.send(r).await.assert_problem(404, "not-found");
+        }
+        assert!(app.metrics().await.contains("http_requests_total"));
+        // Only /metrics there.
+        let metrics = AppClient::new(app.metrics_url.as_deref().unwrap());
+        assert_eq!(metrics.get("/charges").await.status, 404);
+        let none = spawn_app_with(|s| s.metrics_bind = "off".into()).await;
+        assert_eq!(none.metrics_url, None);
+        none.get("/metrics").await.assert_problem(404, "not-found");
+    }
 }

@@ -1,5 +1,12 @@
-//! Bad input: a clear problem, and the database unchanged.
+//! Bad input: a clear problem, and the database unchanged. What the server
+//! reads as JSON (a whole number in any spelling, each member named once,
+//! only `application/json` in UTF-8, no content coding) and what each
+//! refusal says (an amount told its range, a repeated singleton header, the
+//! framework's own rejections, a body cut off).
 
+use std::time::Duration;
+
+use reqwest::Method;
 use serde_json::json;
 
 use crate::support::{
@@ -52,6 +59,18 @@ fn body(case: Bad, body: serde_json::Value) -> Bad {
     }
 }
 
+/// `POST /charges` as the demo account with a raw body and content type.
+pub(crate) fn raw_charge(
+    app: &crate::support::TestApp,
+    content_type: &str,
+    body: &str,
+) -> reqwest::RequestBuilder {
+    app.request(Method::POST, "/charges")
+        .bearer_auth(TEST_KEY)
+        .header("content-type", content_type)
+        .body(body.to_owned())
+}
+
 crate::on_both_backends! {
     async fn every_rejected_request_is_a_problem_and_changes_nothing() {
         let app = spawn_app().await;
@@ -77,7 +96,7 @@ crate::on_both_backends! {
                 ..bad("unterminated quoted key", 400, "invalid-idempotency-key")
             },
             // (A bare key with a space inside is a key like its quoted form:
-            // tests/api/exact.rs.)
+            // tests/api/idempotency.rs.)
             Bad {
                 keys: vec!["\"k\";x=1".into()],
                 ..bad("quoted key with a parameter", 400, "invalid-idempotency-key")
@@ -290,5 +309,142 @@ crate::on_both_backends! {
         );
         assert_eq!(app.charges(), 0);
         assert_eq!(app.charge("k-req", &charge_body()).await.status, 201);
+    }
+
+    async fn a_whole_number_is_an_integer_whatever_its_spelling_and_the_same_request() {
+        let app = spawn_app().await;
+        let spelled = |amount: &str| {
+            raw_charge(&app, "application/json", &format!(r#"{{"amount": {amount}, "currency": "jpy"}}"#))
+                .header("idempotency-key", "\"k-whole\"")
+        };
+        let first = app.send(spelled("612908.0")).await;
+        assert_eq!(first.status, 201, "{}", first.body);
+        assert_eq!(first.json()["amount"], 612908);
+        let again = app.send(spelled("612908")).await;
+        assert_eq!(again.status, 201);
+        assert!(again.replayed(), "612908 and 612908.0 are one request for the key");
+        let fraction = app.send(raw_charge(&app, "application/json", r#"{"amount": 612908.5, "currency": "jpy"}"#)).await;
+        fraction.assert_problem(400, "invalid-request");
+        assert_eq!(app.charges(), 1);
+    }
+
+    async fn an_out_of_range_amount_is_told_its_range_not_its_spelling() {
+        let app = spawn_app().await;
+        for amount in ["9223372036854775808", "-0", "1e20", "0"] {
+            let r = app
+                .send(raw_charge(&app, "application/json", &format!(r#"{{"amount": {amount}, "currency": "jpy"}}"#)))
+                .await;
+            r.assert_problem(400, "invalid-request");
+            let detail = r.json()["errors"][0]["detail"].as_str().unwrap().to_owned();
+            assert!(detail.starts_with("must be between 1 and 99999999"), "{amount}: {detail}");
+        }
+        assert_eq!(app.charges(), 0);
+    }
+
+    async fn a_member_name_given_twice_is_refused_and_named() {
+        let app = spawn_app().await;
+        let r = app
+            .send(raw_charge(&app, "application/json", r#"{"amount":5,"currency":"xxx","currency":"usd"}"#))
+            .await;
+        r.assert_problem(400, "invalid-request");
+        assert!(r.json()["detail"].as_str().unwrap().contains("\"currency\" appears twice"), "{}", r.body);
+        let nested = app
+            .send(raw_charge(&app, "application/json", r#"{"amount":5,"currency":"usd","description":null,"amount":6}"#))
+            .await;
+        nested.assert_problem(400, "invalid-request");
+        assert_eq!(app.charges(), 0);
+    }
+
+    async fn a_compressed_body_is_a_415_that_names_the_accepted_coding() {
+        let app = spawn_app().await;
+        for coding in ["foo", "gzip", "identity, gzip"] {
+            let r = app
+                .send(raw_charge(&app, "application/json", &charge_body().to_string()).header("content-encoding", coding))
+                .await;
+            r.assert_problem(415, "unsupported-content-encoding");
+            assert_eq!(r.header("accept-encoding"), Some("identity"), "{coding}");
+        }
+        let identity = app
+            .send(raw_charge(&app, "application/json", &charge_body().to_string()).header("content-encoding", "identity"))
+            .await;
+        assert_eq!(identity.status, 201);
+        assert_eq!(app.charges(), 1);
+    }
+
+    async fn only_application_json_in_utf8_is_json() {
+        let app = spawn_app().await;
+        let body = charge_body().to_string();
+        for refused in [
+            "application/merge-patch+json",
+            "application/json-patch+json",
+            "image/svg+json",
+            "application/json; charset=latin1",
+            "text/json",
+        ] {
+            let r = app.send(raw_charge(&app, refused, &body)).await;
+            r.assert_problem(415, "unsupported-media-type");
+        }
+        for accepted in ["application/json", "Application/JSON; charset=UTF-8", "application/json;charset=utf-8"] {
+            let r = app.send(raw_charge(&app, accepted, &body)).await;
+            assert_eq!(r.status, 201, "{accepted}: {}", r.body);
+        }
+        assert_eq!(app.charges(), 3);
+    }
+
+    async fn a_repeated_singleton_header_is_a_400() {
+        let app = spawn_app().await;
+        let body = charge_body().to_string();
+        let two_types = app
+            .send(raw_charge(&app, "application/json", &body).header("content-type", "application/json"))
+            .await;
+        two_types.assert_problem(400, "invalid-request");
+        assert!(two_types.json()["detail"].as_str().unwrap().contains("Content-Type"));
+        let two_keys = app
+            .send(raw_charge(&app, "application/json", &body).header("idempotency-key", "a").header("idempotency-key", "a"))
+            .await;
+        two_keys.assert_problem(400, "invalid-idempotency-key");
+        let two_callers = app
+            .send(raw_charge(&app, "application/json", &body).header("authorization", "Bearer sk_live_test_account"))
+            .await;
+        two_callers.assert_problem(400, "invalid-request");
+        assert_eq!(app.charges(), 0);
+    }
+
+    async fn the_frameworks_own_rejections_are_problems_too() {
+        let app = spawn_app().await;
+        for path in ["/charges?limit=abc", "/charges?_=1", "/charges?limit=1&limit=2"] {
+            let r = app.get_as(TEST_KEY, path).await;
+            r.assert_problem(400, "invalid-request");
+        }
+        app.get_as(TEST_KEY, "/charges/not-a-uuid").await.assert_problem(404, "not-found");
+        // Authentication comes first: an unknown caller hears 401, not about the query.
+        app.get("/charges?limit=abc").await.assert_problem(401, "unauthorized");
+        app.get_as(TEST_KEY, "/nothing/here").await.assert_problem(404, "not-found");
+    }
+
+    async fn a_body_cut_off_says_what_broke() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let app = spawn_app().await;
+        let address = app.url("").trim_start_matches("http://").to_owned();
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream
+            .write_all(
+                b"POST /charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk_live_test_account\r\n\
+                  Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"amo\r\n",
+            )
+            .await
+            .unwrap();
+        // The client goes away in the middle of its chunked body.
+        stream.shutdown().await.unwrap();
+        let mut raw = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
+            .await
+            .expect("an answer before the body deadline")
+            .unwrap();
+        let raw = String::from_utf8_lossy(&raw);
+        let r = crate::support::Captured::parse(&raw);
+        r.assert_problem(400, "invalid-request");
+        assert!(r.json()["detail"].as_str().unwrap().contains("ended before it was complete"), "{raw}");
+        assert_eq!(app.charges(), 0);
     }
 }

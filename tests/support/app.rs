@@ -57,7 +57,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     settings.workers = Some(2);
     settings.pool_size = 20;
     // Tests send storms from one account and one address: the rate limits
-    // are the subject of their own tests (hardening.rs), which set them.
+    // are the subject of their own tests (limits.rs), which set them.
     settings.rate_limit_per_account = 0;
     settings.rate_limit_per_client = 0;
     // Storms open hundreds of connections from one address too.

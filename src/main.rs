@@ -147,6 +147,11 @@ fn main() -> ExitCode {
 /// refused on an address other machines reach (DEMO=true is the operator's
 /// say-so for that, with `serve`).
 fn demo(mut settings: Settings) -> Result<(), String> {
+    // Hosted for others on purpose (sandboxes only, PostgreSQL, no crash
+    // faults: checked when the demo opens): any address will do.
+    if settings.demo_public && !settings.no_demo {
+        settings.demo = Some(true);
+    }
     if settings.demo.is_none() && !settings.no_demo {
         use std::net::ToSocketAddrs;
         let loopback = settings
@@ -156,7 +161,7 @@ fn demo(mut settings: Settings) -> Result<(), String> {
             .all(|a| a.ip().is_loopback());
         if !loopback {
             return Err(format!(
-                "`charges demo` (the default command) serves the teaching page on loopback only, and BIND {} is reachable from other machines. Run `charges serve` to serve the API there (demo mode off), or `charges serve --demo` to expose the demo on purpose.",
+                "`charges demo` (the default command) serves the teaching page on loopback only, and BIND {} is reachable from other machines. Run `charges serve` to serve the API there (demo mode off), or `charges demo --public` to host the teaching page for others (a sandbox per visitor, PostgreSQL).",
                 settings.bind
             ));
         }
@@ -170,7 +175,7 @@ fn serve(settings: Settings) -> Result<(), String> {
         let database = redact(&settings.database_url);
         let app = Application::build(settings).map_err(|e| e.to_string())?;
         let demo = if app.demo() {
-            "on: the teaching page, /demo/* and the Demo-* headers, for the demo account only"
+            "on: the teaching page, /demo/* and the Demo-* headers, each visitor in a sandbox of their own"
         } else {
             "off (`charges demo` serves the teaching page)"
         };

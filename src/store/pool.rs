@@ -266,7 +266,22 @@ impl DbPool {
         T: Send + 'static,
         E: From<RunError> + Send + 'static,
     {
-        self.run_checkouts(deadline, move |checkouts| {
+        self.run_as(None, deadline, work).await
+    }
+
+    /// As [`run`](Self::run), on a session named `label` (PostgreSQL's
+    /// `application_name`, see [`Checkouts::with`]), if any.
+    pub async fn run_as<T, E>(
+        &self,
+        label: Option<Arc<str>>,
+        deadline: Duration,
+        work: impl FnOnce(&mut dyn Store) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<RunError> + Send + 'static,
+    {
+        self.run_checkouts_as(label, deadline, move |checkouts| {
             checkouts.with(|store| work(store))
         })
         .await
@@ -286,8 +301,23 @@ impl DbPool {
         T: Send + 'static,
         E: From<RunError> + Send + 'static,
     {
+        self.run_checkouts_as(None, deadline, work).await
+    }
+
+    /// As [`run_checkouts`](Self::run_checkouts), each session named `label`.
+    pub async fn run_checkouts_as<T, E>(
+        &self,
+        label: Option<Arc<str>>,
+        deadline: Duration,
+        work: impl FnOnce(&mut Checkouts) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<RunError> + Send + 'static,
+    {
         let abandoned = Arc::new(AtomicBool::new(false));
         let mut checkouts = Checkouts {
+            label,
             pool: self.clone(),
             late: abandoned.clone(),
             until: Instant::now() + deadline,
@@ -321,6 +351,9 @@ impl DbPool {
 /// connection at a time, each given back when its step returns.
 pub struct Checkouts {
     pool: DbPool,
+    /// What each session is named while this task holds it (PostgreSQL's
+    /// `application_name`): who a lock wait in `pg_stat_activity` is.
+    label: Option<Arc<str>>,
     /// Set when the task's caller stopped waiting for it: a connection it
     /// still uses then is dropped, not reused (its state is unknown).
     late: Arc<AtomicBool>,
@@ -335,6 +368,13 @@ impl Checkouts {
         work: impl FnOnce(&mut (dyn Store + 'static)) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut conn = self.pool.checkout().map_err(RunError::from)?;
+        if let (Some(label), PooledStore::Pg(pooled)) = (&self.label, &mut conn) {
+            // A session that cannot be named is lost: the work finds out
+            // and says so as for any lost connection.
+            if pooled.name(label).is_err() {
+                discard_connection();
+            }
+        }
         let done = work(conn.store());
         if self.late.load(Ordering::SeqCst) {
             discard_connection();
@@ -440,6 +480,27 @@ pub struct PgManager {
 pub struct PgPooled {
     conn: PgConnection,
     returned: std::time::Instant,
+    /// The `application_name` a labelled checkout gave the session last.
+    label: Option<Arc<str>>,
+}
+
+impl PgPooled {
+    /// Names the session `label` (a round trip only when it changes).
+    /// Labels are the application's own text, never a client's.
+    fn name(&mut self, label: &Arc<str>) -> diesel::QueryResult<()> {
+        use diesel::connection::SimpleConnection;
+        if self.label.as_deref() != Some(&**label) {
+            debug_assert!(
+                label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            );
+            self.conn
+                .batch_execute(&format!("SET application_name = '{label}'"))?;
+            self.label = Some(label.clone());
+        }
+        Ok(())
+    }
 }
 
 impl r2d2::ManageConnection for PgManager {
@@ -454,6 +515,7 @@ impl r2d2::ManageConnection for PgManager {
         Ok(PgPooled {
             conn,
             returned: std::time::Instant::now(),
+            label: None,
         })
     }
 

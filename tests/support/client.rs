@@ -110,6 +110,11 @@ impl AppClient {
             .await
     }
 
+    /// The key this client's requests are made with.
+    pub fn api_key(&self) -> &str {
+        &self.api_key
+    }
+
     /// This client as the account whose key is `api_key`.
     pub fn as_account(&self, api_key: &str) -> AppClient {
         AppClient {

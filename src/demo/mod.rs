@@ -1,8 +1,10 @@
 //! Demo mode: the fault injection and the database views that the teaching
-//! page uses, all of it confined to the demo account (a sandbox with a public
-//! key, `sk_test_demo`). Mounted only when demo mode is on; with it off none
-//! of it is routed, the demo account does not authenticate, and the `Demo-*`
-//! headers mean nothing.
+//! page uses, each confined to the caller's own sandbox: an account flagged
+//! `demo` that a visitor's tab makes with `POST /demo/sandboxes` (a key of
+//! its own, deleted with its rows once idle: [`sandboxes`]), or, on the
+//! loopback demo, the shared one with a public key, `sk_test_demo`. Mounted
+//! only when demo mode is on; with it off none of it is routed, no demo
+//! account authenticates, and the `Demo-*` headers mean nothing.
 //!
 //! - `Demo-Fault` (on the charge routes, comma-separated; all 12 values):
 //!   - `lose-response`: commit, then answer 504 as a timed-out gateway
@@ -39,26 +41,28 @@
 //!   then insert it) against a table without a unique constraint, to show
 //!   the race the constraint prevents.
 //! - `GET /demo/state`, `POST /demo/reset`, `POST /demo/keys/{key}/expire`,
-//!   `POST /demo/purge`: the demo account's rows only.
+//!   `POST /demo/purge`: the caller's sandbox's rows only.
 //!
-//! Files: this one holds the sandbox (the demo account, seeded here, and its
-//! limits); [`faults`] the `Demo-*` headers, read into the demo's own
+//! Files: this one holds the demo's walls (the shared account, seeded here,
+//! and the limits); [`sandboxes`] the visitors' sandboxes; [`faults`] the `Demo-*` headers, read into the demo's own
 //! `AppState` for the request (pool, mode, lease, hooks, network client);
 //! [`routes`] the `/demo/*` handlers and the check-then-insert algorithm;
 //! [`queries`] the sandbox's own queries, none of which is the application's.
 //!
 //! Plugged in by `app` in demo mode, and nowhere else: [`gate`] in front of
 //! every route, [`faults`] once, on the scope of the charge routes, the
-//! check-then-insert route on `POST /charges`, and [`routes`]. The demo
-//! account's request is authenticated once, by [`faults`] (one charge of its
-//! rate limit): the state it hands the handler does not charge again.
+//! check-then-insert route on `POST /charges`, and [`routes`]. A sandbox's
+//! request is authenticated once, by [`faults`] (one charge of its rate
+//! limit): the state it hands the handler does not charge again.
 //!
-//! The sandbox's walls: a `Demo-*` header from any other account is a 400
-//! (after authentication, so 401 comes first); the demo account's requests
-//! and every `/demo/*` route run on connections of their own (half of
-//! POOL_SIZE, besides the server's pool), and at most
-//! `DEMO_MAX_DELAYED` of them hold a transaction open, so that on PostgreSQL
-//! no other account waits for the demo. On SQLite, whose write lock is
+//! The walls: a `Demo-*` header from any other account is a 400 (after
+//! authentication, so 401 comes first); the sandboxes' requests and every
+//! `/demo/*` route run on connections of their own (half of POOL_SIZE,
+//! besides the server's pool), each sandbox's on at most a few of them
+//! and named for it (so that its view of lock waits is its own), and at
+//! most `DEMO_MAX_DELAYED` of them hold a transaction open, one per
+//! sandbox, so that on PostgreSQL no other account, and no other visitor,
+//! waits for one visitor. On SQLite, whose write lock is
 //! global, one at a time with a gap after each: another account's write
 //! waits for at most one delay and is never refused for it.
 

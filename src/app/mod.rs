@@ -74,6 +74,7 @@ impl Application {
     pub fn build(mut settings: Settings) -> Result<Application, StartupError> {
         settings.check_lease().map_err(StartupError::Settings)?;
         settings.check_web_dir().map_err(StartupError::Settings)?;
+        demo::check_public(&settings).map_err(StartupError::Demo)?;
         let Listeners {
             api,
             local,

@@ -167,7 +167,6 @@ impl Sandbox {
         server: Option<Arc<NetworkClient>>,
         own_network: Option<Arc<NetworkClient>>,
     ) -> Result<Sandbox, String> {
-        check_public(pool, settings)?;
         let mut checkout = pool.checkout().map_err(|e| e.to_string())?;
         queries::create_tables(checkout.store())
             .map_err(|e| format!("cannot create the demo's tables: {e}"))?;
@@ -378,11 +377,14 @@ fn with_application_name(url: &str) -> String {
 /// Hosted for others: PostgreSQL only (SQLite's write lock is global: one
 /// visitor's held transaction would hold every other's writes), and no
 /// fault that kills the process.
-fn check_public(pool: &DbPool, settings: &Settings) -> Result<(), String> {
-    if !settings.demo_public {
+/// Checked before the database is opened, so that a refused start leaves
+/// no SQLite file behind.
+pub fn check_public(settings: &Settings) -> Result<(), String> {
+    if !settings.demo_enabled() || !settings.demo_public {
         return Ok(());
     }
-    if pool.backend() == Backend::Sqlite {
+    let target = crate::store::database::Target::parse(&settings.database_url);
+    if matches!(target, Ok(crate::store::database::Target::Sqlite(_))) {
         return Err("the demo hosted for others (--public, DEMO_PUBLIC) needs PostgreSQL: SQLite's write lock is the whole database's, so one visitor's held transaction (Demo-Fault: delay-commit) would hold every other visitor's writes. Set DATABASE_URL to a PostgreSQL database".to_owned());
     }
     if settings.demo_allow_crash {

@@ -51,7 +51,8 @@ pub enum Admission {
 /// One sandbox as this process knows it between look-ups.
 struct Known {
     places: Arc<Semaphore>,
-    checked: Instant,
+    /// When the database last said it is live (`None`: not yet).
+    checked: Option<Instant>,
     expires_ms: Option<i64>,
 }
 
@@ -159,10 +160,10 @@ impl Sandboxes {
         let mut known = self.known();
         let entry = known.entry(account_id).or_insert(Known {
             places,
-            checked: Instant::now(),
+            checked: None,
             expires_ms,
         });
-        entry.checked = Instant::now();
+        entry.checked = Some(Instant::now());
         entry.expires_ms = expires_ms;
     }
 
@@ -175,7 +176,7 @@ impl Sandboxes {
         deadline: Duration,
     ) -> Result<Admission, ApiError> {
         if let Some(k) = self.known().get(&account_id)
-            && k.checked.elapsed() < self.recheck
+            && k.checked.is_some_and(|at| at.elapsed() < self.recheck)
         {
             return Ok(Admission::Sandbox(account_id, k.expires_ms));
         }
@@ -226,7 +227,7 @@ impl Sandboxes {
         let entry = known.entry(account_id).or_insert_with(|| Known {
             places: Arc::new(Semaphore::new(self.in_flight_each)),
             // Not a look-up: the next request asks the database.
-            checked: Instant::now() - self.recheck,
+            checked: None,
             expires_ms: None,
         });
         entry.places.clone()

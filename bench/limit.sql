@@ -2,7 +2,7 @@
 -- first request, fresh key, atomic mode) executes, as the server sends it:
 -- one READ COMMITTED transaction of two prepared statements, the key row
 -- written completed with its 201 (a charge announces its response) and the
--- charge (see idempotency::execute and store/postgres/keys.rs; checked
+-- charge (see crates/idempotency/src/atomic.rs and postgres.rs; checked
 -- against log_statement=all). Run with -D account=ID -D fp=FINGERPRINT
 -- -D run=R -D n=0: :n counts this client's requests and R differs per
 -- pgbench run, so each key is unique by construction (16 random hex digits,

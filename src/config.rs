@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
-use crate::idempotency::Mode;
 use crate::store::PoolSettings;
+use idempotency::{Mode, Policy};
 
 /// Without `DATABASE_URL`: an SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://charges.db";
@@ -95,7 +95,7 @@ pub struct Settings {
 
     /// Database connections in the pool. A request waiting on a concurrent
     /// request with the same key holds one for the whole wait.
-    #[arg(long, env = "POOL_SIZE", default_value_t = DEFAULT_POOL_SIZE)]
+    #[arg(long, env = "POOL_SIZE", default_value_t = DEFAULT_POOL_SIZE, value_parser = clap::value_parser!(u32).range(1..))]
     pub pool_size: u32,
 
     /// How long a request waits for a free connection before it gets 503.
@@ -123,7 +123,7 @@ pub struct Settings {
     pub idempotency_ttl: Duration,
 
     /// Where the key row is committed: with the charge (atomic) or before it (key-first).
-    #[arg(long, env = "IDEMPOTENCY_MODE", value_enum, default_value = "atomic")]
+    #[arg(long, env = "IDEMPOTENCY_MODE", default_value = "atomic", value_parser = mode_parser())]
     pub idempotency_mode: Mode,
 
     /// How long a key registered in progress is protected before another request may take it over (key-first, and a charge waiting on the card network: with one, at least NETWORK_TIMEOUT + POOL_TIMEOUT + 1s, or the server refuses to start).
@@ -255,7 +255,27 @@ pub struct Settings {
     pub allowed_hosts: Vec<String>,
 }
 
+/// The protocol crate's modes, with clap's list of them in `--help`.
+fn mode_parser() -> impl clap::builder::TypedValueParser<Value = Mode> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new([Mode::Atomic.as_str(), Mode::KeyFirst.as_str()])
+        .try_map(|s| s.parse::<Mode>())
+}
+
 impl Settings {
+    /// The Idempotency-Key protocol's policy these settings choose, with
+    /// the metrics registry; no hint of recent keys and no hooks (a state
+    /// adds its own).
+    pub fn key_policy(&self) -> Policy {
+        Policy {
+            mode: self.idempotency_mode,
+            ttl: self.idempotency_ttl,
+            lease: self.idempotency_lease,
+            metrics: crate::metrics::protocol(),
+            ..Policy::new(self.idempotency_mode)
+        }
+    }
+
     /// The settings every default gives, for tests and embedding (but with
     /// no metrics listener: METRICS_BIND's default is a fixed port).
     pub fn with_database_url(database_url: impl Into<String>) -> Self {
@@ -389,6 +409,20 @@ impl Settings {
         };
         let digest = format!("{:x}", Sha256::digest(place.as_bytes()));
         format!("{kind}:{}", &digest[..16])
+    }
+
+    /// A separate card network is never asked with the public default key
+    /// (anyone could charge through it with that key): refused before
+    /// anything is opened or created.
+    pub fn check_network_key(&self) -> Result<(), String> {
+        let separate = ![NETWORK_OFF, NETWORK_IN_PROCESS].contains(&self.network_url.as_str());
+        if separate && self.network_api_key == crate::network::client::DEFAULT_NETWORK_API_KEY {
+            return Err(format!(
+                "NETWORK_URL {} is a separate network, and NETWORK_API_KEY is the default, public key: set NETWORK_API_KEY to the secret that network was started with",
+                crate::store::redact::redact(&self.network_url)
+            ));
+        }
+        Ok(())
     }
 
     /// In demo mode, the teaching page must be where WEB_DIR says: a wrong

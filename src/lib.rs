@@ -3,11 +3,14 @@
 //! `POST /charges` with an `Idempotency-Key` registers the key, creates the
 //! charge and stores the 201 response in one database transaction, so a
 //! retried request is answered from the stored response instead of charging
-//! twice; refunds run under the same protocol (`idempotency::execute`). See
+//! twice; refunds run under the same protocol (`Policy::execute`). See
 //! the README for the design.
 //!
+//! The protocol is a library of its own, `crates/idempotency` (the key, the
+//! fingerprint, the three designs, recovery, the key table on both
+//! backends); this crate is the application around it:
+//!
 //! ```text
-//! idempotency/  the Idempotency-Key protocol: the key, the fingerprint, execute()
 //! store/        the database: traits, one file per table per backend, the pool
 //! payments/     the operations: charges, refunds, their domain types, recovery
 //! http/         the edge: accounts, limits, problems, the write pipeline
@@ -30,7 +33,6 @@ pub mod config;
 pub mod conformance;
 pub mod demo;
 pub mod http;
-pub mod idempotency;
 pub mod metrics;
 pub mod network;
 pub mod openapi;
@@ -38,6 +40,9 @@ pub mod payments;
 pub mod simulator;
 pub mod store;
 pub mod telemetry;
+
+/// The Idempotency-Key protocol: a library of its own (`crates/idempotency`).
+pub use idempotency;
 
 /// The modules from the bottom up: each may use only modules of the layers
 /// below its own. A name is a path (`http::problem`); a module belongs to
@@ -56,13 +61,8 @@ pub const LAYERS: &[&[&str]] = &[
     ],
     // The validated domain types (their field errors are the edge's).
     &["payments::domain"],
-    // The seam around a request's writes (tests and the demo hook in).
-    &["idempotency::hooks"],
-    // The Idempotency-Key protocol, with its key store's contract (a trait
-    // the store implements): it imports nothing of the store.
-    &["idempotency"],
-    // The database, one store per backend (its key table implements the
-    // protocol's trait); logging.
+    // The database, one store per backend (the key table's is the protocol
+    // crate's); logging.
     &["store", "telemetry"],
     // Settings (they name the protocol's modes and the pool's size).
     &["config"],

@@ -245,7 +245,10 @@ fn purge(url: &str, batch: i64) -> Result<(), String> {
     let mut conn = Connection::open(url).map_err(|e| e.to_string())?;
     conn.store().migrate()?;
     let started = std::time::Instant::now();
-    let purged = charges::idempotency::purge_expired(conn.store(), batch.max(1))
+    // Purging reads no setting of the policy (an expired key is expired in either mode).
+    let policy = charges::idempotency::Policy::new(charges::idempotency::Mode::Atomic);
+    let purged = policy
+        .purge_expired(conn.store(), batch.max(1))
         .map_err(|e| e.to_string())?;
     println!(
         "purged {purged} expired idempotency key(s) in {} ms",

@@ -165,6 +165,26 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     }
 });
 
+/// The protocol crate's counts, recorded here.
+struct Protocol;
+
+impl idempotency::Metrics for Protocol {
+    fn key_conflict(&self, waited: Duration) {
+        METRICS.key_conflicts.observe(waited.as_secs_f64());
+    }
+
+    fn keys_purged(&self, rows: u64) {
+        METRICS.purged_keys.inc_by(rows);
+    }
+}
+
+/// What the protocol's [`Policy`](idempotency::Policy) records its counts with.
+pub fn protocol() -> std::sync::Arc<dyn idempotency::Metrics> {
+    static PROTOCOL: LazyLock<std::sync::Arc<dyn idempotency::Metrics>> =
+        LazyLock::new(|| std::sync::Arc::new(Protocol));
+    PROTOCOL.clone()
+}
+
 pub fn observe_pool_wait(waited: Duration, timed_out: bool) {
     METRICS.pool_waits.observe(waited.as_secs_f64());
     if timed_out {

@@ -40,9 +40,9 @@ use crate::http::limits::Peers;
 use crate::http::problem::ApiError;
 use crate::http::requests::{self, KeyUse, json_response};
 use crate::http::state::AppState;
-use crate::idempotency::{self, Operation, SavedResponse};
 use crate::store::{Authorization, AuthorizationStore, DbPool, Store, now_micros, time_text};
 use crate::telemetry;
+use idempotency::{self, Operation, SavedResponse};
 
 pub const PATH: &str = "/authorizations";
 

@@ -25,7 +25,7 @@ use crate::network::client::NetworkClient;
 use crate::openapi;
 use crate::payments::{charges, recovery, refunds};
 use crate::store::{DbPool, SetupError};
-use crate::{demo, idempotency, telemetry};
+use crate::{demo, telemetry};
 
 mod networks;
 use networks::{Networks, Recovery};
@@ -74,6 +74,9 @@ impl Application {
     pub fn build(mut settings: Settings) -> Result<Application, StartupError> {
         settings.check_lease().map_err(StartupError::Settings)?;
         settings.check_web_dir().map_err(StartupError::Settings)?;
+        settings
+            .check_network_key()
+            .map_err(StartupError::Settings)?;
         demo::check_public(&settings).map_err(StartupError::Demo)?;
         let Listeners {
             api,
@@ -171,6 +174,7 @@ impl Application {
         let purger = (!self.purge_interval.is_zero()).then(|| {
             tokio::spawn(purge_periodically(
                 self.pool.clone(),
+                self.state.settings.key_policy(),
                 self.purge_interval,
                 self.purge_batch,
                 self.purge_interval.max(self.request_timeout),
@@ -396,16 +400,23 @@ fn metrics_server(
 }
 
 /// Deletes expired idempotency keys every `interval`, in batches.
-async fn purge_periodically(pool: DbPool, interval: Duration, batch: i64, deadline: Duration) {
+async fn purge_periodically(
+    pool: DbPool,
+    policy: idempotency::Policy,
+    interval: Duration,
+    batch: i64,
+    deadline: Duration,
+) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         // Bounded like a request (a frozen database stops one pass, not the
         // task), but a long backlog may take until the next tick.
+        let policy = policy.clone();
         let purged = pool
             .run(deadline, move |store| -> Result<usize, ApiError> {
-                Ok(idempotency::purge_expired(store, batch)?)
+                Ok(policy.purge_expired(store, batch)?)
             })
             .await;
         match purged {

@@ -99,7 +99,8 @@ impl StartedNetwork {
 
 /// The server's card network, which every charge asks (NETWORK_URL): none
 /// (the default: a charge is one transaction), one of this process's own on
-/// a loopback port, or a separate one (never with the public default key).
+/// a loopback port, or a separate one (never with the public default key:
+/// `Settings::check_network_key`, before anything starts).
 /// Where, and its server if it runs here.
 fn start_network(
     settings: &mut Settings,
@@ -109,12 +110,6 @@ fn start_network(
         crate::config::NETWORK_IN_PROCESS => {
             let (started, server) = start_in_process(settings)?;
             Ok((Some(started), Some(server)))
-        }
-        _ if settings.network_api_key == DEFAULT_NETWORK_API_KEY => {
-            Err(StartupError::Network(format!(
-                "NETWORK_URL {} is a separate network, and NETWORK_API_KEY is the default, public key: set NETWORK_API_KEY to the secret that network was started with",
-                crate::store::redact::redact(&settings.network_url)
-            )))
         }
         url => Ok((
             Some(StartedNetwork {

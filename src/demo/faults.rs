@@ -27,8 +27,8 @@ use super::{
 use crate::http::accounts;
 use crate::http::problem::{self, ApiError, DEMO_ACCOUNT_ONLY, SIMULATED_LOST_RESPONSE};
 use crate::http::state::AppState;
-use crate::idempotency::hooks::{HookFailure, RequestHooks, TxHooks};
-use crate::idempotency::{IdempotencyKey, Mode};
+use idempotency::hooks::{HookFailure, RequestHooks, TxHooks};
+use idempotency::{IdempotencyKey, Mode};
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Faults {

@@ -9,7 +9,7 @@ use crate::http::problem::Answered::{Authenticated, By, WithABody};
 use crate::http::problem::{
     Answer, CROSS_SITE_REQUEST, DEMO_ACCOUNT_ONLY, DEMO_ROOM_FULL, SIMULATED_LOST_RESPONSE,
 };
-use crate::idempotency::key::{MAX_LEN, VALUE_PATTERN};
+use idempotency::key::{MAX_LEN, VALUE_PATTERN};
 
 #[derive(OpenApi)]
 #[openapi(

@@ -19,10 +19,10 @@ use crate::http::problem::ApiError;
 use crate::http::requests::{self, JsonRequest, KeyUse};
 use crate::http::state::AppState;
 use crate::http::{get, resource};
-use crate::idempotency::{IdempotencyKey, SavedResponse};
 use crate::network::client::NetworkClient;
 use crate::payments::charges;
 use crate::store::{Charge, KeyStatus, Store, time_text};
+use idempotency::{IdempotencyKey, SavedResponse};
 
 /// Rows of each table the page is shown at most.
 const LIMIT: i64 = 200;

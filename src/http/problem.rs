@@ -12,9 +12,9 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
 use crate::http::json::FieldError;
-use crate::idempotency::hooks::HookFailure;
-use crate::idempotency::{self, KeyError, SavedResponse};
 use crate::store::{Failure, classify};
+use idempotency::hooks::HookFailure;
+use idempotency::{self, KeyError, SavedResponse};
 
 pub const CONTENT_TYPE: &str = "application/problem+json";
 
@@ -436,11 +436,11 @@ impl From<HookFailure> for ApiError {
     }
 }
 
-impl From<crate::idempotency::hooks::WriteError> for ApiError {
-    fn from(e: crate::idempotency::hooks::WriteError) -> Self {
+impl From<idempotency::hooks::WriteError> for ApiError {
+    fn from(e: idempotency::hooks::WriteError) -> Self {
         match e {
-            crate::idempotency::hooks::WriteError::Database(e) => e.into(),
-            crate::idempotency::hooks::WriteError::Hook(e) => e.into(),
+            idempotency::hooks::WriteError::Database(e) => e.into(),
+            idempotency::hooks::WriteError::Hook(e) => e.into(),
         }
     }
 }

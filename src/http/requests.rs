@@ -12,12 +12,12 @@ use serde_json::Value;
 
 use crate::http::problem::{ApiError, IN_FLIGHT_RETRY_AFTER_SECS};
 use crate::http::state::AppState;
-use crate::idempotency::hooks::RequestHooks;
-use crate::idempotency::{
-    self, Fingerprint, IdempotencyKey, KeyedRequest, Operation, Outcome, SavedResponse,
-};
 use crate::metrics::METRICS;
 use crate::telemetry;
+use idempotency::hooks::RequestHooks;
+use idempotency::{
+    self, Fingerprint, IdempotencyKey, KeyedRequest, Operation, Outcome, SavedResponse,
+};
 
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 /// Set on a response that was replayed from a stored key instead of executed.
@@ -97,38 +97,22 @@ pub async fn run_keyed(
     mut operation: impl Operation<dyn crate::store::Store> + Send + 'static,
 ) -> Result<HttpResponse, ApiError> {
     let fingerprint = request.fingerprint(req);
-    let settings = &state.settings;
-    let (ttl, mode, lease) = (
-        settings.idempotency_ttl,
-        settings.idempotency_mode,
-        settings.idempotency_lease,
-    );
-    let (account_id, hooks, body) = (request.account_id, request.hooks, request.body);
+    let policy = state.key_policy(request.hooks);
+    let mode = policy.mode;
+    let (account_id, body) = (request.account_id, request.body);
     // The route's path as routing decoded it (`/%63harges` is `/charges`):
     // what the recovery task rebuilds the request from.
     let path = req.match_info().as_str().to_owned();
-    let recent = state.recent_keys.clone();
     let outcome = state
         .db_checkouts(req, move |checkouts| {
             let keyed = KeyedRequest {
                 account_id,
                 key: key.as_str(),
                 fingerprint: fingerprint.as_str(),
-                ttl,
-                lease,
                 path: &path,
                 body: &body,
-                // The protocol names the operation's foreign step, if any.
-                foreign_step: None,
             };
-            Ok(idempotency::execute(
-                checkouts,
-                mode,
-                &keyed,
-                &recent,
-                hooks.get(),
-                &mut operation,
-            )?)
+            Ok(policy.execute(checkouts, &keyed, &mut operation)?)
         })
         .await?;
     // A service beside the API (the in-process network) is not the API's

@@ -13,10 +13,10 @@ use actix_web::HttpRequest;
 use crate::config::Settings;
 use crate::http::accounts::Authenticator;
 use crate::http::problem::ApiError;
-use crate::idempotency::RecentKeys;
-use crate::idempotency::hooks::RequestHooks;
 use crate::network::client::NetworkClient;
 use crate::store::{Checkouts, DbPool, Store};
+use idempotency::RecentKeys;
+use idempotency::hooks::RequestHooks;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -40,6 +40,16 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The Idempotency-Key protocol's policy for a request of this state's,
+    /// run with `hooks` (none but the demo's or a test's).
+    pub fn key_policy(&self, hooks: RequestHooks) -> idempotency::Policy {
+        idempotency::Policy {
+            recent: Some(self.recent_keys.clone()),
+            hooks,
+            ..self.settings.key_policy()
+        }
+    }
+
     /// Runs `work` on a pooled connection, within what is left of `req`'s deadline
     /// (`REQUEST_TIMEOUT`): past it, `503 deadline-exceeded`.
     pub async fn db<T: Send + 'static>(

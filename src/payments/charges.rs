@@ -18,16 +18,16 @@ use uuid::Uuid;
 use crate::http::problem::ApiError;
 use crate::http::requests::{self, JsonRequest, KeyUse, json_response, record_outcome, respond};
 use crate::http::state::AppState;
-use crate::idempotency::hooks::RequestHooks;
-use crate::idempotency::hooks::write_alone;
-use crate::idempotency::key::{HEADER_PATTERN, MAX_LEN};
-use crate::idempotency::{self, IdempotencyKey, Operation, SavedResponse};
 use crate::network::client::{self, NetworkClient};
 use crate::payments::domain::{
     CURRENCIES, DESCRIPTION_PATTERN, Description, MAX_AMOUNT, MAX_DESCRIPTION_CHARS, MIN_AMOUNT,
     NewCharge, NewDescription,
 };
-use crate::store::{AccountStore, Charge, ChargeStore, Checkouts, Store, now_micros, time_text};
+use crate::store::{AccountStore, Charge, ChargeStore, Checkouts, now_micros, time_text};
+use idempotency::hooks::RequestHooks;
+use idempotency::hooks::write_alone;
+use idempotency::key::{HEADER_PATTERN, MAX_LEN};
+use idempotency::{self, ForeignStep, IdempotencyKey, Operation, SavedResponse};
 
 pub const PATH: &str = "/charges";
 pub const DEFAULT_LIST_LIMIT: i64 = 20;
@@ -48,16 +48,17 @@ pub struct CreateCharge {
     /// still act: when the charge is made long after its request was
     /// authenticated (after the network's answer; by the recovery task).
     check_account: bool,
-    /// The account was found revoked: the charge was refused, and the
-    /// network's authorization is to be voided.
-    refused: bool,
 }
 
-/// One call to the card network, and the faults injected around it.
+/// The charge's foreign step: one call to the card network, the faults
+/// injected around it, and what it authorized.
 struct NetworkCall {
     client: Arc<NetworkClient>,
     key: String,
     hooks: RequestHooks,
+    amount: i64,
+    currency: String,
+    authorized: Option<Uuid>,
 }
 
 impl CreateCharge {
@@ -78,7 +79,6 @@ impl CreateCharge {
             response,
             network: None,
             check_account: false,
-            refused: false,
         }
     }
 
@@ -107,30 +107,22 @@ impl CreateCharge {
                 client,
                 key: derived,
                 hooks,
+                amount: self.charge.amount,
+                currency: self.charge.currency.clone(),
+                authorized: None,
             }
         });
         self.check_account |= self.network.is_some();
         self
     }
 
-    /// The network's authorization, when there is a network: asked under
-    /// the same key every time (a retry of ours is the network's replay).
-    fn authorize(&mut self) -> Result<(), idempotency::Error> {
-        let Some(call) = &self.network else {
-            return Ok(());
-        };
-        call.hooks.get().before_remote_call()?;
-        let authorized = call
-            .client
-            .authorize(&call.key, self.charge.amount, &self.charge.currency)
-            .map_err(|e| match e {
-                client::NetworkError::KeyReused => idempotency::Error::DependencyKeyReused,
-                e => idempotency::Error::Dependency(e.to_string()),
-            })?;
-        call.hooks.get().after_remote_call()?;
-        self.charge.authorization_id = Some(authorized.id);
-        self.response = created(&self.charge);
-        Ok(())
+    /// The charge as the network's answer makes it: with its authorization.
+    fn authorized(&mut self) {
+        let authorized = self.network.as_ref().and_then(|call| call.authorized);
+        if authorized.is_some() && self.charge.authorization_id != authorized {
+            self.charge.authorization_id = authorized;
+            self.response = created(&self.charge);
+        }
     }
 
     /// Without a key: the network first (if any), holding no connection,
@@ -142,7 +134,10 @@ impl CreateCharge {
         checkouts: &mut Checkouts,
         hooks: &RequestHooks,
     ) -> Result<SavedResponse, ApiError> {
-        self.authorize()?;
+        if let Some(call) = &mut self.network {
+            call.call()?;
+        }
+        self.authorized();
         let check_account = self.check_account;
         let charge = &self.charge;
         let inserted = checkouts.with(|store| -> Result<bool, ApiError> {
@@ -166,14 +161,16 @@ impl CreateCharge {
             return Ok(self.response.clone());
         }
         // Refused: the authorization is given up, with no connection held.
-        self.refused = true;
-        if let Err(e) = Operation::<dyn Store>::compensate(self) {
-            tracing::error!(error = %e, account = self.charge.account_id, "could not void the authorization of a refused charge; void it by hand");
-        }
-        Ok(crate::http::problem::saved(
+        let refused = crate::http::problem::saved(
             &crate::http::problem::ACCOUNT_REVOKED,
             "This account was revoked while the card network was asked to authorize this charge, so it was not charged, and the network's authorization was voided.",
-        ))
+        );
+        if let Some(call) = &mut self.network
+            && let Err(e) = call.settle(&refused)
+        {
+            tracing::error!(error = %e, account = self.charge.account_id, "could not void the authorization of a refused charge; void it by hand");
+        }
+        Ok(refused)
     }
 }
 
@@ -202,9 +199,9 @@ fn created(charge: &Charge) -> SavedResponse {
 impl<Tx: ChargeStore + AccountStore + ?Sized> Operation<Tx> for CreateCharge {
     fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
         if self.check_account && !tx.account_is_live(self.charge.account_id)? {
-            self.refused = true;
             return Ok(revoked());
         }
+        self.authorized();
         tx.insert_charge(&self.charge)?;
         Ok(self.response.clone())
     }
@@ -213,23 +210,44 @@ impl<Tx: ChargeStore + AccountStore + ?Sized> Operation<Tx> for CreateCharge {
         (!self.check_account).then_some(&self.response)
     }
 
-    fn foreign_step_name(&self) -> Option<&str> {
-        self.network.as_ref().map(|call| call.client.identity())
+    fn foreign_step(&mut self) -> Option<&mut dyn ForeignStep> {
+        self.network
+            .as_mut()
+            .map(|call| call as &mut dyn ForeignStep)
+    }
+}
+
+/// Asked under the same key every time: a retry of ours is the network's
+/// replay.
+impl ForeignStep for NetworkCall {
+    fn name(&self) -> &str {
+        self.client.identity()
     }
 
-    fn foreign_step(&mut self) -> Result<(), idempotency::Error> {
-        self.authorize()
+    fn call(&mut self) -> Result<(), idempotency::Error> {
+        self.hooks.get().before_remote_call()?;
+        let authorized = self
+            .client
+            .authorize(&self.key, self.amount, &self.currency)
+            .map_err(|e| match e {
+                client::NetworkError::KeyReused => idempotency::Error::DependencyKeyReused,
+                e => idempotency::Error::Dependency(e.to_string()),
+            })?;
+        self.hooks.get().after_remote_call()?;
+        self.authorized = Some(authorized.id);
+        Ok(())
     }
 
-    /// Voids the authorization the network made for a charge that was
-    /// refused (its account was revoked meanwhile).
-    fn compensate(&mut self) -> Result<(), idempotency::Error> {
-        let (true, Some(call), Some(id)) =
-            (self.refused, &self.network, self.charge.authorization_id)
-        else {
+    /// Voids the authorization when the answer stored is not the charge's
+    /// 201 (its account was revoked meanwhile): no charge will ever own it.
+    fn settle(&mut self, stored: &SavedResponse) -> Result<(), idempotency::Error> {
+        let (false, Some(id)) = (
+            stored.status == StatusCode::CREATED.as_u16(),
+            self.authorized,
+        ) else {
             return Ok(());
         };
-        call.client
+        self.client
             .void(id)
             .map_err(|e| idempotency::Error::Dependency(e.to_string()))
     }

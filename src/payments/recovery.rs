@@ -4,7 +4,7 @@
 //! progress, and, when the network had already authorized, an authorization
 //! with no charge. Once the key's lease has run out, a pass of this task
 //! drives it to completion, as the client's own retry would: it takes the
-//! row over (`idempotency::recover`), rebuilds the operation from the
+//! row over (`Policy::recover`), rebuilds the operation from the
 //! request the row kept (its route's canonical path and its body), and runs
 //! it. The network is asked again under the same derived key, so it replays
 //! its authorization: the charge gets it, and no authorization stays
@@ -24,8 +24,6 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::Settings;
 use crate::http::problem::{self, REQUEST_NOT_RECOVERABLE};
-use crate::idempotency::hooks::{NoHooks, RequestHooks};
-use crate::idempotency::{self, Connections, KeyedRequest, Operation, SavedResponse};
 use crate::metrics::METRICS;
 use crate::network::client::NetworkClient;
 use crate::payments::charges::{self, CreateCharge};
@@ -33,6 +31,7 @@ use crate::payments::domain::NewRefund;
 use crate::payments::refunds::CreateRefund;
 use crate::store::{AccountStore, ChargeStore, Store, StuckKey};
 use crate::telemetry::log_safe;
+use idempotency::{Connections, KeyedRequest, Operation, Policy, RequestHooks, SavedResponse};
 
 /// How much of a client's key a log line shows (escaped, as every field a
 /// client chooses).
@@ -101,6 +100,7 @@ pub fn pass(
     said: &Mutex<HashSet<(i64, String)>>,
 ) -> Result<usize, idempotency::Error> {
     let mut completed = 0;
+    let policy = settings.key_policy();
     let names: Vec<String> = networks.iter().map(|n| n.identity().to_owned()).collect();
     let stuck_keys = connections.run(|store| {
         let accounts = store.find_stuck_accounts(ACCOUNTS_PER_PASS)?;
@@ -116,11 +116,8 @@ pub fn pass(
             account_id: stuck.account_id,
             key: &stuck.key,
             fingerprint: &stuck.fingerprint,
-            ttl: settings.idempotency_ttl,
-            lease: settings.idempotency_lease,
             path: &stuck.path,
             body: &stuck.body,
-            foreign_step: stuck.foreign_step.as_deref(),
         };
         let key = log_safe(&stuck.key, LOGGED_KEY_LEN);
         let path = log_safe(&stuck.path, LOGGED_KEY_LEN);
@@ -135,10 +132,10 @@ pub fn pass(
             },
         };
         let Some(mut operation) = operation_for(&stuck, network) else {
-            close_unrecoverable(connections, &request, &key, &path);
+            close_unrecoverable(&policy, connections, &request, &stuck, &key, &path);
             continue;
         };
-        match idempotency::recover(connections, &request, &NoHooks, operation.as_mut()) {
+        match policy.recover(connections, &request, operation.as_mut()) {
             Ok(Some(response)) => {
                 completed += 1;
                 let label = if response.status == problem::ACCOUNT_REVOKED.status {
@@ -180,8 +177,10 @@ fn leave_to_another(said: &Mutex<HashSet<(i64, String)>>, stuck: &StuckKey, key:
 /// A stuck key whose request cannot be rebuilt: its stored, final answer,
 /// and one log line.
 fn close_unrecoverable(
+    policy: &Policy,
     connections: &mut impl Connections<Store = dyn Store>,
     request: &KeyedRequest<'_>,
+    stuck: &StuckKey,
     key: &str,
     path: &str,
 ) {
@@ -189,7 +188,7 @@ fn close_unrecoverable(
         &REQUEST_NOT_RECOVERABLE,
         "This request was left unfinished (its worker stopped), and this server cannot run it again from what it kept. Nothing was done under this Idempotency-Key, and nothing will be: this answer is final for it. Send the request again with a new key.",
     );
-    match idempotency::close_unrecoverable(connections, request, &answer) {
+    match policy.close_unrecoverable(connections, request, stuck.foreign_step.as_deref(), &answer) {
         Ok(true) => {
             METRICS.keys_recovered.with_label_values(&["unknown"]).inc();
             tracing::warn!(account = request.account_id, key = %key, path = %path, "a stuck key whose request this server cannot rebuild: answered with a stored 500 request-not-recoverable");

@@ -1,7 +1,7 @@
 //! Refunds: `POST /charges/{id}/refunds {"amount": n}` gives back part of a
 //! charge. A refund is a delta ("refund 100"), so a retried one refunds again
 //! unless it carries an `Idempotency-Key`: it is the protocol's second
-//! operation, under the same `idempotency::execute` as a charge.
+//! operation, under the same `Policy::execute` as a charge.
 //!
 //! What it answers is stored under the key, whatever it is: the 201, or a
 //! 400 `refund-exceeds-charge` when too little is left, or a 404 when the
@@ -18,10 +18,10 @@ use uuid::Uuid;
 use crate::http::problem::{ApiError, NOT_FOUND, REFUND_EXCEEDS_CHARGE, saved};
 use crate::http::requests::{self, KeyUse, json_response, record_outcome, respond};
 use crate::http::state::AppState;
-use crate::idempotency::{self, Operation, SavedResponse};
 use crate::payments::charges::{PATH, charge_id};
 use crate::payments::domain::NewRefund;
 use crate::store::{ChargeStore, Refund, RefundReservation, now_micros, time_text};
+use idempotency::{self, Operation, SavedResponse};
 
 /// A refund as the API shows it.
 #[derive(Serialize, utoipa::ToSchema)]

@@ -34,13 +34,13 @@ use diesel::result::Error as DieselError;
 use diesel::sqlite::SqliteConnection;
 use uuid::Uuid;
 
-pub use crate::idempotency::failure::{Failure, classify};
-pub use crate::idempotency::key_store::{
+pub use database::SetupError;
+pub use diesel::result::Error as QueryError;
+pub use idempotency::failure::{Failure, classify};
+pub use idempotency::key_store::{
     Claim, KeyRecord, KeyState, KeyStatus, KeyStore, KeyedRequest, SavedResponse, StuckKey,
     Transactional,
 };
-pub use database::SetupError;
-pub use diesel::result::Error as QueryError;
 pub use pool::{
     Backend, Checkouts, Connection, DbPool, PoolSettings, PoolTimeout, PooledStore, RunError,
 };

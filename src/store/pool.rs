@@ -12,12 +12,11 @@ use diesel::pg::PgConnection;
 use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};
 use diesel::sqlite::SqliteConnection;
 
-use super::Store;
 use super::database::{
     SetupError, Target, connect_or_create, init_openssl, one_line, with_pg_defaults,
 };
 use super::redact::{redact, redact_message};
-use crate::idempotency;
+use super::{Failure, Store, classify};
 
 thread_local! {
     /// The connection this thread holds must not go back into the pool: a
@@ -397,7 +396,17 @@ impl idempotency::Connections for Checkouts {
         &mut self,
         work: impl FnOnce(&mut (dyn Store + 'static)) -> Result<T, idempotency::Error>,
     ) -> Result<T, idempotency::Error> {
-        self.with(work)
+        self.with(|store| {
+            let done = work(store);
+            // The key table's statements are the protocol crate's, which
+            // knows no pool: a connection they found lost is not given back.
+            if let Err(idempotency::Error::Database(e)) = &done
+                && classify(e) == Failure::ConnectionLost
+            {
+                discard_connection();
+            }
+            done
+        })
     }
 
     fn until(&self) -> Instant {

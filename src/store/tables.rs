@@ -2,23 +2,43 @@
 //! tables, written once for both backends. Their statements agree; what
 //! differs is the column types (PostgreSQL's UUID and TIMESTAMPTZ, SQLite's
 //! TEXT), the clock (PostgreSQL's `now()`, the app's on SQLite) and what a
-//! PostgreSQL error or statement needs. Diesel cannot write one generic
-//! function over two schemas, so each macro below is the body of one
-//! `*Store` impl, and each backend instantiates it in its own file
-//! (`postgres/charges.rs`, `sqlite/charges.rs`, ...) over its own
-//! `schema` and these names, which its `mod.rs` defines:
+//! PostgreSQL error or statement needs: that is the [`Dialect`] trait, which
+//! each backend's connection implements in its `mod.rs`. Diesel cannot write
+//! one generic function over two schemas, so each macro below is the body of
+//! one `*Store` impl over `$conn`'s `Dialect` and the `schema` module beside
+//! the invocation; each backend's `mod.rs` instantiates the three.
 //!
-//! - `Id`, `encode_id(Uuid) -> Id`, `decode_id(Id) -> QueryResult<Uuid>`: a UUID
-//!   column;
-//! - `Time`, `encode_time(DateTime<Utc>) -> Time`,
-//!   `decode_time(Time) -> QueryResult<DateTime<Utc>>`: a time column;
-//! - `clock()`: now, as an expression of a time column (the backend's clock);
-//! - `cached(query)`: the statement, planned once per connection where the
-//!   backend can;
-//! - `note(&error)`: what every error passes on its way out.
-//!
-//! The key table (`keys.rs`) differs in more than types and stays one file
-//! per backend.
+//! The key table is the protocol crate's (`idempotency::postgres`,
+//! `idempotency::sqlite`).
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::QueryResult;
+
+/// What the queries written once here need of a backend, where the two
+/// differ.
+pub trait Dialect {
+    /// A UUID column's Rust type.
+    type Id;
+    /// A time column's Rust type.
+    type Time;
+    /// Now, as an expression of a time column.
+    type Clock;
+    /// A statement as the backend runs it best.
+    type Cached<Q>;
+
+    fn encode_id(id: Uuid) -> Self::Id;
+    fn decode_id(id: Self::Id) -> QueryResult<Uuid>;
+    fn encode_time(t: DateTime<Utc>) -> Self::Time;
+    fn decode_time(t: Self::Time) -> QueryResult<DateTime<Utc>>;
+    /// Now, on the backend's clock.
+    fn clock() -> Self::Clock;
+    /// The statement, planned once per connection where the backend can.
+    fn cached<Q>(statement: Q) -> Self::Cached<Q>;
+    /// What every error passes on its way out (`.inspect_err(D::note)`).
+    fn note(error: &diesel::result::Error);
+}
 
 /// `impl AccountStore for $conn`: the `accounts` table.
 macro_rules! account_store {
@@ -27,8 +47,11 @@ macro_rules! account_store {
         use diesel::sql_types::Bool;
 
         use super::schema::{accounts, in_process_network_keys as network_keys};
-        use super::{Time, clock, decode_time, note};
+        use $crate::store::tables::Dialect;
         use $crate::store::{AccountRecord, QueryResult, time_text};
+
+        type D = $conn;
+        type Time = <D as Dialect>::Time;
 
         impl $crate::store::AccountStore for $conn {
             fn insert_account(
@@ -42,11 +65,11 @@ macro_rules! account_store {
                         accounts::name.eq(name),
                         accounts::api_key_sha256.eq(key_digest),
                         accounts::demo.eq(demo),
-                        accounts::created_at.eq(clock()),
+                        accounts::created_at.eq(D::clock()),
                     ))
                     .returning(accounts::id)
                     .get_result(self)
-                    .inspect_err(note)
+                    .inspect_err(D::note)
             }
 
             fn revoke_account(&mut self, name: &str) -> QueryResult<Option<i64>> {
@@ -56,10 +79,10 @@ macro_rules! account_store {
                         .filter(accounts::revoked_at.is_null())
                         .filter(accounts::demo.eq(false)),
                 )
-                .set(accounts::revoked_at.eq(clock().nullable()))
+                .set(accounts::revoked_at.eq(D::clock().nullable()))
                 .returning(accounts::id)
                 .get_result(self)
-                .inspect_err(note)
+                .inspect_err(D::note)
                 .optional()
             }
 
@@ -74,8 +97,8 @@ macro_rules! account_store {
                         accounts::demo,
                     ))
                     .load(self)
-                    .inspect_err(note)?;
-                let shown = |t: Time| decode_time(t).map(time_text);
+                    .inspect_err(D::note)?;
+                let shown = |t: Time| D::decode_time(t).map(time_text);
                 rows.into_iter()
                     .map(|(id, name, created, revoked, demo)| {
                         Ok(AccountRecord {
@@ -100,7 +123,7 @@ macro_rules! account_store {
                     .filter(accounts::demo.eq(false).or(include_demo.into_sql::<Bool>()))
                     .select(accounts::id)
                     .first(self)
-                    .inspect_err(note)
+                    .inspect_err(D::note)
                     .optional()
             }
 
@@ -111,7 +134,7 @@ macro_rules! account_store {
                         .filter(accounts::revoked_at.is_null()),
                 ))
                 .get_result(self)
-                .inspect_err(note)
+                .inspect_err(D::note)
             }
 
             fn rekey_account(&mut self, name: &str, key_digest: &str) -> QueryResult<usize> {
@@ -122,7 +145,7 @@ macro_rules! account_store {
                 )
                 .set(accounts::api_key_sha256.eq(key_digest))
                 .execute(self)
-                .inspect_err(note)
+                .inspect_err(D::note)
             }
 
             fn keep_network_key(&mut self, name: &str, candidate: &str) -> QueryResult<String> {
@@ -134,12 +157,12 @@ macro_rules! account_store {
                     .on_conflict(network_keys::name)
                     .do_nothing()
                     .execute(self)
-                    .inspect_err(note)?;
+                    .inspect_err(D::note)?;
                 network_keys::table
                     .filter(network_keys::name.eq(name))
                     .select(network_keys::api_key)
                     .first(self)
-                    .inspect_err(note)
+                    .inspect_err(D::note)
             }
         }
     };
@@ -153,8 +176,12 @@ macro_rules! charge_store {
         use uuid::Uuid;
 
         use super::schema::{charges, refunds};
-        use super::{Id, Time, cached, decode_id, decode_time, encode_id, encode_time, note};
+        use $crate::store::tables::Dialect;
         use $crate::store::{Charge, QueryResult, Refund, RefundReservation};
+
+        type D = $conn;
+        type Id = <D as Dialect>::Id;
+        type Time = <D as Dialect>::Time;
 
         #[derive(Queryable, Selectable)]
         #[diesel(table_name = charges, check_for_backend($backend))]
@@ -172,14 +199,14 @@ macro_rules! charge_store {
         impl ChargeRow {
             fn decode(self) -> QueryResult<Charge> {
                 Ok(Charge {
-                    id: decode_id(self.id)?,
+                    id: D::decode_id(self.id)?,
                     account_id: self.account_id,
                     amount: self.amount,
                     amount_refunded: self.amount_refunded,
                     currency: self.currency,
                     description: self.description,
-                    created_at: decode_time(self.created_at)?,
-                    authorization_id: self.authorization_id.map(decode_id).transpose()?,
+                    created_at: D::decode_time(self.created_at)?,
+                    authorization_id: self.authorization_id.map(D::decode_id).transpose()?,
                 })
             }
         }
@@ -198,40 +225,40 @@ macro_rules! charge_store {
         impl RefundRow {
             fn decode(self) -> QueryResult<Refund> {
                 Ok(Refund {
-                    id: decode_id(self.id)?,
-                    charge_id: decode_id(self.charge_id)?,
+                    id: D::decode_id(self.id)?,
+                    charge_id: D::decode_id(self.charge_id)?,
                     account_id: self.account_id,
                     amount: self.amount,
                     currency: self.currency,
-                    created_at: decode_time(self.created_at)?,
+                    created_at: D::decode_time(self.created_at)?,
                 })
             }
         }
 
         impl $crate::store::ChargeStore for $conn {
             fn insert_charge(&mut self, charge: &Charge) -> QueryResult<()> {
-                cached(diesel::insert_into(charges::table).values((
-                    charges::id.eq(encode_id(charge.id)),
+                D::cached(diesel::insert_into(charges::table).values((
+                    charges::id.eq(D::encode_id(charge.id)),
                     charges::account_id.eq(charge.account_id),
                     charges::amount.eq(charge.amount),
                     charges::amount_refunded.eq(charge.amount_refunded),
                     charges::currency.eq(&charge.currency),
                     charges::description.eq(charge.description.as_deref()),
-                    charges::created_at.eq(encode_time(charge.created_at)),
-                    charges::authorization_id.eq(charge.authorization_id.map(encode_id)),
+                    charges::created_at.eq(D::encode_time(charge.created_at)),
+                    charges::authorization_id.eq(charge.authorization_id.map(D::encode_id)),
                 )))
                 .execute(self)
-                .inspect_err(note)
+                .inspect_err(D::note)
                 .map(|_| ())
             }
 
             fn find_charge(&mut self, account_id: i64, id: Uuid) -> QueryResult<Option<Charge>> {
                 charges::table
-                    .filter(charges::id.eq(encode_id(id)))
+                    .filter(charges::id.eq(D::encode_id(id)))
                     .filter(charges::account_id.eq(account_id))
                     .select(ChargeRow::as_select())
                     .first(self)
-                    .inspect_err(note)
+                    .inspect_err(D::note)
                     .optional()?
                     .map(ChargeRow::decode)
                     .transpose()
@@ -244,7 +271,7 @@ macro_rules! charge_store {
                     .limit(limit)
                     .select(ChargeRow::as_select())
                     .load(self)
-                    .inspect_err(note)?
+                    .inspect_err(D::note)?
                     .into_iter()
                     .map(ChargeRow::decode)
                     .collect()
@@ -256,17 +283,17 @@ macro_rules! charge_store {
                 id: Uuid,
                 description: Option<&str>,
             ) -> QueryResult<Option<Charge>> {
-                cached(
+                D::cached(
                     diesel::update(
                         charges::table
-                            .filter(charges::id.eq(encode_id(id)))
+                            .filter(charges::id.eq(D::encode_id(id)))
                             .filter(charges::account_id.eq(account_id)),
                     )
                     .set(charges::description.eq(description))
                     .returning(ChargeRow::as_returning()),
                 )
                 .get_result(self)
-                .inspect_err(note)
+                .inspect_err(D::note)
                 .optional()?
                 .map(ChargeRow::decode)
                 .transpose()
@@ -283,10 +310,10 @@ macro_rules! charge_store {
                 charge_id: Uuid,
                 amount: i64,
             ) -> QueryResult<RefundReservation> {
-                let reserved: Option<ChargeRow> = cached(
+                let reserved: Option<ChargeRow> = D::cached(
                     diesel::update(
                         charges::table
-                            .filter(charges::id.eq(encode_id(charge_id)))
+                            .filter(charges::id.eq(D::encode_id(charge_id)))
                             .filter(charges::account_id.eq(account_id))
                             .filter((charges::amount_refunded + amount).le(charges::amount)),
                     )
@@ -294,7 +321,7 @@ macro_rules! charge_store {
                     .returning(ChargeRow::as_returning()),
                 )
                 .get_result(self)
-                .inspect_err(note)
+                .inspect_err(D::note)
                 .optional()?;
                 if let Some(charge) = reserved {
                     return Ok(RefundReservation::Reserved(charge.decode()?));
@@ -306,16 +333,16 @@ macro_rules! charge_store {
             }
 
             fn insert_refund(&mut self, refund: &Refund) -> QueryResult<()> {
-                cached(diesel::insert_into(refunds::table).values((
-                    refunds::id.eq(encode_id(refund.id)),
-                    refunds::charge_id.eq(encode_id(refund.charge_id)),
+                D::cached(diesel::insert_into(refunds::table).values((
+                    refunds::id.eq(D::encode_id(refund.id)),
+                    refunds::charge_id.eq(D::encode_id(refund.charge_id)),
                     refunds::account_id.eq(refund.account_id),
                     refunds::amount.eq(refund.amount),
                     refunds::currency.eq(&refund.currency),
-                    refunds::created_at.eq(encode_time(refund.created_at)),
+                    refunds::created_at.eq(D::encode_time(refund.created_at)),
                 )))
                 .execute(self)
-                .inspect_err(note)
+                .inspect_err(D::note)
                 .map(|_| ())
             }
 
@@ -325,12 +352,12 @@ macro_rules! charge_store {
                 charge_id: Uuid,
             ) -> QueryResult<Vec<Refund>> {
                 refunds::table
-                    .filter(refunds::charge_id.eq(encode_id(charge_id)))
+                    .filter(refunds::charge_id.eq(D::encode_id(charge_id)))
                     .filter(refunds::account_id.eq(account_id))
                     .order((refunds::created_at.desc(), refunds::id.desc()))
                     .select(RefundRow::as_select())
                     .load(self)
-                    .inspect_err(note)?
+                    .inspect_err(D::note)?
                     .into_iter()
                     .map(RefundRow::decode)
                     .collect()
@@ -347,8 +374,12 @@ macro_rules! authorization_store {
         use uuid::Uuid;
 
         use super::schema::authorizations as auth;
-        use super::{Id, Time, clock, decode_id, decode_time, encode_id, encode_time, note};
+        use $crate::store::tables::Dialect;
         use $crate::store::{Authorization, QueryResult};
+
+        type D = $conn;
+        type Id = <D as Dialect>::Id;
+        type Time = <D as Dialect>::Time;
 
         #[derive(Queryable, Selectable)]
         #[diesel(table_name = auth, check_for_backend($backend))]
@@ -364,12 +395,12 @@ macro_rules! authorization_store {
         impl AuthorizationRow {
             fn decode(self) -> QueryResult<Authorization> {
                 Ok(Authorization {
-                    id: decode_id(self.id)?,
+                    id: D::decode_id(self.id)?,
                     account_id: self.account_id,
                     amount: self.amount,
                     currency: self.currency,
-                    created_at: decode_time(self.created_at)?,
-                    voided_at: self.voided_at.map(decode_time).transpose()?,
+                    created_at: D::decode_time(self.created_at)?,
+                    voided_at: self.voided_at.map(D::decode_time).transpose()?,
                 })
             }
         }
@@ -378,14 +409,14 @@ macro_rules! authorization_store {
             fn insert_authorization(&mut self, a: &Authorization) -> QueryResult<()> {
                 diesel::insert_into(auth::table)
                     .values((
-                        auth::id.eq(encode_id(a.id)),
+                        auth::id.eq(D::encode_id(a.id)),
                         auth::account_id.eq(a.account_id),
                         auth::amount.eq(a.amount),
                         auth::currency.eq(&a.currency),
-                        auth::created_at.eq(encode_time(a.created_at)),
+                        auth::created_at.eq(D::encode_time(a.created_at)),
                     ))
                     .execute(self)
-                    .inspect_err(note)
+                    .inspect_err(D::note)
                     .map(|_| ())
             }
 
@@ -395,11 +426,11 @@ macro_rules! authorization_store {
                 id: Uuid,
             ) -> QueryResult<Option<Authorization>> {
                 auth::table
-                    .filter(auth::id.eq(encode_id(id)))
+                    .filter(auth::id.eq(D::encode_id(id)))
                     .filter(auth::account_id.eq(account_id))
                     .select(AuthorizationRow::as_select())
                     .first(self)
-                    .inspect_err(note)
+                    .inspect_err(D::note)
                     .optional()?
                     .map(AuthorizationRow::decode)
                     .transpose()
@@ -416,7 +447,7 @@ macro_rules! authorization_store {
                     .limit(limit)
                     .select(AuthorizationRow::as_select())
                     .load(self)
-                    .inspect_err(note)?
+                    .inspect_err(D::note)?
                     .into_iter()
                     .map(AuthorizationRow::decode)
                     .collect()
@@ -430,13 +461,13 @@ macro_rules! authorization_store {
             ) -> QueryResult<Option<Authorization>> {
                 diesel::update(
                     auth::table
-                        .filter(auth::id.eq(encode_id(id)))
+                        .filter(auth::id.eq(D::encode_id(id)))
                         .filter(auth::account_id.eq(account_id))
                         .filter(auth::voided_at.is_null()),
                 )
-                .set(auth::voided_at.eq(clock().nullable()))
+                .set(auth::voided_at.eq(D::clock().nullable()))
                 .execute(self)
-                .inspect_err(note)?;
+                .inspect_err(D::note)?;
                 self.find_authorization(account_id, id)
             }
         }

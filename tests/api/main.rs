@@ -19,6 +19,7 @@ mod hardening;
 mod hosts;
 mod idempotency;
 mod key_first;
+mod key_table;
 mod keyless;
 mod logs;
 mod network;

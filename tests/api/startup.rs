@@ -354,3 +354,39 @@ fn a_wrong_web_dir_and_a_taken_bind_are_named_with_their_fix() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue #40: every start refused for its settings says which setting and
+/// leaves no database behind: a pool of no connections was a panic that
+/// created `./charges.db`, and a separate card network with the public
+/// key was refused only after the database was created.
+#[test]
+fn a_start_refused_for_its_settings_names_them_and_creates_no_database() {
+    let dir =
+        std::env::temp_dir().join(format!("charges-refused-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let refused = [
+        (("POOL_SIZE", "0"), "POOL_SIZE"),
+        (
+            ("NETWORK_URL", "http://127.0.0.1:9"),
+            "NETWORK_API_KEY is the default",
+        ),
+    ];
+    for ((name, value), expected) in refused {
+        let out = charges_bin()
+            .arg("serve")
+            .current_dir(&dir)
+            .env("BIND", "127.0.0.1:0")
+            .env(name, value)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}={value}");
+        assert!(!stderr.contains("panicked"), "{name}={value}: {stderr}");
+        assert!(stderr.contains(expected), "{name}={value}: {stderr}");
+        assert!(
+            !dir.join("charges.db").exists(),
+            "{name}={value} left ./charges.db behind"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

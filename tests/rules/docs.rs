@@ -1,18 +1,21 @@
 //! The design document names real code (issue #40): every module path it
-//! names in backticks (`idempotency::execute`, `network::client::derived_key`,
-//! `crate::metrics::METRICS`) is a module of `src/`, or an item defined in
-//! (or re-exported by) the module before it. A renamed or moved item fails
-//! here, not a reader following the document.
+//! names in backticks (`idempotency::Policy`, `network::client::derived_key`,
+//! `crate::metrics::METRICS`) is a module of `src/` (or, for
+//! `idempotency::…`, of the protocol crate's `crates/idempotency/src/`), or
+//! an item defined in (or re-exported by) the module before it. A renamed
+//! or moved item fails here, not a reader following the document.
 
 use std::path::{Path, PathBuf};
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+const PROTOCOL_SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crates/idempotency/src");
 
-/// The file of module `segments` (`["store", "postgres"]`), if it is one.
-fn module_file(segments: &[&str]) -> Option<PathBuf> {
-    let dir = segments.iter().fold(PathBuf::from(SRC), |p, s| p.join(s));
+/// The file of module `segments` (`["store", "postgres"]`) of the crate
+/// whose sources are in `src`, if it is one.
+fn module_file(src: &str, segments: &[&str]) -> Option<PathBuf> {
+    let dir = segments.iter().fold(PathBuf::from(src), |p, s| p.join(s));
     if segments.is_empty() {
-        return Some(Path::new(SRC).join("lib.rs"));
+        return Some(Path::new(src).join("lib.rs"));
     }
     [dir.with_extension("rs"), dir.join("mod.rs")]
         .into_iter()
@@ -49,17 +52,24 @@ fn defines(source: &str, name: &str) -> bool {
 
 /// Why `path` names nothing, if it does not.
 fn check(path: &str) -> Result<(), String> {
-    let segments: Vec<&str> = path.trim_start_matches("crate::").split("::").collect();
+    let mut segments: Vec<&str> = path.trim_start_matches("crate::").split("::").collect();
+    let src = match segments[0] {
+        "idempotency" => {
+            segments.remove(0);
+            PROTOCOL_SRC
+        }
+        _ => SRC,
+    };
     let mut module: Vec<&str> = Vec::new();
     for (i, segment) in segments.iter().enumerate() {
         let mut next = module.clone();
         next.push(segment);
-        if module_file(&next).is_some() {
+        if module_file(src, &next).is_some() {
             module = next;
             continue;
         }
         let file =
-            module_file(&module).ok_or_else(|| format!("no module {}", module.join("::")))?;
+            module_file(src, &module).ok_or_else(|| format!("no module {}", module.join("::")))?;
         let source = std::fs::read_to_string(&file).unwrap();
         if !defines(&source, segment) {
             return Err(format!("{} has no {segment}", file.display()));

@@ -187,6 +187,15 @@ impl TestDatabase {
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
+    /// Runs a script of statements (a schema file).
+    pub fn batch(&self, sql: &str) {
+        match self.connect() {
+            AnyConn::Pg(mut c) => c.batch_execute(sql),
+            AnyConn::Sqlite(mut c) => c.batch_execute(sql),
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
     /// Runs one statement; the number of rows it changed.
     pub fn execute(&self, sql: &str) -> usize {
         match self.connect() {

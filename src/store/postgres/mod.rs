@@ -3,10 +3,6 @@
 //! with is the database's clock (`now()`), so several app instances agree
 //! on what has expired.
 
-mod accounts;
-mod charges;
-mod keys;
-mod network;
 pub mod schema;
 
 use chrono::{DateTime, Utc};
@@ -15,43 +11,63 @@ use diesel::pg::PgConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Timestamptz};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use idempotency::postgres::Prepared;
 use uuid::Uuid;
 
+use super::tables::Dialect;
 use super::{AnyConnection, Backend, Failure, QueryResult, Store, Transactional, classify};
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 /// The advisory lock migrations run under: "charges" in ASCII.
 const MIGRATION_LOCK: i64 = 0x0063_6861_7267_6573;
 
-// What the queries written once in `store::tables` need of PostgreSQL:
-// its UUIDs and times are the Rust types themselves, its clock is the
-// database's, and a statement that never varies is planned once.
-type Id = Uuid;
-type Time = DateTime<Utc>;
+/// What the queries written once in `store::tables` need of PostgreSQL:
+/// its UUIDs and times are the Rust types themselves, its clock is the
+/// database's, and a statement that never varies is planned once.
+impl Dialect for PgConnection {
+    type Id = Uuid;
+    type Time = DateTime<Utc>;
+    type Clock = AsExprOf<now, Timestamptz>;
+    type Cached<Q> = Prepared<Q>;
 
-fn encode_id(id: Uuid) -> Id {
-    id
+    fn encode_id(id: Uuid) -> Uuid {
+        id
+    }
+
+    fn decode_id(id: Uuid) -> QueryResult<Uuid> {
+        Ok(id)
+    }
+
+    fn encode_time(t: DateTime<Utc>) -> DateTime<Utc> {
+        t
+    }
+
+    fn decode_time(t: DateTime<Utc>) -> QueryResult<DateTime<Utc>> {
+        Ok(t)
+    }
+
+    fn clock() -> Self::Clock {
+        now.into_sql::<Timestamptz>()
+    }
+
+    fn cached<Q>(statement: Q) -> Prepared<Q> {
+        Prepared(statement)
+    }
+
+    fn note(error: &diesel::result::Error) {
+        note(error)
+    }
 }
 
-fn decode_id(id: Id) -> QueryResult<Uuid> {
-    Ok(id)
+// The tables whose queries are written once, over `schema`.
+mod accounts {
+    crate::store::tables::account_store!(diesel::pg::PgConnection);
 }
-
-fn encode_time(t: DateTime<Utc>) -> Time {
-    t
+mod charges {
+    crate::store::tables::charge_store!(diesel::pg::PgConnection, diesel::pg::Pg);
 }
-
-fn decode_time(t: Time) -> QueryResult<DateTime<Utc>> {
-    Ok(t)
-}
-
-/// Now, on the database's clock.
-fn clock() -> AsExprOf<now, Timestamptz> {
-    now.into_sql::<Timestamptz>()
-}
-
-fn cached<Q>(statement: Q) -> Prepared<Q> {
-    Prepared(statement)
+mod network {
+    crate::store::tables::authorization_store!(diesel::pg::PgConnection, diesel::pg::Pg);
 }
 
 /// Every query's error passes here on its way out (`.inspect_err(note)`): a
@@ -102,37 +118,3 @@ impl Store for PgConnection {
         AnyConnection::Pg(self)
     }
 }
-
-/// A statement whose SQL text is the same every time it runs: no optional
-/// parts, no IN lists. Diesel never caches upserts, UPDATEs or SQL literals
-/// as prepared statements, because in general their text can vary; ours
-/// cannot, and wrapping them lets PostgreSQL plan them once per connection
-/// instead of on every request (the cache is keyed by the SQL text). Run it
-/// with `get_result`/`load`: Diesel's `execute` path ignores the wrapper.
-#[derive(Debug, Clone, Copy)]
-struct Prepared<Q>(Q);
-
-impl<Q> diesel::query_builder::QueryId for Prepared<Q> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
-}
-
-impl<Q: diesel::query_builder::Query> diesel::query_builder::Query for Prepared<Q> {
-    type SqlType = Q::SqlType;
-}
-
-impl<Q, DB> diesel::query_builder::QueryFragment<DB> for Prepared<Q>
-where
-    DB: diesel::backend::Backend,
-    Q: diesel::query_builder::QueryFragment<DB>,
-{
-    fn walk_ast<'b>(&'b self, pass: diesel::query_builder::AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        self.0.walk_ast(pass)
-    }
-
-    fn is_safe_to_cache_prepared(&self, _backend: &DB) -> QueryResult<bool> {
-        Ok(true)
-    }
-}
-
-impl<Q, Conn> RunQueryDsl<Conn> for Prepared<Q> {}

@@ -4,13 +4,7 @@
 //! every time is written by the app as fixed-width RFC 3339 text
 //! ([`time_text`]), so comparing the text compares the times.
 
-mod accounts;
-mod charges;
-mod keys;
-mod network;
 pub mod schema;
-
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::dsl::AsExprOf;
@@ -20,52 +14,66 @@ use diesel::sqlite::SqliteConnection;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use uuid::Uuid;
 
+use super::tables::Dialect;
 use super::{AnyConnection, Backend, QueryResult, Store, Transactional, time_text};
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 
-// What the queries written once in `store::tables` need of SQLite: UUIDs
-// and times are TEXT, the clock is the app's.
-type Id = String;
-type Time = String;
+/// What the queries written once in `store::tables` need of SQLite: UUIDs
+/// and times are TEXT, the clock is the app's.
+impl Dialect for SqliteConnection {
+    type Id = String;
+    type Time = String;
+    type Clock = AsExprOf<String, Text>;
+    type Cached<Q> = Q;
 
-fn encode_id(id: Uuid) -> Id {
-    id.to_string()
+    fn encode_id(id: Uuid) -> String {
+        id.to_string()
+    }
+
+    fn decode_id(text: String) -> QueryResult<Uuid> {
+        parse_uuid(&text)
+    }
+
+    fn encode_time(t: DateTime<Utc>) -> String {
+        time_text(t)
+    }
+
+    fn decode_time(text: String) -> QueryResult<DateTime<Utc>> {
+        parse_time(&text)
+    }
+
+    /// Now, on the app's clock, as SQLite stores times.
+    fn clock() -> Self::Clock {
+        now_text().into_sql::<Text>()
+    }
+
+    /// Diesel's SQLite connection already caches what it can.
+    fn cached<Q>(statement: Q) -> Q {
+        statement
+    }
+
+    /// A SQLite connection is a file: it is never lost to a failover, so
+    /// no error needs noting.
+    fn note(_: &diesel::result::Error) {}
 }
 
-fn decode_id(text: Id) -> QueryResult<Uuid> {
-    parse_uuid(&text)
+// The tables whose queries are written once, over `schema`.
+mod accounts {
+    crate::store::tables::account_store!(diesel::sqlite::SqliteConnection);
 }
-
-fn encode_time(t: DateTime<Utc>) -> Time {
-    time_text(t)
+mod charges {
+    crate::store::tables::charge_store!(diesel::sqlite::SqliteConnection, diesel::sqlite::Sqlite);
 }
-
-fn decode_time(text: Time) -> QueryResult<DateTime<Utc>> {
-    parse_time(&text)
+mod network {
+    crate::store::tables::authorization_store!(
+        diesel::sqlite::SqliteConnection,
+        diesel::sqlite::Sqlite
+    );
 }
-
-/// Now, on the app's clock, as SQLite stores times.
-fn clock() -> AsExprOf<String, Text> {
-    now_text().into_sql::<Text>()
-}
-
-/// Diesel's SQLite connection already caches what it can.
-fn cached<Q>(statement: Q) -> Q {
-    statement
-}
-
-/// A SQLite connection is a file: it is never lost to a failover, so no
-/// error needs noting.
-fn note(_: &diesel::result::Error) {}
 
 fn now_text() -> String {
     time_text(Utc::now())
-}
-
-/// `now + d` as SQLite stores times.
-fn from_now(d: Duration) -> String {
-    time_text(Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
 }
 
 fn parse_time(text: &str) -> QueryResult<DateTime<Utc>> {

@@ -1,18 +1,60 @@
-//! The protocol's key store on SQLite (`idempotency::key_store`): its
-//! transaction, and its steps, each one statement of Diesel's query
-//! builder; times on the app's clock, as text (`now_text`, `from_now` in
-//! `mod.rs`), over `schema.rs` (from `migrations/sqlite`).
+//! The key store on SQLite (`key_store`): its transaction, and its steps,
+//! each one statement of Diesel's query builder, over the table in
+//! `sql/sqlite.sql`; times on the app's clock, as text ([`time_text`]).
 
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
 use diesel::prelude::*;
 use diesel::sqlite::SqliteConnection;
 use uuid::Uuid;
 
-use super::schema::idempotency_keys as keys;
-use super::{from_now, now_text};
-use crate::idempotency::key_store::{
-    COMPLETED, Claim, IN_PROGRESS, KeyRecord, KeyStore, KeyedRequest, NewKeyStatus, QueryResult,
+use crate::key_store::{
+    COMPLETED, Claim, IN_PROGRESS, KeyRecord, KeyStore, NewKey, NewKeyStatus, QueryResult,
     RawKeyRow, SavedResponse, StuckKey, Transactional, takeover,
 };
+use schema::idempotency_keys as keys;
+
+/// The key table's `CREATE` statements (`sql/sqlite.sql`), for a migration
+/// of yours (run once; add your foreign key to your accounts table).
+pub const CREATE_TABLE: &str = include_str!("../sql/sqlite.sql");
+
+/// The table, as `sql/sqlite.sql` creates it.
+pub mod schema {
+    diesel::table! {
+        idempotency_keys (account_id, key) {
+            account_id -> BigInt,
+            key -> Text,
+            fingerprint -> Text,
+            status -> Text,
+            response_status -> Nullable<Integer>,
+            response_headers -> Nullable<Text>,
+            response_body -> Nullable<Text>,
+            created_at -> Text,
+            expires_at -> Text,
+            locked_until -> Text,
+            lease_token -> Text,
+            request_path -> Nullable<Text>,
+            request_body -> Nullable<Text>,
+            foreign_step -> Nullable<Text>,
+        }
+    }
+}
+
+/// A time as SQLite stores it: RFC 3339 in UTC with microseconds, a fixed
+/// width, so that text order is time order.
+pub fn time_text(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+fn now_text() -> String {
+    time_text(Utc::now())
+}
+
+/// `now + d` as SQLite stores times.
+fn from_now(d: Duration) -> String {
+    time_text(Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
+}
 
 fn json_column(text: Option<String>) -> QueryResult<Option<serde_json::Value>> {
     text.map(|t| {
@@ -26,19 +68,19 @@ fn json_column(text: Option<String>) -> QueryResult<Option<serde_json::Value>> {
 /// `take_over_key` writes it over a row it takes. A completed row's lease
 /// is over at once; an in-progress one is protected for the lease.
 macro_rules! new_row {
-    ($request:expr, $status:expr, $lease_token:expr) => {{
+    ($row:expr, $lease_token:expr) => {{
         let now = now_text();
-        let (status, code, headers, body, locked_until, request) = match $status {
+        let (status, code, headers, body, locked_until, request) = match $row.status {
             NewKeyStatus::InProgress => (
                 IN_PROGRESS,
                 None,
                 None,
                 None,
-                from_now($request.lease),
+                from_now($row.lease),
                 Some((
-                    $request.path,
-                    $request.body.to_string(),
-                    $request.foreign_step,
+                    $row.request.path,
+                    $row.request.body.to_string(),
+                    $row.foreign_step,
                 )),
             ),
             NewKeyStatus::Completed(response) => (
@@ -55,13 +97,13 @@ macro_rules! new_row {
             None => (None, None, None),
         };
         (
-            keys::fingerprint.eq($request.fingerprint),
+            keys::fingerprint.eq($row.request.fingerprint),
             keys::status.eq(status),
             keys::response_status.eq(code),
             keys::response_headers.eq(headers),
             keys::response_body.eq(body),
             keys::created_at.eq(now),
-            keys::expires_at.eq(from_now($request.ttl)),
+            keys::expires_at.eq(from_now($row.ttl)),
             keys::locked_until.eq(locked_until),
             keys::lease_token.eq($lease_token.to_string()),
             keys::request_path.eq(request_path),
@@ -123,36 +165,32 @@ impl KeyStore for SqliteConnection {
         .transpose()
     }
 
-    fn insert_key(
-        &mut self,
-        request: &KeyedRequest<'_>,
-        status: NewKeyStatus<'_>,
-    ) -> QueryResult<Option<Claim>> {
+    fn insert_key(&mut self, row: &NewKey<'_>) -> QueryResult<Option<Claim>> {
+        let request = row.request;
         let lease_token = Uuid::new_v4();
         let inserted = diesel::insert_into(keys::table)
             .values((
                 keys::account_id.eq(request.account_id),
                 keys::key.eq(request.key),
-                new_row!(request, status, lease_token),
+                new_row!(row, lease_token),
             ))
             .on_conflict((keys::account_id, keys::key))
             .do_nothing()
             .execute(self)?;
-        Ok((inserted == 1).then(|| Claim::new(request, lease_token, status)))
+        Ok((inserted == 1).then(|| Claim::new(row, lease_token)))
     }
 
-    fn take_over_key(
-        &mut self,
-        request: &KeyedRequest<'_>,
-        status: NewKeyStatus<'_>,
-    ) -> QueryResult<Option<Claim>> {
+    fn take_over_key(&mut self, row: &NewKey<'_>) -> QueryResult<Option<Claim>> {
+        let request = row.request;
         let lease_token = Uuid::new_v4();
         let now = now_text();
         let takeable = takeover(
             keys::expires_at.le(now.clone()),
             keys::status.eq(IN_PROGRESS),
             keys::locked_until.lt(now),
-            keys::fingerprint.eq(request.fingerprint),
+            keys::fingerprint
+                .eq(request.fingerprint)
+                .and(keys::foreign_step.is(row.foreign_step)),
         );
         let taken = diesel::update(
             keys::table
@@ -160,9 +198,9 @@ impl KeyStore for SqliteConnection {
                 .filter(keys::key.eq(request.key))
                 .filter(takeable),
         )
-        .set(new_row!(request, status, lease_token))
+        .set(new_row!(row, lease_token))
         .execute(self)?;
-        Ok((taken == 1).then(|| Claim::new(request, lease_token, status)))
+        Ok((taken == 1).then(|| Claim::new(row, lease_token)))
     }
 
     fn complete_key(&mut self, claim: &Claim, response: &SavedResponse) -> QueryResult<bool> {
@@ -178,6 +216,11 @@ impl KeyStore for SqliteConnection {
             keys::response_status.eq(i32::from(response.status)),
             keys::response_headers.eq(response.headers_json().to_string()),
             keys::response_body.eq(response.body.to_string()),
+            // A completed row answers from its response: the request it
+            // kept for recovery is not needed any more.
+            keys::request_path.eq(None::<String>),
+            keys::request_body.eq(None::<String>),
+            keys::foreign_step.eq(None::<String>),
         ))
         .execute(self)?;
         Ok(completed == 1)

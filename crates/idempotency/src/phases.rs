@@ -36,18 +36,17 @@
 //!
 //! What an operation answers in phase 3 is its own: a charge whose account
 //! was revoked meanwhile answers (and stores) a 403 instead of charging,
-//! and its [`compensate`](super::Operation::compensate) then voids the
+//! and its [`settle`](crate::ForeignStep::settle) then voids the
 //! authorization at the network, so that no hold stays behind that no
 //! charge owns.
 
 use std::time::{Duration, Instant};
 
-use super::{
+use crate::{
     Claim, Connections, Decision, Error, KeyStore, KeyedRequest, Mode, NewKeyStatus, Operation,
-    Outcome, Read, Registration, Transactional, answer_after_lost_claim, decide, register,
+    Outcome, Policy, Read, Registration, Transactional, answer_after_lost_claim, decide, register,
     run_and_store, with_transient_retries,
 };
-use crate::idempotency::hooks::TxHooks;
 
 /// A waiting duplicate's first pause, and its longest.
 const FIRST_POLL: Duration = Duration::from_millis(25);
@@ -56,25 +55,20 @@ const LONGEST_POLL: Duration = Duration::from_millis(400);
 /// that it answers 409 (retry) rather than being cut off by the deadline.
 const POLL_MARGIN: Duration = Duration::from_millis(250);
 
-pub(super) fn execute<C: Connections>(
+pub(crate) fn execute<C: Connections>(
+    policy: &Policy,
     connections: &mut C,
-    mode: Mode,
     request: &KeyedRequest<'_>,
-    hooks: &dyn TxHooks,
     operation: &mut dyn Operation<C::Store>,
 ) -> Result<Outcome, Error> {
     // Phase 1, the row naming the foreign step it is registered for.
-    let step = operation.foreign_step_name().map(str::to_owned);
-    let request = &KeyedRequest {
-        foreign_step: step.as_deref(),
-        ..*request
-    };
-    let claim = match register_or_wait(connections, mode, request)? {
+    let step = operation.foreign_step().map(|s| s.name().to_owned());
+    let claim = match register_or_wait(policy, connections, request, step.as_deref())? {
         Registration::Claimed(claim) => claim,
         Registration::Answered(outcome) => return Ok(outcome),
     };
-    hooks.after_key_committed()?;
-    complete(connections, &claim, request, hooks, operation)
+    policy.hooks.get().after_key_committed()?;
+    complete(policy, connections, &claim, request, operation)
 }
 
 /// Phase 1: one short transaction registers the key in progress. Atomic: a
@@ -82,10 +76,12 @@ pub(super) fn execute<C: Connections>(
 /// held between the looks, until it is completed (replayed), released (ours
 /// to run) or its lease runs out (ours to take over), or the deadline nears.
 fn register_or_wait<C: Connections>(
+    policy: &Policy,
     connections: &mut C,
-    mode: Mode,
     request: &KeyedRequest<'_>,
+    step: Option<&str>,
 ) -> Result<Registration, Error> {
+    let new_key = policy.new_key(request, step, NewKeyStatus::InProgress);
     let mut pause = FIRST_POLL;
     loop {
         let registered = connections.run(|store| {
@@ -96,15 +92,13 @@ fn register_or_wait<C: Connections>(
             if let Decision::Answer(outcome) = decide(row, request.fingerprint, Read::FastPath) {
                 return Ok(Registration::Answered(outcome));
             }
-            with_transient_retries(|| {
-                store.transaction(|tx| register(tx, request, NewKeyStatus::InProgress))
-            })
+            with_transient_retries(|| store.transaction(|tx| register(policy, tx, &new_key)))
         });
         let registered = match registered {
             Err(Error::KeyLocked) => Registration::Answered(Outcome::InFlight),
             registered => registered?,
         };
-        let waits = mode == Mode::Atomic
+        let waits = policy.mode == Mode::Atomic
             && matches!(registered, Registration::Answered(Outcome::InFlight))
             && Instant::now() + pause + POLL_MARGIN < connections.until();
         if !waits {
@@ -116,25 +110,31 @@ fn register_or_wait<C: Connections>(
 }
 
 /// Phases 2 and 3, for a claim this worker holds (a new key, or one taken
-/// over by a retry or the recovery task).
-pub(super) fn complete<C: Connections>(
+/// over by a retry or by `recovery`).
+pub(crate) fn complete<C: Connections>(
+    policy: &Policy,
     connections: &mut C,
     claim: &Claim,
     request: &KeyedRequest<'_>,
-    hooks: &dyn TxHooks,
     operation: &mut dyn Operation<C::Store>,
 ) -> Result<Outcome, Error> {
     // Phase 2: no transaction, no connection.
-    if let Err(error) = operation.foreign_step() {
+    let called = match operation.foreign_step() {
+        Some(step) => step.call(),
+        None => Ok(()),
+    };
+    if let Err(error) = called {
         return connections.run(|store| give_up(store, claim, request, error));
     }
     // Phase 3.
-    let written = connections.run(|store| run_and_store(store, claim, hooks, operation));
+    let written = connections.run(|store| run_and_store(policy, store, claim, operation));
     match written {
         Ok(response) => {
             // The answer is stored: if it means the foreign step's effect
             // will never be used (a revoked account), undo it there.
-            if let Err(e) = operation.compensate() {
+            if let Some(step) = operation.foreign_step()
+                && let Err(e) = step.settle(&response)
+            {
                 tracing::error!(error = %e, account = request.account_id, "could not undo a foreign step whose key will never use it; undo it by hand");
             }
             Ok(Outcome::Executed(response))

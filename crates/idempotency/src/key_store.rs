@@ -8,9 +8,9 @@
 //! under a key: it keeps the request's fingerprint and the response to
 //! replay, whatever the operation was.
 //!
-//! This file names no backend and no other table: a service that copies
-//! `src/idempotency/` implements these two traits on its connection (this
-//! crate's are `store/postgres/keys.rs` and `store/sqlite/keys.rs`).
+//! This file names no backend and no other table; this crate implements
+//! these two traits for Diesel's connections in `postgres.rs` and
+//! `sqlite.rs`, over the table in `sql/`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -36,21 +36,13 @@ pub trait KeyStore {
     /// A concurrent transaction that inserted the same key and has not
     /// committed makes this wait on the unique index entry until it commits
     /// (then: `None`) or rolls back (then the row is ours).
-    fn insert_key(
-        &mut self,
-        request: &KeyedRequest<'_>,
-        status: NewKeyStatus<'_>,
-    ) -> QueryResult<Option<Claim>>;
+    fn insert_key(&mut self, row: &NewKey<'_>) -> QueryResult<Option<Claim>>;
 
     /// Overwrites the key's row with a new one, as `insert_key` would have
     /// written it, if [`takeover`] says it may be taken over: one
     /// conditional `UPDATE … WHERE <takeover> RETURNING`. Of several
     /// requests racing for one row, the row lock lets exactly one take it.
-    fn take_over_key(
-        &mut self,
-        request: &KeyedRequest<'_>,
-        status: NewKeyStatus<'_>,
-    ) -> QueryResult<Option<Claim>>;
+    fn take_over_key(&mut self, row: &NewKey<'_>) -> QueryResult<Option<Claim>>;
 
     /// Completes the claimed row with `response`, if it is still in
     /// progress under this claim's lease; `false` when the lease was lost
@@ -107,7 +99,10 @@ pub trait Transactional: KeyStore {
 /// removed it yet), or when it is **in progress**, its **lease has run
 /// out** (its worker died: between the key-first design's two
 /// transactions, or between the phases of a foreign step) and it is **the
-/// same request's** (a different request is a 422, never a takeover).
+/// same request's** (a different request is a 422, never a takeover),
+/// **registered with the same foreign step** (none, or the same service:
+/// a worker without the step, or with another service's, would finish it
+/// without the call the row's first worker may have made).
 ///
 /// Why an SQL predicate and not a check in Rust: the rule must hold at the
 /// instant the row is written, under its lock, so that of several requests
@@ -144,31 +139,39 @@ pub struct StuckKey {
     pub path: String,
     pub body: Value,
     /// The foreign step it was registered with (see
-    /// [`KeyedRequest::foreign_step`]), if any.
+    /// [`NewKey::foreign_step`]), if any.
     pub foreign_step: Option<String>,
 }
 
-/// One keyed request, scoped to the account that sent it: what its key row
-/// is written from.
+/// One keyed request, scoped to the account that sent it: its identity.
 #[derive(Debug, Clone, Copy)]
 pub struct KeyedRequest<'a> {
     pub account_id: i64,
     pub key: &'a str,
     /// What identifies the request (method, path, body).
     pub fingerprint: &'a str,
-    /// How long the key is remembered.
-    pub ttl: Duration,
-    /// Key-first: how long a claim is protected before others may take it over.
-    pub lease: Duration,
-    /// The request (its path and body), kept in a row registered in
-    /// progress so that a recovery task can finish it if its worker dies.
+    /// The request itself (its route's path and its body), kept in a row
+    /// registered in progress so that a recovery task can run it again if
+    /// its worker dies.
     pub path: &'a str,
     pub body: &'a Value,
+}
+
+/// A key row as it is written (inserted, or written over a row taken
+/// over): the request's, under the policy's terms.
+#[derive(Debug, Clone, Copy)]
+pub struct NewKey<'a> {
+    pub request: &'a KeyedRequest<'a>,
+    /// How long the key is remembered.
+    pub ttl: Duration,
+    /// How long an in-progress row is protected before others may take it over.
+    pub lease: Duration,
     /// The foreign step the operation performs (the card network, by its
     /// name), kept in a row registered in progress: only a worker that can
     /// perform that same step may finish the row, never one without it nor
     /// one at another service.
     pub foreign_step: Option<&'a str>,
+    pub status: NewKeyStatus<'a>,
 }
 
 /// How a new key row is written.
@@ -177,7 +180,7 @@ pub enum NewKeyStatus<'a> {
     /// Registered, its operation to run, under a fresh lease.
     InProgress,
     /// Already completed with its response: for an operation whose response
-    /// is known before it writes (see `idempotency::Operation`).
+    /// is known before it writes (see `Operation::known_response`).
     Completed(&'a SavedResponse),
 }
 
@@ -192,13 +195,13 @@ pub struct Claim {
 }
 
 impl Claim {
-    /// The claim on the row `request` wrote as `status`, under `lease_token`.
-    pub fn new(request: &KeyedRequest<'_>, lease_token: Uuid, status: NewKeyStatus<'_>) -> Claim {
+    /// The claim on `row`, written under `lease_token`.
+    pub fn new(row: &NewKey<'_>, lease_token: Uuid) -> Claim {
         Claim {
-            account_id: request.account_id,
-            key: request.key.to_owned(),
+            account_id: row.request.account_id,
+            key: row.request.key.to_owned(),
             lease_token,
-            completed: matches!(status, NewKeyStatus::Completed(_)),
+            completed: matches!(row.status, NewKeyStatus::Completed(_)),
         }
     }
 }
@@ -221,7 +224,7 @@ impl SavedResponse {
     /// The body bytes: canonical JSON, identical for the first answer and
     /// every replay (jsonb does not keep the original bytes).
     pub fn body_bytes(&self) -> String {
-        super::fingerprint::canonical_json(&self.body)
+        crate::fingerprint::canonical_json(&self.body)
     }
 }
 

@@ -1,7 +1,7 @@
 //! What a request does about its key's row, given the row: answer at once
 //! (replay, 422, 409) or try to claim the key.
 
-use super::{KeyRecord, KeyState, Outcome};
+use crate::{KeyRecord, KeyState, Outcome};
 
 /// Where a key row was read: before anything was tried (the fast path), or
 /// after our claim found a row it could not take (the claim was lost).

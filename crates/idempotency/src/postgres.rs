@@ -1,11 +1,6 @@
-//! The protocol's key store on PostgreSQL (`idempotency::key_store`): its
-//! transaction, and its steps, each one statement of Diesel's query
-//! builder; times on the database's clock.
-//!
-//! What it uses of this crate besides the protocol: the table's schema
-//! (`schema.rs`, from `migrations/postgres/…_create_idempotency_keys`),
-//! `Prepared` (a statement PostgreSQL plans once per connection) and `note`
-//! (a lost connection is not given back to the pool), both in `mod.rs`.
+//! The key store on PostgreSQL (`key_store`): its transaction, and its
+//! steps, each one statement of Diesel's query builder, over the table in
+//! `sql/postgres.sql`; times on the database's clock.
 
 use std::time::Duration;
 
@@ -18,12 +13,71 @@ use diesel::sql_types::{Interval, Timestamptz};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{Prepared, note};
-use crate::idempotency::key_store::{
-    COMPLETED, Claim, IN_PROGRESS, KeyRecord, KeyStore, KeyedRequest, NewKeyStatus, QueryResult,
+use crate::key_store::{
+    COMPLETED, Claim, IN_PROGRESS, KeyRecord, KeyStore, NewKey, NewKeyStatus, QueryResult,
     RawKeyRow, SavedResponse, StuckKey, Transactional, takeover,
 };
-use crate::store::postgres::schema::idempotency_keys as keys;
+use schema::idempotency_keys as keys;
+
+/// The key table's `CREATE` statements (`sql/postgres.sql`), for a migration
+/// of yours (run once; add your foreign key to your accounts table).
+pub const CREATE_TABLE: &str = include_str!("../sql/postgres.sql");
+
+/// The table, as `sql/postgres.sql` creates it.
+pub mod schema {
+    diesel::table! {
+        idempotency_keys (account_id, key) {
+            account_id -> Int8,
+            key -> Text,
+            fingerprint -> Text,
+            status -> Text,
+            response_status -> Nullable<Int2>,
+            response_headers -> Nullable<Jsonb>,
+            response_body -> Nullable<Jsonb>,
+            created_at -> Timestamptz,
+            expires_at -> Timestamptz,
+            locked_until -> Timestamptz,
+            lease_token -> Uuid,
+            request_path -> Nullable<Text>,
+            request_body -> Nullable<Jsonb>,
+            foreign_step -> Nullable<Text>,
+        }
+    }
+}
+
+/// A statement whose SQL text is the same every time it runs: no optional
+/// parts, no IN lists. Diesel never caches upserts, UPDATEs or SQL literals
+/// as prepared statements, because in general their text can vary; ours
+/// cannot, and wrapping them lets PostgreSQL plan them once per connection
+/// instead of on every request (the cache is keyed by the SQL text). Run it
+/// with `get_result`/`load`: Diesel's `execute` path ignores the wrapper.
+#[derive(Debug, Clone, Copy)]
+pub struct Prepared<Q>(pub Q);
+
+impl<Q> diesel::query_builder::QueryId for Prepared<Q> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<Q: diesel::query_builder::Query> diesel::query_builder::Query for Prepared<Q> {
+    type SqlType = Q::SqlType;
+}
+
+impl<Q, DB> diesel::query_builder::QueryFragment<DB> for Prepared<Q>
+where
+    DB: diesel::backend::Backend,
+    Q: diesel::query_builder::QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, pass: diesel::query_builder::AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        self.0.walk_ast(pass)
+    }
+
+    fn is_safe_to_cache_prepared(&self, _backend: &DB) -> QueryResult<bool> {
+        Ok(true)
+    }
+}
+
+impl<Q, Conn> RunQueryDsl<Conn> for Prepared<Q> {}
 
 #[derive(Queryable, Selectable)]
 #[diesel(table_name = keys, check_for_backend(diesel::pg::Pg))]
@@ -54,15 +108,15 @@ fn status_code(response: &SavedResponse) -> QueryResult<i16> {
 /// `take_over_key` writes it over a row it takes. A completed row's lease
 /// is over at once; an in-progress one is protected for the lease.
 macro_rules! new_row {
-    ($request:expr, $status:expr, $lease_token:expr) => {{
-        let (status, code, headers, body, lease, request) = match $status {
+    ($row:expr, $lease_token:expr) => {{
+        let (status, code, headers, body, lease, request) = match $row.status {
             NewKeyStatus::InProgress => (
                 IN_PROGRESS,
                 None,
                 None,
                 None,
-                $request.lease,
-                Some(($request.path, $request.body, $request.foreign_step)),
+                $row.lease,
+                Some(($row.request.path, $row.request.body, $row.foreign_step)),
             ),
             NewKeyStatus::Completed(response) => (
                 COMPLETED,
@@ -74,13 +128,13 @@ macro_rules! new_row {
             ),
         };
         (
-            keys::fingerprint.eq($request.fingerprint),
+            keys::fingerprint.eq($row.request.fingerprint),
             keys::status.eq(status),
             keys::response_status.eq(code),
             keys::response_headers.eq(headers),
             keys::response_body.eq(body),
             keys::created_at.eq(now),
-            keys::expires_at.eq(from_now($request.ttl)),
+            keys::expires_at.eq(from_now($row.ttl)),
             keys::locked_until.eq(from_now(lease)),
             keys::lease_token.eq($lease_token),
             keys::request_path.eq(request.map(|r| r.0)),
@@ -111,7 +165,6 @@ impl KeyStore for PgConnection {
             .filter(keys::expires_at.gt(now))
             .select(KeyRow::as_select())
             .first(self)
-            .inspect_err(note)
             .optional()?;
         row.map(|r| {
             RawKeyRow {
@@ -127,40 +180,35 @@ impl KeyStore for PgConnection {
         .transpose()
     }
 
-    fn insert_key(
-        &mut self,
-        request: &KeyedRequest<'_>,
-        status: NewKeyStatus<'_>,
-    ) -> QueryResult<Option<Claim>> {
+    fn insert_key(&mut self, row: &NewKey<'_>) -> QueryResult<Option<Claim>> {
+        let request = row.request;
         let lease_token = Uuid::new_v4();
         let inserted: Option<Uuid> = Prepared(
             diesel::insert_into(keys::table)
                 .values((
                     keys::account_id.eq(request.account_id),
                     keys::key.eq(request.key),
-                    new_row!(request, status, lease_token),
+                    new_row!(row, lease_token),
                 ))
                 .on_conflict((keys::account_id, keys::key))
                 .do_nothing()
                 .returning(keys::lease_token),
         )
         .get_result(self)
-        .inspect_err(note)
         .optional()?;
-        Ok(inserted.map(|token| Claim::new(request, token, status)))
+        Ok(inserted.map(|token| Claim::new(row, token)))
     }
 
-    fn take_over_key(
-        &mut self,
-        request: &KeyedRequest<'_>,
-        status: NewKeyStatus<'_>,
-    ) -> QueryResult<Option<Claim>> {
+    fn take_over_key(&mut self, row: &NewKey<'_>) -> QueryResult<Option<Claim>> {
+        let request = row.request;
         let lease_token = Uuid::new_v4();
         let takeable = takeover(
             keys::expires_at.le(now),
             keys::status.eq(IN_PROGRESS),
             keys::locked_until.lt(now),
-            keys::fingerprint.eq(request.fingerprint),
+            keys::fingerprint
+                .eq(request.fingerprint)
+                .and(keys::foreign_step.is_not_distinct_from(row.foreign_step)),
         );
         let taken: Option<Uuid> = Prepared(
             diesel::update(
@@ -169,13 +217,12 @@ impl KeyStore for PgConnection {
                     .filter(keys::key.eq(request.key))
                     .filter(takeable),
             )
-            .set(new_row!(request, status, lease_token))
+            .set(new_row!(row, lease_token))
             .returning(keys::lease_token),
         )
         .get_result(self)
-        .inspect_err(note)
         .optional()?;
-        Ok(taken.map(|token| Claim::new(request, token, status)))
+        Ok(taken.map(|token| Claim::new(row, token)))
     }
 
     fn complete_key(&mut self, claim: &Claim, response: &SavedResponse) -> QueryResult<bool> {
@@ -192,11 +239,15 @@ impl KeyStore for PgConnection {
                 keys::response_status.eq(status_code(response)?),
                 keys::response_headers.eq(response.headers_json()),
                 keys::response_body.eq(&response.body),
+                // A completed row answers from its response: the request
+                // it kept for recovery is not needed any more.
+                keys::request_path.eq(None::<String>),
+                keys::request_body.eq(None::<serde_json::Value>),
+                keys::foreign_step.eq(None::<String>),
             ))
             .returning(keys::lease_token),
         )
         .get_result(self)
-        .inspect_err(note)
         .optional()?;
         Ok(completed.is_some())
     }
@@ -210,7 +261,6 @@ impl KeyStore for PgConnection {
                 .filter(keys::lease_token.eq(claim.lease_token)),
         )
         .execute(self)
-        .inspect_err(note)
     }
 
     fn find_stuck_accounts(&mut self, limit: i64) -> QueryResult<Vec<i64>> {
@@ -224,7 +274,6 @@ impl KeyStore for PgConnection {
             .limit(limit)
             .select(keys::account_id)
             .load(self)
-            .inspect_err(note)
     }
 
     fn find_stuck_keys(
@@ -260,8 +309,7 @@ impl KeyStore for PgConnection {
                 keys::request_body,
                 keys::foreign_step,
             ))
-            .load(self)
-            .inspect_err(note)?;
+            .load(self)?;
         Ok(rows
             .into_iter()
             .filter_map(|(account_id, key, fingerprint, path, body, foreign_step)| {
@@ -290,6 +338,5 @@ impl KeyStore for PgConnection {
         )
         .bind::<diesel::sql_types::BigInt, _>(batch)
         .execute(self)
-        .inspect_err(note)
     }
 }

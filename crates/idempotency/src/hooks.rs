@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use diesel::result::Error as QueryError;
 
-use super::Transactional;
+use crate::Transactional;
 
 /// Why a hook stopped the request. Everything its transaction wrote rolls
 /// back.

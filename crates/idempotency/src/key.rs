@@ -8,9 +8,13 @@
 //! `"` with `\"` and `\\` the only escapes and no parameters, or a bare
 //! value that neither starts with `"` nor starts or ends with a space.
 
+#[cfg(feature = "actix")]
 use actix_web::http::header::{HeaderMap, HeaderName};
 
-pub const HEADER: HeaderName = HeaderName::from_static("idempotency-key");
+/// The header's name, lowercase.
+pub const HEADER_NAME: &str = "idempotency-key";
+#[cfg(feature = "actix")]
+pub const HEADER: HeaderName = HeaderName::from_static(HEADER_NAME);
 pub const MAX_LEN: usize = 255;
 
 /// The header's value as a regular expression (ECMA-262, as JSON Schema
@@ -46,7 +50,14 @@ pub enum KeyError {
 }
 
 impl IdempotencyKey {
-    /// `Ok(None)` when the header is absent.
+    /// The header's value as received (one field value; a repeated header
+    /// is the caller's to refuse, [`KeyError::Repeated`]).
+    pub fn from_header_value(value: &str) -> Result<IdempotencyKey, KeyError> {
+        IdempotencyKey::parse(value.as_bytes())
+    }
+
+    /// actix-web's headers: `Ok(None)` when the header is absent.
+    #[cfg(feature = "actix")]
     pub fn from_headers(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, KeyError> {
         let mut values = headers.get_all(HEADER);
         let Some(value) = values.next() else {
@@ -250,6 +261,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "actix")]
     #[test]
     fn the_header_may_appear_once() {
         let mut headers = HeaderMap::new();

@@ -37,6 +37,8 @@ enum Command {
     /// Manage the accounts that may call the API.
     #[command(subcommand)]
     Account(AccountCommand),
+    /// Make a sandbox of the demo's for an integration and print its key (shown this once): a server in demo mode on this database confines its rows, keys and Demo-* faults to it.
+    Sandbox(DatabaseArgs),
     /// Check any API's Idempotency-Key handling from outside (draft-07), as h2spec does for HTTP/2.
     Conformance(Box<charges::conformance::ConformanceArgs>),
 }
@@ -130,6 +132,7 @@ fn main() -> ExitCode {
         Some(Command::Serve(settings)) => serve(*settings),
         Some(Command::Demo(settings)) => demo(*settings),
         Some(Command::Account(command)) => account(command),
+        Some(Command::Sandbox(args)) => sandbox(&args.database_url),
         Some(Command::Network(args)) => network(args),
         Some(Command::Conformance(args)) => return charges::conformance::main(*args),
         None => demo(cli.demo),
@@ -141,6 +144,19 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `charges sandbox`: as `POST /demo/sandboxes`, for the operator (no room
+/// cap, no per-address limit), on the database a demo server uses.
+fn sandbox(url: &str) -> Result<(), String> {
+    let mut conn = Connection::open(url).map_err(|e| e.to_string())?;
+    conn.store().migrate()?;
+    let (id, key) = charges::demo::sandboxes::create_for_operator(conn.store())?;
+    println!(
+        "created sandbox account {id}; deleted with its rows after DEMO_SANDBOX_IDLE_EXPIRY (2h by default) unused. Its API key, shown this once only:"
+    );
+    println!("{key}");
+    Ok(())
 }
 
 /// `charges demo`: `serve` with demo mode on unless DEMO says otherwise,

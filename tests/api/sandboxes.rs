@@ -202,6 +202,28 @@ crate::on_both_backends! {
         assert_eq!(app.post("/demo/sandboxes").await.status, 201, "a place freed");
     }
 
+    /// `charges sandbox` (an integration's): a key on the demo server's
+    /// database whose faults act on that sandbox alone.
+    async fn the_cli_makes_a_sandbox_an_integration_points_its_client_at() {
+        let app = spawn_app_with(|_| {}).await;
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_charges"))
+            .arg("sandbox")
+            .env("DATABASE_URL", &app.db.url)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        let key = stdout.lines().last().unwrap().trim().to_owned();
+        assert!(key.starts_with("sk_test_") && key.len() == 8 + 64, "{stdout}");
+        let mine = app.as_account(&key);
+        mine.charge_with("k", &charge_body(), &[("demo-fault", "lose-response")])
+            .await
+            .assert_problem(504, "simulated-lost-response");
+        assert!(mine.charge("k", &charge_body()).await.replayed());
+        assert_eq!(rows(&mine).await["charges"].as_array().unwrap().len(), 1);
+        assert_eq!(app.demo().get_json("/demo/state").await["charges"], json!([]), "the shared account saw it");
+    }
+
     /// DEMO_SANDBOXES_PER_MINUTE per client address: past it a 429.
     async fn making_sandboxes_is_rate_limited_per_client_address() {
         let app = spawn_app_with(|s| s.demo_sandboxes_per_minute = 2).await;

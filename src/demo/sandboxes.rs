@@ -342,7 +342,10 @@ fn with_retry_after(mut response: HttpResponse, secs: u64) -> HttpResponse {
 /// [`Sandboxes::purge_every`], on the demo's own connections; and forgets
 /// their entries of the demo's view of the card network's ledger.
 pub async fn purge_periodically(sandbox: actix_web::web::Data<super::Sandbox>) {
-    let mut ticks = tokio::time::interval(sandbox.sandboxes.purge_every());
+    // The first pass one period after start, not at once: a server that
+    // starts opens none of the demo's connections before the demo is used.
+    let every = sandbox.sandboxes.purge_every();
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
@@ -364,6 +367,10 @@ pub async fn purge_periodically(sandbox: actix_web::web::Data<super::Sandbox>) {
                     deleted = deleted.len(),
                     "deleted expired demo sandboxes with all their rows"
                 );
+            }
+            // The pool logs an outage once, as it starts and as it ends.
+            Err(e @ (ApiError::Unavailable(_) | ApiError::DeadlineExceeded { .. })) => {
+                tracing::debug!(error = %e, "demo sandbox purge: no database; will retry")
             }
             Err(e) => tracing::warn!(error = %e, "demo sandbox purge failed; will retry"),
         }

@@ -129,7 +129,7 @@ impl DemoHooks {
     /// takes a delay slot too.
     fn network_delay(&self) -> Result<(), HookFailure> {
         if let Some(delay) = self.faults.network_delay {
-            let _slot = match self.delayed.take(self.account) {
+            let _slot = match self.delayed.take(self.holder) {
                 Ok(slot) => slot,
                 Err(NoSlot::Sandbox) => return Err(one_per_sandbox("network-delay")),
                 Err(NoSlot::Demo) => {
@@ -168,8 +168,9 @@ fn stop_as_a_dead_worker(fault: &'static str) -> ! {
 struct DemoHooks {
     faults: Faults,
     delayed: Arc<DelaySlots>,
-    /// The sandbox whose request this is.
-    account: i64,
+    /// The sandbox whose request this is, as its held transaction counts:
+    /// one each (`None`: the shared account, bounded by the demo's cap only).
+    holder: Option<i64>,
 }
 
 impl TxHooks for DemoHooks {
@@ -178,7 +179,7 @@ impl TxHooks for DemoHooks {
     /// on the key holds none.
     fn before_commit(&self) -> Result<(), HookFailure> {
         if let Some(delay) = self.faults.delay_commit {
-            let taken = self.delayed.take(self.account);
+            let taken = self.delayed.take(self.holder);
             if let Err(NoSlot::Sandbox) = taken {
                 return Err(one_per_sandbox("delay-commit"));
             }
@@ -288,15 +289,9 @@ pub async fn faults(
         Ok(None) => return Ok(next.call(req).await?.map_into_boxed_body()),
         Err(refused) => return Ok(req.into_response(refused)),
     };
-    // The sandbox's own share first, so that a visitor waiting for it
-    // holds none of the demo's.
-    let own = sandbox.sandboxes.places(account);
-    let Ok(Ok(_own_place)) = tokio::time::timeout(sandbox.wait, own.acquire_owned()).await else {
-        let detail = format!(
-            "Your sandbox already has {} requests in flight on this server, the most one sandbox may (so that no visitor takes the demo's connections from another). Retry after Retry-After.",
-            sandbox.sandboxes.in_flight_each
-        );
-        return Ok(req.into_response(refusal(ApiError::Overloaded { detail })));
+    let _own_place = match own_place(&sandbox, account).await {
+        Ok(place) => place,
+        Err(refused) => return Ok(req.into_response(refused)),
     };
     let Ok(_place) = tokio::time::timeout(sandbox.wait, sandbox.in_flight.acquire()).await else {
         let detail = format!(
@@ -327,6 +322,29 @@ pub async fn faults(
     req.add_data_container(Rc::new(container));
     let response = next.call(req).await?;
     after.apply(response, &state, account).await
+}
+
+/// A place among the sandbox's own requests in flight, taken before one of
+/// the demo's, so that a visitor waiting for it holds none of the demo's.
+/// The shared account (loopback only: the curl examples' and the crash
+/// tests') has none of its own: the demo's whole half is its share.
+async fn own_place(
+    sandbox: &Sandbox,
+    account: i64,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, HttpResponse> {
+    if sandbox.shared_account == Some(account) {
+        return Ok(None);
+    }
+    let own = sandbox.sandboxes.places(account);
+    match tokio::time::timeout(sandbox.wait, own.acquire_owned()).await {
+        Ok(Ok(place)) => Ok(Some(place)),
+        _ => Err(refusal(ApiError::Overloaded {
+            detail: format!(
+                "Your sandbox already has {} requests in flight on this server, the most one sandbox may (so that no visitor takes the demo's connections from another). Retry after Retry-After.",
+                sandbox.sandboxes.in_flight_each
+            ),
+        })),
+    }
 }
 
 /// Authentication first (an unknown caller hears 401, not about demos; one
@@ -467,7 +485,7 @@ fn demo_state(state: &AppState, sandbox: &Sandbox, request: Request) -> AppState
         RequestHooks::installed(Arc::new(DemoHooks {
             faults,
             delayed: sandbox.delayed.clone(),
-            account,
+            holder: (sandbox.shared_account != Some(account)).then_some(account),
         }))
     };
     AppState {

@@ -446,7 +446,7 @@ struct Held {
     holders: std::collections::HashSet<i64>,
 }
 
-pub(crate) struct DelaySlot<'a>(&'a DelaySlots, i64);
+pub(crate) struct DelaySlot<'a>(&'a DelaySlots, Option<i64>);
 
 /// Why no delay slot was given.
 pub(crate) enum NoSlot {
@@ -469,11 +469,12 @@ impl DelaySlots {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A slot for `account`'s request: at most one per sandbox, so that no
-    /// visitor takes another's.
-    pub(crate) fn take(&self, account: i64) -> Result<DelaySlot<'_>, NoSlot> {
+    /// A slot for `holder`'s request: at most one per sandbox, so that no
+    /// visitor takes another's (`None`: the shared account, the demo's cap
+    /// only).
+    pub(crate) fn take(&self, holder: Option<i64>) -> Result<DelaySlot<'_>, NoSlot> {
         let mut held = self.held();
-        if held.holders.contains(&account) {
+        if holder.is_some_and(|account| held.holders.contains(&account)) {
             return Err(NoSlot::Sandbox);
         }
         let too_soon = held.last_release.is_some_and(|at| at.elapsed() < self.gap);
@@ -481,8 +482,8 @@ impl DelaySlots {
             return Err(NoSlot::Demo);
         }
         held.open += 1;
-        held.holders.insert(account);
-        Ok(DelaySlot(self, account))
+        held.holders.extend(holder);
+        Ok(DelaySlot(self, holder))
     }
 }
 
@@ -490,7 +491,9 @@ impl Drop for DelaySlot<'_> {
     fn drop(&mut self) {
         let mut held = self.0.held();
         held.open -= 1;
-        held.holders.remove(&self.1);
+        if let Some(account) = self.1 {
+            held.holders.remove(&account);
+        }
         held.last_release = Some(Instant::now());
     }
 }

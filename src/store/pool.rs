@@ -367,10 +367,19 @@ impl Checkouts {
         work: impl FnOnce(&mut (dyn Store + 'static)) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut conn = self.pool.checkout().map_err(RunError::from)?;
-        if let (Some(label), PooledStore::Pg(pooled)) = (&self.label, &mut conn) {
-            // A session that cannot be named is lost: the work finds out
-            // and says so as for any lost connection.
-            if pooled.name(label).is_err() {
+        if let (Some(label), PooledStore::Pg(pooled)) = (&self.label, &mut conn)
+            && pooled.name(label).is_err()
+        {
+            // A session that cannot be named is lost (cut, or closed by the
+            // server): dropped, not reused, and another checked out, so that
+            // the work meets the pool's answer to a lost database (503), not
+            // a half-dead connection's.
+            discard_connection();
+            drop(conn);
+            conn = self.pool.checkout().map_err(RunError::from)?;
+            if let PooledStore::Pg(pooled) = &mut conn
+                && pooled.name(label).is_err()
+            {
                 discard_connection();
             }
         }

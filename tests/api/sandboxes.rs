@@ -362,3 +362,28 @@ async fn a_sandbox_holds_one_transaction_at_a_time_and_another_still_gets_its_ow
         })
         .await
 }
+
+/// SQLite: a held transaction keeps the whole database's write lock, and
+/// a sandbox's look-up must not wait for it: the page reads its tables
+/// while lesson 4 holds one (the look-up reads; its last use moves beside).
+#[tokio::test]
+async fn on_sqlite_the_tables_are_read_while_a_transaction_holds_the_write_lock() {
+    crate::support::BACKEND
+        .scope(crate::support::TestBackend::Sqlite, async {
+            // A short expiry: the look-up asks the database every 250 ms.
+            let app = spawn_app_with(|s| s.demo_sandbox_idle_expiry = Duration::from_secs(2)).await;
+            let mine = app.new_sandbox().await;
+            let held = [("demo-fault", "delay-commit=2000")];
+            let (_, waited) = tokio::join!(mine.charge_with("k", &charge_body(), &held), async {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                let started = std::time::Instant::now();
+                assert_eq!(state_of(&mine).await.status, 200);
+                started.elapsed()
+            });
+            assert!(
+                waited < Duration::from_millis(700),
+                "the read waited {waited:?} for the write lock"
+            );
+        })
+        .await
+}

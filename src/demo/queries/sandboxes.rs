@@ -236,3 +236,22 @@ pub fn is_demo_account(store: &mut dyn Store, account_id: i64) -> QueryResult<bo
         .get_result(c))?;
     Ok(row.n > 0)
 }
+
+/// The sandbox if it is live, read only (SQLite: a read never waits for
+/// the write lock a held transaction keeps; see `Sandboxes::admit`).
+pub fn find_live(
+    store: &mut dyn Store,
+    account_id: i64,
+    cutoff_ms: i64,
+) -> QueryResult<Option<SandboxRow>> {
+    let sql = text(
+        store,
+        "SELECT last_used_ms, permanent FROM demo_sandboxes \
+         WHERE account_id = $1 AND (permanent OR last_used_ms >= $2)",
+    );
+    on_either!(store, |c| diesel::sql_query(&sql)
+        .bind::<BigInt, _>(account_id)
+        .bind::<BigInt, _>(cutoff_ms)
+        .get_result(c)
+        .optional())
+}

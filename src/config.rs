@@ -60,6 +60,12 @@ pub const DEFAULT_NETWORK_LATENCY: Duration = Duration::ZERO;
 pub const DEFAULT_RECOVERY_INTERVAL: Duration = Duration::from_secs(5);
 /// Demo mode: transactions held open by `Demo-Fault: delay-commit` at once.
 pub const DEFAULT_DEMO_MAX_DELAYED: u32 = 2;
+/// Demo mode: sandboxes (one per visitor of the page) alive at once.
+pub const DEFAULT_DEMO_MAX_SANDBOXES: u32 = 100;
+/// Demo mode: a sandbox unused this long is deleted with all its rows.
+pub const DEFAULT_DEMO_SANDBOX_IDLE_EXPIRY: Duration = Duration::from_secs(2 * 60 * 60);
+/// Demo mode: sandboxes one client address may create a minute.
+pub const DEFAULT_DEMO_SANDBOXES_PER_MINUTE: u32 = 10;
 
 // The deadlines, nested so that each wait ends before the one around it: a
 // demo delay (at most DB_LOCK_TIMEOUT - 1 s) < a wait for a lock < one
@@ -153,6 +159,24 @@ pub struct Settings {
     /// Demo mode: transactions `delay-commit` may hold open at once (at most half of POOL_SIZE; 1 on SQLite).
     #[arg(long, env = "DEMO_MAX_DELAYED", default_value_t = DEFAULT_DEMO_MAX_DELAYED)]
     pub demo_max_delayed: u32,
+
+    /// Demo mode hosted for others (`charges demo --public`): PostgreSQL
+    /// only, no crash faults, no shared `sk_test_demo` account: every
+    /// visitor works in a sandbox of their own (`POST /demo/sandboxes`).
+    #[arg(long = "public", env = "DEMO_PUBLIC", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub demo_public: bool,
+
+    /// Demo mode: sandboxes alive at once; past it `POST /demo/sandboxes` answers 503 with Retry-After.
+    #[arg(long, env = "DEMO_MAX_SANDBOXES", default_value_t = DEFAULT_DEMO_MAX_SANDBOXES)]
+    pub demo_max_sandboxes: u32,
+
+    /// Demo mode: a sandbox unused this long is deleted with all its rows (e.g. 2h, 90s).
+    #[arg(long, env = "DEMO_SANDBOX_IDLE_EXPIRY", default_value = "2h", value_parser = parse_duration)]
+    pub demo_sandbox_idle_expiry: Duration,
+
+    /// Demo mode: sandboxes one client address may create a minute (429 past it).
+    #[arg(long, env = "DEMO_SANDBOXES_PER_MINUTE", default_value_t = DEFAULT_DEMO_SANDBOXES_PER_MINUTE)]
+    pub demo_sandboxes_per_minute: u32,
 
     /// How long a resolved API key is cached: a revoked key stops working within this time.
     #[arg(long, env = "ACCOUNT_CACHE_TTL", default_value = "10s", value_parser = parse_duration)]
@@ -274,6 +298,10 @@ impl Settings {
             no_demo: false,
             demo_allow_crash: false,
             demo_max_delayed: DEFAULT_DEMO_MAX_DELAYED,
+            demo_public: false,
+            demo_max_sandboxes: DEFAULT_DEMO_MAX_SANDBOXES,
+            demo_sandbox_idle_expiry: DEFAULT_DEMO_SANDBOX_IDLE_EXPIRY,
+            demo_sandboxes_per_minute: DEFAULT_DEMO_SANDBOXES_PER_MINUTE,
             account_cache_ttl: DEFAULT_ACCOUNT_CACHE_TTL,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,

@@ -37,6 +37,8 @@ enum Command {
     /// Manage the accounts that may call the API.
     #[command(subcommand)]
     Account(AccountCommand),
+    /// Make a sandbox of the demo's for an integration and print its key (shown this once): a server in demo mode on this database confines its rows, keys and Demo-* faults to it.
+    Sandbox(DatabaseArgs),
     /// Check any API's Idempotency-Key handling from outside (draft-07), as h2spec does for HTTP/2.
     Conformance(Box<charges::conformance::ConformanceArgs>),
 }
@@ -130,6 +132,7 @@ fn main() -> ExitCode {
         Some(Command::Serve(settings)) => serve(*settings),
         Some(Command::Demo(settings)) => demo(*settings),
         Some(Command::Account(command)) => account(command),
+        Some(Command::Sandbox(args)) => sandbox(&args.database_url),
         Some(Command::Network(args)) => network(args),
         Some(Command::Conformance(args)) => return charges::conformance::main(*args),
         None => demo(cli.demo),
@@ -143,10 +146,28 @@ fn main() -> ExitCode {
     }
 }
 
+/// `charges sandbox`: as `POST /demo/sandboxes`, for the operator (no room
+/// cap, no per-address limit), on the database a demo server uses.
+fn sandbox(url: &str) -> Result<(), String> {
+    let mut conn = Connection::open(url).map_err(|e| e.to_string())?;
+    conn.store().migrate()?;
+    let (id, key) = charges::demo::sandboxes::create_for_operator(conn.store())?;
+    println!(
+        "created sandbox account {id}; deleted with its rows after DEMO_SANDBOX_IDLE_EXPIRY (2h by default) unused. Its API key, shown this once only:"
+    );
+    println!("{key}");
+    Ok(())
+}
+
 /// `charges demo`: `serve` with demo mode on unless DEMO says otherwise,
 /// refused on an address other machines reach (DEMO=true is the operator's
 /// say-so for that, with `serve`).
 fn demo(mut settings: Settings) -> Result<(), String> {
+    // Hosted for others on purpose (sandboxes only, PostgreSQL, no crash
+    // faults: checked when the demo opens): any address will do.
+    if settings.demo_public && !settings.no_demo {
+        settings.demo = Some(true);
+    }
     if settings.demo.is_none() && !settings.no_demo {
         use std::net::ToSocketAddrs;
         let loopback = settings
@@ -156,7 +177,7 @@ fn demo(mut settings: Settings) -> Result<(), String> {
             .all(|a| a.ip().is_loopback());
         if !loopback {
             return Err(format!(
-                "`charges demo` (the default command) serves the teaching page on loopback only, and BIND {} is reachable from other machines. Run `charges serve` to serve the API there (demo mode off), or `charges serve --demo` to expose the demo on purpose.",
+                "`charges demo` (the default command) serves the teaching page on loopback only, and BIND {} is reachable from other machines. Run `charges serve` to serve the API there (demo mode off), or `charges demo --public` to host the teaching page for others (a sandbox per visitor, PostgreSQL).",
                 settings.bind
             ));
         }
@@ -170,7 +191,7 @@ fn serve(settings: Settings) -> Result<(), String> {
         let database = redact(&settings.database_url);
         let app = Application::build(settings).map_err(|e| e.to_string())?;
         let demo = if app.demo() {
-            "on: the teaching page, /demo/* and the Demo-* headers, for the demo account only"
+            "on: the teaching page, /demo/* and the Demo-* headers, each visitor in a sandbox of their own"
         } else {
             "off (`charges demo` serves the teaching page)"
         };

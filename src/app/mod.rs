@@ -66,6 +66,8 @@ pub struct Application {
     metrics_addr: Option<std::net::SocketAddr>,
     recovery_interval: Duration,
     recovery: Arc<Recovery>,
+    /// Demo mode's sandboxes, whose expired ones a task of their own purges.
+    sandbox: Option<web::Data<demo::Sandbox>>,
 }
 
 impl Application {
@@ -75,6 +77,7 @@ impl Application {
         settings
             .check_network_key()
             .map_err(StartupError::Settings)?;
+        demo::check_public(&settings).map_err(StartupError::Demo)?;
         let Listeners {
             api,
             local,
@@ -87,7 +90,7 @@ impl Application {
             source,
         };
         let demo = settings.demo_enabled();
-        if demo && !local.ip().is_loopback() {
+        if demo && !settings.demo_public && !local.ip().is_loopback() {
             tracing::warn!("{}", crate::config::DEMO_EXPOSED_WARNING);
         }
         let pool = DbPool::open(&settings.pool())?;
@@ -112,8 +115,8 @@ impl Application {
             }
             None => (None, None),
         };
-        let server =
-            api_server(api, state.clone(), client_limits.clone(), sandbox).map_err(bind_error)?;
+        let server = api_server(api, state.clone(), client_limits.clone(), sandbox.clone())
+            .map_err(bind_error)?;
         let settings = &state.settings;
         Ok(Application {
             port: local.port(),
@@ -131,6 +134,7 @@ impl Application {
             recovery_interval: settings.recovery_interval,
             recovery: Arc::new(recovery),
             state,
+            sandbox,
         })
     }
 
@@ -189,6 +193,9 @@ impl Application {
                 }
             }
         });
+        let sandboxes = self
+            .sandbox
+            .map(|s| tokio::spawn(demo::purge_periodically(s)));
         let network = self.network_server.map(tokio::spawn);
         let metrics = self.metrics_server.map(tokio::spawn);
         // Keys left in progress by a dead worker, driven to completion.
@@ -201,6 +208,9 @@ impl Application {
         });
         let result = self.server.await;
         forgetter.abort();
+        if let Some(sandboxes) = sandboxes {
+            sandboxes.abort();
+        }
         if let Some(recoverer) = recoverer {
             recoverer.abort();
         }
@@ -293,6 +303,7 @@ fn app_state(
         settings: Arc::new(settings),
         recent_keys: Default::default(),
         hooks: Default::default(),
+        session_label: None,
     }
 }
 

@@ -19,9 +19,10 @@ use actix_web::http::{Method, StatusCode, header};
 use actix_web::middleware::Next;
 use actix_web::{HttpResponse, web};
 
+use super::sandboxes::{Admission, SANDBOX_KEY_PREFIX};
 use super::{
-    CHECK_THEN_INSERT, DEMO_API_KEY, DelaySlots, FAULT_HEADER, HEADER_PREFIX, MAX_LEASE, MIN_LEASE,
-    MODE_HEADER, NETWORK_HEADER, Sandbox,
+    CHECK_THEN_INSERT, DelaySlots, FAULT_HEADER, HEADER_PREFIX, MAX_LEASE, MIN_LEASE, MODE_HEADER,
+    NETWORK_HEADER, NoSlot, Sandbox,
 };
 use crate::http::accounts;
 use crate::http::problem::{self, ApiError, DEMO_ACCOUNT_ONLY, SIMULATED_LOST_RESPONSE};
@@ -128,16 +129,28 @@ impl DemoHooks {
     /// takes a delay slot too.
     fn network_delay(&self) -> Result<(), HookFailure> {
         if let Some(delay) = self.faults.network_delay {
-            let Some(_slot) = self.delayed.take() else {
-                return Err(HookFailure::Overloaded(format!(
-                    "Demo-Fault: network-delay: {} transaction(s) held open by the demo are already in flight, the most this server allows at once. Nothing was done; retry after Retry-After.",
-                    self.delayed.max
-                )));
+            let _slot = match self.delayed.take(self.holder) {
+                Ok(slot) => slot,
+                Err(NoSlot::Sandbox) => return Err(one_per_sandbox("network-delay")),
+                Err(NoSlot::Demo) => {
+                    return Err(HookFailure::Overloaded(format!(
+                        "Demo-Fault: network-delay: {} transaction(s) held open by the demo are already in flight, the most this server allows at once. Nothing was done; retry after Retry-After.",
+                        self.delayed.max
+                    )));
+                }
             };
             std::thread::sleep(delay);
         }
         Ok(())
     }
+}
+
+/// A sandbox holds one transaction open at a time, so that one visitor
+/// cannot take the demo's held transactions from the others.
+fn one_per_sandbox(fault: &str) -> HookFailure {
+    HookFailure::Overloaded(format!(
+        "Demo-Fault: {fault}: your sandbox already holds a transaction open (delay-commit or network-delay), the most one sandbox may at once. Nothing was done; retry after Retry-After, once it has ended."
+    ))
 }
 
 /// `abandon` and `abandon-after-network`: the worker stops here as a dead
@@ -155,6 +168,9 @@ fn stop_as_a_dead_worker(fault: &'static str) -> ! {
 struct DemoHooks {
     faults: Faults,
     delayed: Arc<DelaySlots>,
+    /// The sandbox whose request this is, as its held transaction counts:
+    /// one each (`None`: the shared account, bounded by the demo's cap only).
+    holder: Option<i64>,
 }
 
 impl TxHooks for DemoHooks {
@@ -163,7 +179,11 @@ impl TxHooks for DemoHooks {
     /// on the key holds none.
     fn before_commit(&self) -> Result<(), HookFailure> {
         if let Some(delay) = self.faults.delay_commit {
-            let Some(_slot) = self.delayed.take() else {
+            let taken = self.delayed.take(self.holder);
+            if let Err(NoSlot::Sandbox) = taken {
+                return Err(one_per_sandbox("delay-commit"));
+            }
+            let Ok(_slot) = taken else {
                 let gap = if self.delayed.gap.is_zero() {
                     String::new()
                 } else {
@@ -237,11 +257,11 @@ fn refusal(error: ApiError) -> HttpResponse {
 }
 
 /// Middleware on the charge routes. Requests of other accounts pass
-/// untouched unless they carry a `Demo-*` header (then 400). The demo
-/// account's requests take a place among its in-flight requests, have
-/// `Demo-Fault` and `Demo-Mode` read into the demo's state for this request,
-/// and lose, or make the database forget, their response afterwards if
-/// asked.
+/// untouched unless they carry a `Demo-*` header (then 400). A sandbox's
+/// requests (their keys start `sk_test_`) take a place among its own and
+/// the demo's in-flight requests, have `Demo-Fault` and `Demo-Mode` read
+/// into the demo's state for this request, and lose, or make the database
+/// forget, their response afterwards if asked.
 pub async fn faults(
     mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
@@ -250,7 +270,8 @@ pub async fn faults(
         Ok(token) => token,
         Err(e) => return Ok(req.into_response(refusal(e))),
     };
-    if !has_demo_headers(&req) && token != Some(DEMO_API_KEY) {
+    let demo_headers = has_demo_headers(&req);
+    if !demo_headers && !token.is_some_and(|t| t.starts_with(SANDBOX_KEY_PREFIX)) {
         // Not the demo's business: the handler authenticates as always.
         return Ok(next.call(req).await?.map_into_boxed_body());
     }
@@ -262,12 +283,19 @@ pub async fn faults(
             .expect("the app state")
             .clone(),
     );
-    if let Err(refused) = admit(&req, &sandbox, &state).await {
-        return Ok(req.into_response(refused));
-    }
+    let account = match admit(&req, &sandbox, &state, demo_headers).await {
+        Ok(Some(account)) => account,
+        // A real account's key that happens to look like a sandbox's.
+        Ok(None) => return Ok(next.call(req).await?.map_into_boxed_body()),
+        Err(refused) => return Ok(req.into_response(refused)),
+    };
+    let _own_place = match own_place(&sandbox, account).await {
+        Ok(place) => place,
+        Err(refused) => return Ok(req.into_response(refused)),
+    };
     let Ok(_place) = tokio::time::timeout(sandbox.wait, sandbox.in_flight.acquire()).await else {
         let detail = format!(
-            "The demo account already has {} requests in flight on this server, the most it may (half the connection pool, so that the demo cannot take the database from other accounts). Retry after Retry-After.",
+            "The demo's sandboxes already have {} requests in flight on this server, the most they may (half the connection pool, so that the demo cannot take the database from other accounts). Retry after Retry-After.",
             sandbox.in_flight_limit
         );
         return Ok(req.into_response(refusal(ApiError::Overloaded { detail })));
@@ -282,35 +310,76 @@ pub async fn faults(
         key,
     };
     // From here on the request is the demo's: its handler reads this state.
-    let state = web::Data::new(demo_state(&state, &sandbox, faults, mode, network));
+    let request = Request {
+        account,
+        faults,
+        mode,
+        asks_network: network,
+    };
+    let state = web::Data::new(demo_state(&state, &sandbox, request));
     let mut container = Extensions::new();
     container.insert(state.clone());
     req.add_data_container(Rc::new(container));
     let response = next.call(req).await?;
-    after.apply(response, &state, sandbox.account_id).await
+    after.apply(response, &state, account).await
+}
+
+/// A place among the sandbox's own requests in flight, taken before one of
+/// the demo's, so that a visitor waiting for it holds none of the demo's.
+/// The shared account (loopback only: the curl examples' and the crash
+/// tests') has none of its own: the demo's whole half is its share.
+async fn own_place(
+    sandbox: &Sandbox,
+    account: i64,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, HttpResponse> {
+    if sandbox.shared_account == Some(account) {
+        return Ok(None);
+    }
+    let own = sandbox.sandboxes.places(account);
+    match tokio::time::timeout(sandbox.wait, own.acquire_owned()).await {
+        Ok(Ok(place)) => Ok(Some(place)),
+        _ => Err(refusal(ApiError::Overloaded {
+            detail: format!(
+                "Your sandbox already has {} requests in flight on this server, the most one sandbox may (so that no visitor takes the demo's connections from another). Retry after Retry-After.",
+                sandbox.sandboxes.in_flight_each
+            ),
+        })),
+    }
 }
 
 /// Authentication first (an unknown caller hears 401, not about demos; one
 /// over its rate limit 429): the one that charges the account's rate limit.
-/// Then the account must be the demo's.
+/// Then the account must be a live sandbox: its id. A real account whose
+/// key looks like a sandbox's, without `Demo-*` headers: `None` (its
+/// request is not the demo's; its handler authenticates it again).
 async fn admit(
     req: &ServiceRequest,
     sandbox: &Sandbox,
     state: &AppState,
-) -> Result<(), HttpResponse> {
+    demo_headers: bool,
+) -> Result<Option<i64>, HttpResponse> {
     let account = state
         .accounts
         .authenticate(req.request(), &state.pool)
         .await
         .map_err(refusal)?;
-    if account != sandbox.account_id {
-        return Err(problem::response(
+    let left = crate::http::deadline::remaining(req.request(), state.settings.request_timeout);
+    let admission = sandbox
+        .sandboxes
+        .admit(&sandbox.pool, account, left)
+        .await
+        .map_err(refusal)?;
+    match admission {
+        Admission::Sandbox(id, _) => Ok(Some(id)),
+        // Expired: as a key that never was (the page then makes a new one).
+        Admission::Gone => Err(refusal(ApiError::Unauthorized)),
+        Admission::NotASandbox if !demo_headers => Ok(None),
+        Admission::NotASandbox => Err(problem::response(
             &DEMO_ACCOUNT_ONLY,
-            "Demo-Fault and Demo-Mode act only on the demo account, the sandbox of the teaching page; this request is another account's. Send it without Demo-* headers.",
+            "Demo-Fault and Demo-Mode act only on a demo sandbox (POST /demo/sandboxes makes one); this request is another account's. Send it without Demo-* headers.",
             Vec::new(),
-        ));
+        )),
     }
-    Ok(())
 }
 
 /// `Demo-Fault`, `Demo-Mode` and `Demo-Network`, checked against each
@@ -374,19 +443,28 @@ fn read_headers(
     Ok((faults, mode, key, network))
 }
 
-/// The state the demo account's request runs with: the server's, on the
-/// demo's own connections, in `mode` (and `Demo-Fault: lease`'s lease), with
-/// the request's faults as its hooks and the demo's client of the card
-/// network: the server's network always, the demo's own only when the
-/// request `asks_network`. Its authenticator is the sandbox's, without a
-/// rate limit: this request was charged once already, by [`admit`].
-fn demo_state(
-    state: &AppState,
-    sandbox: &Sandbox,
+/// One sandbox request, as its headers asked.
+struct Request {
+    account: i64,
     faults: Faults,
     mode: Mode,
     asks_network: bool,
-) -> AppState {
+}
+
+/// The state a sandbox's request runs with: the server's, on the demo's
+/// own connections (named for the sandbox, so that its view of lock waits
+/// is its own), in `mode` (and `Demo-Fault: lease`'s lease), with the
+/// request's faults as its hooks and the demo's client of the card
+/// network: the server's network always, the demo's own only when the
+/// request `asks_network`. Its authenticator is the sandbox's, without a
+/// rate limit: this request was charged once already, by [`admit`].
+fn demo_state(state: &AppState, sandbox: &Sandbox, request: Request) -> AppState {
+    let Request {
+        account,
+        faults,
+        mode,
+        asks_network,
+    } = request;
     let mut settings = (*state.settings).clone();
     settings.idempotency_mode = mode;
     if let Some(lease) = faults.lease {
@@ -396,7 +474,9 @@ fn demo_state(
         .network
         .as_deref()
         .filter(|_| asks_network || sandbox.network_by_default)
-        .map(|network| Arc::new(sandbox.network_client(network, faults.network_fresh_key)));
+        .map(|network| {
+            Arc::new(sandbox.network_client(network, account, faults.network_fresh_key))
+        });
     // Without a fault the request runs as any other: with no hooks (a write
     // that is one statement is then sent alone, as always).
     let hooks = if faults == Faults::default() {
@@ -405,6 +485,7 @@ fn demo_state(
         RequestHooks::installed(Arc::new(DemoHooks {
             faults,
             delayed: sandbox.delayed.clone(),
+            holder: (sandbox.shared_account != Some(account)).then_some(account),
         }))
     };
     AppState {
@@ -413,6 +494,7 @@ fn demo_state(
         network,
         settings: Arc::new(settings),
         hooks,
+        session_label: Some(super::session_label(account)),
         ..state.clone()
     }
 }

@@ -1,8 +1,9 @@
 //! The demo's wall toward other sites, in front of every route while demo
 //! mode is on: a browser's cross-site `POST` to `/demo/*` (a page elsewhere
-//! that makes the learner's browser reset the demo) is a `403`: those routes
-//! carry no credentials, so the browser's own `Sec-Fetch-Site` and `Origin`
-//! are what tells them apart.
+//! that makes the learner's browser reset the demo, or make sandboxes) is a
+//! `403`: the shared account's routes and `POST /demo/sandboxes` carry no
+//! credentials, so the browser's own `Sec-Fetch-Site` and `Origin` are what
+//! tells them apart.
 //!
 //! Whether demo mode is on is the operator's choice alone (`charges demo`,
 //! `DEMO=true`), never read from a request: a proxy's headers, or their

@@ -1,8 +1,10 @@
 //! Demo mode: the fault injection and the database views that the teaching
-//! page uses, all of it confined to the demo account (a sandbox with a public
-//! key, `sk_test_demo`). Mounted only when demo mode is on; with it off none
-//! of it is routed, the demo account does not authenticate, and the `Demo-*`
-//! headers mean nothing.
+//! page uses, each confined to the caller's own sandbox: an account flagged
+//! `demo` that a visitor's tab makes with `POST /demo/sandboxes` (a key of
+//! its own, deleted with its rows once idle: [`sandboxes`]), or, on the
+//! loopback demo, the shared one with a public key, `sk_test_demo`. Mounted
+//! only when demo mode is on; with it off none of it is routed, no demo
+//! account authenticates, and the `Demo-*` headers mean nothing.
 //!
 //! - `Demo-Fault` (on the charge routes, comma-separated; all 12 values):
 //!   - `lose-response`: commit, then answer 504 as a timed-out gateway
@@ -39,26 +41,28 @@
 //!   then insert it) against a table without a unique constraint, to show
 //!   the race the constraint prevents.
 //! - `GET /demo/state`, `POST /demo/reset`, `POST /demo/keys/{key}/expire`,
-//!   `POST /demo/purge`: the demo account's rows only.
+//!   `POST /demo/purge`: the caller's sandbox's rows only.
 //!
-//! Files: this one holds the sandbox (the demo account, seeded here, and its
-//! limits); [`faults`] the `Demo-*` headers, read into the demo's own
+//! Files: this one holds the demo's walls (the shared account, seeded here,
+//! and the limits); [`sandboxes`] the visitors' sandboxes; [`faults`] the `Demo-*` headers, read into the demo's own
 //! `AppState` for the request (pool, mode, lease, hooks, network client);
 //! [`routes`] the `/demo/*` handlers and the check-then-insert algorithm;
 //! [`queries`] the sandbox's own queries, none of which is the application's.
 //!
 //! Plugged in by `app` in demo mode, and nowhere else: [`gate`] in front of
 //! every route, [`faults`] once, on the scope of the charge routes, the
-//! check-then-insert route on `POST /charges`, and [`routes`]. The demo
-//! account's request is authenticated once, by [`faults`] (one charge of its
-//! rate limit): the state it hands the handler does not charge again.
+//! check-then-insert route on `POST /charges`, and [`routes`]. A sandbox's
+//! request is authenticated once, by [`faults`] (one charge of its rate
+//! limit): the state it hands the handler does not charge again.
 //!
-//! The sandbox's walls: a `Demo-*` header from any other account is a 400
-//! (after authentication, so 401 comes first); the demo account's requests
-//! and every `/demo/*` route run on connections of their own (half of
-//! POOL_SIZE, besides the server's pool), and at most
-//! `DEMO_MAX_DELAYED` of them hold a transaction open, so that on PostgreSQL
-//! no other account waits for the demo. On SQLite, whose write lock is
+//! The walls: a `Demo-*` header from any other account is a 400 (after
+//! authentication, so 401 comes first); the sandboxes' requests and every
+//! `/demo/*` route run on connections of their own (half of POOL_SIZE,
+//! besides the server's pool), each sandbox's on at most a few of them
+//! and named for it (so that its view of lock waits is its own), and at
+//! most `DEMO_MAX_DELAYED` of them hold a transaction open, one per
+//! sandbox, so that on PostgreSQL no other account, and no other visitor,
+//! waits for one visitor. On SQLite, whose write lock is
 //! global, one at a time with a gap after each: another account's write
 //! waits for at most one delay and is never refused for it.
 
@@ -67,6 +71,7 @@ mod gate;
 pub mod openapi;
 mod queries;
 mod routes;
+pub mod sandboxes;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -82,8 +87,11 @@ pub use faults::{Faults, faults};
 pub use gate::gate;
 pub use routes::{check_then_insert_route, routes};
 // For the OpenAPI document.
-pub use routes::{__path_config, __path_expire, __path_purge, __path_reset, __path_state};
-pub use routes::{config, expire, purge, reset, state};
+pub use routes::{
+    __path_config, __path_create_sandbox, __path_expire, __path_purge, __path_reset, __path_state,
+};
+pub use routes::{config, create_sandbox, expire, purge, reset, state};
+pub use sandboxes::purge_periodically;
 
 /// The demo account's documented, public key.
 pub const DEMO_API_KEY: &str = "sk_test_demo";
@@ -110,14 +118,21 @@ pub const CHECK_THEN_INSERT_PAUSE: Duration = Duration::from_millis(300);
 /// delay held retries within it and takes the write lock first.
 pub const SQLITE_DELAY_GAP: Duration = Duration::from_millis(300);
 
-/// The demo account and the walls around it, shared by every worker.
+/// The demo's sandboxes and the walls around them, shared by every worker.
 pub struct Sandbox {
-    pub account_id: i64,
+    /// The shared `sk_test_demo` account (the loopback curl examples'), a
+    /// sandbox that never expires; none on a server hosted for others.
+    pub shared_account: Option<i64>,
+    /// Hosted for others (`--public`): sandboxes only.
+    pub public: bool,
+    /// The visitors' sandboxes.
+    pub sandboxes: sandboxes::Sandboxes,
     /// The longest `delay-commit` this server accepts.
     pub max_delay: Duration,
     allow_crash: bool,
     delayed: Arc<DelaySlots>,
-    /// The demo account's requests on `/charges` in flight: half the pool.
+    /// The demo's requests on `/charges` in flight: half the pool (each
+    /// sandbox's also within its own share, see [`sandboxes::Sandboxes`]).
     in_flight: Semaphore,
     in_flight_limit: usize,
     wait: Duration,
@@ -155,8 +170,8 @@ impl Sandbox {
         let mut checkout = pool.checkout().map_err(|e| e.to_string())?;
         queries::create_tables(checkout.store())
             .map_err(|e| format!("cannot create the demo's tables: {e}"))?;
-        let account_id =
-            seed(checkout.store()).map_err(|e| format!("cannot seed the demo account: {e}"))?;
+        let shared_account = shared_account(checkout.store(), settings.demo_public)
+            .map_err(|e| format!("cannot seed the demo account: {e}"))?;
         let half_pool = (settings.pool_size / 2).max(1);
         // SQLite's write lock is global: a delayed transaction holds every
         // account's writes, and a second one would only queue behind the
@@ -205,7 +220,9 @@ impl Sandbox {
             pool: connections,
             network: server.or(own_network),
             network_by_default,
-            account_id,
+            shared_account,
+            public: settings.demo_public,
+            sandboxes: sandboxes::Sandboxes::new(settings, half_pool),
             max_delay,
             allow_crash: settings.demo_allow_crash,
             delayed: Arc::new(DelaySlots::new(max_delayed, gap)),
@@ -230,17 +247,22 @@ impl Sandbox {
         let ledger = self.ledger.clone();
         Box::new(move |key, id| {
             let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
-            if ledger.keys.contains(key) {
-                ledger.ids.insert(id);
+            if let Some(&account) = ledger.keys.get(key) {
+                ledger.ids.insert((account, id), ());
             }
         })
     }
 
-    /// The demo's client of `network` for one request: it records each key
-    /// it asks under in the [`Ledger`], and with `fresh_key`
-    /// (`Demo-Fault: network-fresh-key`) asks under a new one each time
-    /// instead of the one derived from the client's.
-    fn network_client(&self, network: &NetworkClient, fresh_key: bool) -> NetworkClient {
+    /// The demo's client of `network` for one request of `account`'s: it
+    /// records each key it asks under in the [`Ledger`], as that sandbox's,
+    /// and with `fresh_key` (`Demo-Fault: network-fresh-key`) asks under a
+    /// new one each time instead of the one derived from the client's.
+    fn network_client(
+        &self,
+        network: &NetworkClient,
+        account: i64,
+        fresh_key: bool,
+    ) -> NetworkClient {
         let ledger = self.ledger.clone();
         let client = network.rekeyed(Box::new(move |derived| {
             let key = if fresh_key {
@@ -249,7 +271,7 @@ impl Sandbox {
                 derived.to_owned()
             };
             let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
-            ledger.keys.insert(key.clone());
+            ledger.keys.insert(key.clone(), account);
             key
         }));
         client.watch(self.watcher());
@@ -257,54 +279,72 @@ impl Sandbox {
     }
 }
 
-/// The card network's keys the demo account's requests used, and the
-/// authorizations answered under them: the network has one merchant (this
-/// API) for every account, so this is how the demo tells its own
-/// authorizations apart, lost answers and the recovery task's included
-/// (recovery asks under the key the request used). Kept in memory, the
-/// newest [`LEDGER_LIMIT`] of each; after a restart the demo's charges
-/// still name theirs.
+/// The card network's keys the sandboxes' requests used (each with its
+/// sandbox), and the authorizations answered under them: the network has
+/// one merchant (this API) for every account, so this is how a sandbox
+/// tells its own authorizations apart, lost answers and the recovery
+/// task's included (recovery asks under the key the request used). Kept in
+/// memory, the newest [`LEDGER_LIMIT`] of each; after a restart a
+/// sandbox's charges still name theirs. A sandbox's entries go with it.
 #[derive(Default)]
 pub(crate) struct Ledger {
-    pub(crate) keys: Bounded<String>,
-    pub(crate) ids: Bounded<uuid::Uuid>,
+    pub(crate) keys: Bounded<String, i64>,
+    pub(crate) ids: Bounded<(i64, uuid::Uuid), ()>,
+}
+
+impl Ledger {
+    /// Forgets everything of `account`'s (its sandbox was deleted).
+    pub(crate) fn forget(&mut self, account: i64) {
+        self.keys.retain(|_, a| *a != account);
+        self.ids.retain(|(a, _), ()| *a != account);
+    }
 }
 
 pub(crate) const LEDGER_LIMIT: usize = 4096;
 
-/// A set that forgets its oldest entry past [`LEDGER_LIMIT`].
-pub(crate) struct Bounded<T> {
-    set: std::collections::HashSet<T>,
-    order: std::collections::VecDeque<T>,
+/// A map that forgets its oldest entry past [`LEDGER_LIMIT`].
+pub(crate) struct Bounded<K, V> {
+    map: std::collections::HashMap<K, V>,
+    order: std::collections::VecDeque<K>,
 }
 
-impl<T> Default for Bounded<T> {
+impl<K, V> Default for Bounded<K, V> {
     fn default() -> Self {
         Bounded {
-            set: Default::default(),
+            map: Default::default(),
             order: Default::default(),
         }
     }
 }
 
-impl<T: std::hash::Hash + Eq + Clone> Bounded<T> {
-    pub(crate) fn insert(&mut self, value: T) {
-        if self.set.insert(value.clone()) {
-            self.order.push_back(value);
+impl<K: std::hash::Hash + Eq + Clone, V> Bounded<K, V> {
+    pub(crate) fn insert(&mut self, key: K, value: V) {
+        if self.map.insert(key.clone(), value).is_none() {
+            self.order.push_back(key);
             if self.order.len() > LEDGER_LIMIT
                 && let Some(old) = self.order.pop_front()
             {
-                self.set.remove(&old);
+                self.map.remove(&old);
             }
         }
     }
 
-    pub(crate) fn contains<Q>(&self, value: &Q) -> bool
+    pub(crate) fn get<Q>(&self, key: &Q) -> Option<&V>
     where
-        T: std::borrow::Borrow<Q>,
+        K: std::borrow::Borrow<Q>,
         Q: std::hash::Hash + Eq + ?Sized,
     {
-        self.set.contains(value)
+        self.map.get(key)
+    }
+
+    pub(crate) fn contains_key(&self, key: &K) -> bool {
+        self.map.contains_key(key)
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&K, &V) -> bool) {
+        self.map.retain(|k, v| keep(k, v));
+        let map = &self.map;
+        self.order.retain(|k| map.contains_key(k));
     }
 }
 
@@ -321,10 +361,55 @@ fn own_connections(pool: &DbPool, settings: &Settings, size: u32) -> Result<DbPo
         .map_err(|e| format!("cannot open the demo's connections: {e}"))
 }
 
+/// What a sandbox's sessions are named while its work holds them: the
+/// demo's view of lock waits (`queries::lock_waits`) shows a sandbox only
+/// its own.
+pub(crate) fn session_label(account: i64) -> Arc<str> {
+    format!("{DEMO_APPLICATION_NAME}-{account}").into()
+}
+
 /// `url` (PostgreSQL's) naming its sessions `charges-demo`.
 fn with_application_name(url: &str) -> String {
     let separator = if url.contains('?') { '&' } else { '?' };
     format!("{url}{separator}application_name={DEMO_APPLICATION_NAME}")
+}
+
+/// Hosted for others: PostgreSQL only (SQLite's write lock is global: one
+/// visitor's held transaction would hold every other's writes), and no
+/// fault that kills the process.
+/// Checked before the database is opened, so that a refused start leaves
+/// no SQLite file behind.
+pub fn check_public(settings: &Settings) -> Result<(), String> {
+    if !settings.demo_enabled() || !settings.demo_public {
+        return Ok(());
+    }
+    let target = crate::store::database::Target::parse(&settings.database_url);
+    if matches!(target, Ok(crate::store::database::Target::Sqlite(_))) {
+        return Err("the demo hosted for others (--public, DEMO_PUBLIC) needs PostgreSQL: SQLite's write lock is the whole database's, so one visitor's held transaction (Demo-Fault: delay-commit) would hold every other visitor's writes. Set DATABASE_URL to a PostgreSQL database".to_owned());
+    }
+    if settings.demo_allow_crash {
+        return Err("the demo hosted for others (--public, DEMO_PUBLIC) refuses DEMO_ALLOW_CRASH: Demo-Fault: crash-after-key would let any visitor kill the server".to_owned());
+    }
+    Ok(())
+}
+
+/// The shared demo account (`sk_test_demo`), seeded and registered as a
+/// sandbox that never expires; on a server hosted for others, deleted with
+/// its rows if an earlier run made it (its key is public), and none.
+fn shared_account(store: &mut dyn Store, public: bool) -> Result<Option<i64>, String> {
+    let found = store
+        .find_account(&accounts::hash_api_key(DEMO_API_KEY), true)
+        .map_err(|e| e.to_string())?;
+    if public {
+        if let Some(id) = found {
+            queries::sandboxes::delete_account(store, id).map_err(|e| e.to_string())?;
+        }
+        return Ok(None);
+    }
+    let id = seed(store).map_err(|e| e.to_string())?;
+    queries::sandboxes::register(store, id, sandboxes::now_ms(), true)
+        .map_err(|e| e.to_string())?;
+    Ok(Some(id))
 }
 
 /// The demo account, created on first start in demo mode.
@@ -357,9 +442,19 @@ pub(crate) struct DelaySlots {
 struct Held {
     open: u32,
     last_release: Option<Instant>,
+    /// The sandboxes holding one: one each.
+    holders: std::collections::HashSet<i64>,
 }
 
-pub(crate) struct DelaySlot<'a>(&'a DelaySlots);
+pub(crate) struct DelaySlot<'a>(&'a DelaySlots, Option<i64>);
+
+/// Why no delay slot was given.
+pub(crate) enum NoSlot {
+    /// The demo holds as many as it may (or one ended too recently).
+    Demo,
+    /// This sandbox holds one already.
+    Sandbox,
+}
 
 impl DelaySlots {
     fn new(max: u32, gap: Duration) -> DelaySlots {
@@ -374,14 +469,21 @@ impl DelaySlots {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn take(&self) -> Option<DelaySlot<'_>> {
+    /// A slot for `holder`'s request: at most one per sandbox, so that no
+    /// visitor takes another's (`None`: the shared account, the demo's cap
+    /// only).
+    pub(crate) fn take(&self, holder: Option<i64>) -> Result<DelaySlot<'_>, NoSlot> {
         let mut held = self.held();
+        if holder.is_some_and(|account| held.holders.contains(&account)) {
+            return Err(NoSlot::Sandbox);
+        }
         let too_soon = held.last_release.is_some_and(|at| at.elapsed() < self.gap);
         if too_soon || held.open >= self.max {
-            return None;
+            return Err(NoSlot::Demo);
         }
         held.open += 1;
-        Some(DelaySlot(self))
+        held.holders.extend(holder);
+        Ok(DelaySlot(self, holder))
     }
 }
 
@@ -389,6 +491,9 @@ impl Drop for DelaySlot<'_> {
     fn drop(&mut self) {
         let mut held = self.0.held();
         held.open -= 1;
+        if let Some(account) = self.1 {
+            held.holders.remove(&account);
+        }
         held.last_release = Some(Instant::now());
     }
 }

@@ -7,7 +7,7 @@ use utoipa::openapi::security::SecurityScheme;
 
 use crate::http::problem::Answered::{Authenticated, By, WithABody};
 use crate::http::problem::{
-    Answer, CROSS_SITE_REQUEST, DEMO_ACCOUNT_ONLY, SIMULATED_LOST_RESPONSE,
+    Answer, CROSS_SITE_REQUEST, DEMO_ACCOUNT_ONLY, DEMO_ROOM_FULL, SIMULATED_LOST_RESPONSE,
 };
 use idempotency::key::{MAX_LEN, VALUE_PATTERN};
 
@@ -15,6 +15,7 @@ use idempotency::key::{MAX_LEN, VALUE_PATTERN};
 #[openapi(
     paths(
         super::routes::config,
+        super::routes::create_sandbox,
         super::routes::state,
         super::routes::reset,
         super::routes::expire,
@@ -34,8 +35,13 @@ pub const ANSWERS: &[Answer] = &[
     },
     Answer {
         kind: &CROSS_SITE_REQUEST,
-        answered: By(&["reset", "expire", "purge"]),
-        note: "a browser's request from a page on another site (the demo's routes take no credentials)",
+        answered: By(&["create_sandbox", "reset", "expire", "purge"]),
+        note: "a browser's request from a page on another site",
+    },
+    Answer {
+        kind: &DEMO_ROOM_FULL,
+        answered: By(&["create_sandbox"]),
+        note: "DEMO_MAX_SANDBOXES sandboxes are in use (with `Retry-After`: until the least recently used one expires)",
     },
     Answer {
         kind: &SIMULATED_LOST_RESPONSE,

@@ -1,5 +1,7 @@
-//! The routes demo mode adds, all on the demo account only: the database
-//! views of the teaching page and the naive "check, then insert" algorithm.
+//! The routes demo mode adds: `POST /demo/sandboxes`, which makes a
+//! visitor's sandbox, and, each on the caller's own sandbox only (its key,
+//! `Authorization: Bearer`), the database views of the teaching page and
+//! the naive "check, then insert" algorithm.
 
 use std::sync::Mutex;
 
@@ -7,9 +9,10 @@ use actix_web::{HttpRequest, HttpResponse, guard, web};
 use serde_json::{Value, json};
 
 use super::queries::{self, Unguarded};
+use super::sandboxes::{Admission, expiry_view};
 use super::{
     CHECK_THEN_INSERT, CHECK_THEN_INSERT_PAUSE, DEMO_ACCOUNT_NAME, DEMO_API_KEY, Ledger, MAX_LEASE,
-    MIN_LEASE, MODE_HEADER, Sandbox,
+    MIN_LEASE, MODE_HEADER, Sandbox, session_label,
 };
 use crate::config::Settings;
 use crate::http::problem::ApiError;
@@ -34,6 +37,7 @@ pub fn check_then_insert_route() -> actix_web::Route {
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(resource("/demo/config").route(get().to(config)));
+    cfg.service(resource("/demo/sandboxes").route(web::post().to(create_sandbox)));
     cfg.service(resource("/demo/state").route(get().to(state)));
     cfg.service(resource("/demo/reset").route(web::post().to(reset)));
     cfg.service(resource("/demo/keys/{key}/expire").route(web::post().to(expire)));
@@ -131,7 +135,13 @@ fn read_tables(store: &mut dyn Store, account_id: i64) -> Result<Tables, ApiErro
 /// What the page shows as "the database": the demo account's rows, the
 /// locks its requests wait on now (`locks`, read after the rows), and the
 /// card network's ledger (`network`, asked after both).
-fn snapshot(tables: Tables, settings: &Settings, locks: Value, network: Option<Value>) -> Value {
+fn snapshot(
+    tables: Tables,
+    settings: &Settings,
+    locks: Value,
+    network: Option<Value>,
+    yours: &Yours,
+) -> Value {
     let Tables {
         backend,
         now,
@@ -146,7 +156,12 @@ fn snapshot(tables: Tables, settings: &Settings, locks: Value, network: Option<V
         "idempotency_mode": settings.idempotency_mode.as_str(),
         "idempotency_ttl_seconds": settings.idempotency_ttl.as_secs(),
         "idempotency_lease_seconds": settings.idempotency_lease.as_secs(),
-        "account": {"name": DEMO_ACCOUNT_NAME, "api_key": DEMO_API_KEY},
+        // Whose rows these are: the caller's sandbox (its key is the
+        // caller's already; it is not repeated).
+        "sandbox": {
+            "account_id": yours.account_id,
+            "expires_at": expiry_view(yours.expires_ms),
+        },
         "charges": charges.iter().map(|c| json!({
             "id": c.id,
             "amount": c.amount,
@@ -210,14 +225,22 @@ fn key_view(k: queries::KeyView) -> Value {
 }
 
 /// The card network's own ledger, as the network shows it, but only the
-/// demo's authorizations (those its ledger recorded, and those its charges
-/// hold: `authorized`): the network has one merchant for every account.
-fn network_view(n: &NetworkClient, ledger: &Mutex<Ledger>, authorized: &[uuid::Uuid]) -> Value {
+/// sandbox's authorizations (those the demo's ledger recorded for it, and
+/// those its charges hold: `authorized`): the network has one merchant for
+/// every account.
+fn network_view(
+    n: &NetworkClient,
+    ledger: &Mutex<Ledger>,
+    account: i64,
+    authorized: &[uuid::Uuid],
+) -> Value {
     match n.list(LIMIT as u32) {
         Ok(list) => {
             let ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
             let ours = |id: Option<uuid::Uuid>| {
-                id.is_some_and(|id| ledger.ids.contains(&id) || authorized.contains(&id))
+                id.is_some_and(|id| {
+                    ledger.ids.contains_key(&(account, id)) || authorized.contains(&id)
+                })
             };
             let authorizations: Vec<&Value> = list["data"]
                 .as_array()
@@ -232,30 +255,69 @@ fn network_view(n: &NetworkClient, ledger: &Mutex<Ledger>, authorized: &[uuid::U
     }
 }
 
-/// Runs `work` on a pooled connection with the demo account's id, then
+/// The caller's sandbox, and when it expires.
+struct Yours {
+    account_id: i64,
+    expires_ms: Option<i64>,
+}
+
+/// The caller's sandbox, from its key (`Authorization: Bearer`): 401 for
+/// an unknown or expired one; 400 for an account that is no sandbox.
+/// Using it keeps it alive.
+async fn yours(req: &HttpRequest, app: &AppState, sandbox: &Sandbox) -> Result<Yours, ApiError> {
+    // Without a key: the shared `sk_test_demo` account of the loopback
+    // demo (as before sandboxes), which never expires; none when hosted.
+    if crate::http::accounts::bearer_token(req)?.is_none() {
+        let account_id = sandbox.shared_account.ok_or(ApiError::Unauthorized)?;
+        return Ok(Yours {
+            account_id,
+            expires_ms: None,
+        });
+    }
+    let account = app.accounts.authenticate(req, &app.pool).await?;
+    let left = crate::http::deadline::remaining(req, app.settings.request_timeout);
+    match sandbox
+        .sandboxes
+        .admit(&sandbox.pool, account, left)
+        .await?
+    {
+        Admission::Sandbox(account_id, expires_ms) => Ok(Yours {
+            account_id,
+            expires_ms,
+        }),
+        Admission::Gone => Err(ApiError::Unauthorized),
+        Admission::NotASandbox => Err(ApiError::invalid(
+            "The /demo/* routes act only on a demo sandbox (POST /demo/sandboxes makes one); this key is another account's.",
+        )),
+    }
+}
+
+/// Runs `work` on a pooled connection with the caller's sandbox's id, then
 /// answers the state after it.
-async fn on_demo_account<T: Send + 'static>(
+async fn on_your_sandbox<T: Send + 'static>(
     req: &HttpRequest,
     app: web::Data<AppState>,
     sandbox: web::Data<Sandbox>,
     work: impl FnOnce(&mut dyn Store, i64, &Settings) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<(T, Value), ApiError> {
+    let yours = yours(req, &app, &sandbox).await?;
     let settings = app.settings.clone();
     let network = sandbox.network.clone();
     let ledger = sandbox.ledger.clone();
-    let account_id = sandbox.account_id;
+    let account_id = yours.account_id;
+    let label = session_label(account_id);
     // On the demo's own connections: a /demo/* route that waits (on a key
     // a held transaction locks) holds none of the server's.
     let left = crate::http::deadline::remaining(req, settings.request_timeout);
     sandbox
         .pool
-        .run_checkouts(left, move |checkouts| {
+        .run_checkouts_as(Some(label.clone()), left, move |checkouts| {
             let (done, tables, locks) = checkouts.with(|store| -> Result<_, ApiError> {
                 let done = work(store, account_id, &settings)?;
                 let tables = read_tables(store, account_id)?;
                 // Outside the tables' snapshot: PostgreSQL keeps its
                 // activity views as of a transaction's first look.
-                Ok((done, tables, queries::lock_waits(store)?))
+                Ok((done, tables, queries::lock_waits(store, &label)?))
             })?;
             // The network is another service: asked with no connection held.
             let authorized: Vec<uuid::Uuid> = tables
@@ -265,8 +327,8 @@ async fn on_demo_account<T: Send + 'static>(
                 .collect();
             let network = network
                 .as_deref()
-                .map(|n| network_view(n, &ledger, &authorized));
-            Ok((done, snapshot(tables, &settings, locks, network)))
+                .map(|n| network_view(n, &ledger, account_id, &authorized));
+            Ok((done, snapshot(tables, &settings, locks, network, &yours)))
         })
         .await
 }
@@ -296,7 +358,15 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
         "max_delayed_transactions": sandbox.delayed.max,
         "delayed_transaction_gap_ms": sandbox.delayed.gap.as_millis() as u64,
         "check_then_insert_pause_ms": CHECK_THEN_INSERT_PAUSE.as_millis() as u64,
-        "account": {"name": DEMO_ACCOUNT_NAME, "api_key": DEMO_API_KEY},
+        // The shared account of the loopback curl examples; none when the
+        // demo is hosted for others (every visitor makes a sandbox).
+        "account": sandbox.shared_account.map(|_| json!({"name": DEMO_ACCOUNT_NAME, "api_key": DEMO_API_KEY})),
+        "public": sandbox.public,
+        "sandboxes": {
+            "max": sandbox.sandboxes.max,
+            "idle_expiry_seconds": sandbox.sandboxes.idle_expiry.as_secs(),
+            "in_flight_each": sandbox.sandboxes.in_flight_each,
+        },
         "min_lease_ms": MIN_LEASE.as_millis() as u64,
         // The card network: the server's, which every charge asks
         // ("server"), the demo's own, which only a request with
@@ -316,32 +386,32 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
     }))
 }
 
-/// Demo mode only: the demo account's charges and key rows.
-#[utoipa::path(get, path = "/demo/state", tag = "demo", responses((status = 200, description = "The demo account's rows")))]
+/// Demo mode only: the caller's sandbox's charges and key rows.
+#[utoipa::path(get, path = "/demo/state", tag = "demo", responses((status = 200, description = "The caller's sandbox's rows")))]
 pub async fn state(
     req: HttpRequest,
     app: web::Data<AppState>,
     sandbox: web::Data<Sandbox>,
 ) -> Result<HttpResponse, ApiError> {
-    let ((), snapshot) = on_demo_account(&req, app, sandbox, |_, _, _| Ok(())).await?;
+    let ((), snapshot) = on_your_sandbox(&req, app, sandbox, |_, _, _| Ok(())).await?;
     Ok(HttpResponse::Ok().json(snapshot))
 }
 
-/// Deletes the demo account's rows (keys first: they point at charges).
+/// Deletes the caller's sandbox's rows (keys first: they point at charges).
 #[utoipa::path(post, path = "/demo/reset", tag = "demo", responses((status = 200, description = "The emptied state")))]
 pub async fn reset(
     req: HttpRequest,
     app: web::Data<AppState>,
     sandbox: web::Data<Sandbox>,
 ) -> Result<HttpResponse, ApiError> {
-    let ((), snapshot) = on_demo_account(&req, app, sandbox, |store, account_id, _| {
+    let ((), snapshot) = on_your_sandbox(&req, app, sandbox, |store, account_id, _| {
         Ok(store.transaction(|tx| queries::delete_account_rows(tx, account_id))?)
     })
     .await?;
     Ok(HttpResponse::Ok().json(snapshot))
 }
 
-/// Moves one of the demo account's keys' `expires_at` into the past, as if
+/// Moves one of the caller's sandbox's keys' `expires_at` into the past, as if
 /// its retention had run out. Answers what it did (the key, the rows it
 /// changed), not the tables: `GET /demo/state` shows those.
 #[utoipa::path(post, path = "/demo/keys/{key}/expire", tag = "demo",
@@ -359,23 +429,25 @@ pub async fn expire(
 ) -> Result<HttpResponse, ApiError> {
     // Only what a key can be reaches the database (no NUL, no 256-byte key).
     let key = IdempotencyKey::from_value(&path.into_inner())?;
-    let account_id = sandbox.account_id;
+    let account_id = yours(&req, &app, &sandbox).await?.account_id;
     let left = crate::http::deadline::remaining(&req, app.settings.request_timeout);
     let value = key.as_str().to_owned();
     // On the demo's own connections, as every /demo/* route.
     let expired = sandbox
         .pool
-        .run(left, move |store| {
-            match queries::expire_key(store, account_id, key.as_str())? {
+        .run_as(
+            Some(session_label(account_id)),
+            left,
+            move |store| match queries::expire_key(store, account_id, key.as_str())? {
                 0 => Err(ApiError::NotFound),
                 n => Ok(n),
-            }
-        })
+            },
+        )
         .await?;
     Ok(HttpResponse::Ok().json(json!({"key": value, "expired": expired})))
 }
 
-/// Deletes the demo account's expired keys (the background purge does the
+/// Deletes the caller's sandbox's expired keys (the background purge does the
 /// same for every account). Answers how many rows it removed, not the
 /// tables: `GET /demo/state` shows those.
 #[utoipa::path(post, path = "/demo/purge", tag = "demo", responses((status = 200, description = "`{\"purged\": n}`: the expired key rows it deleted")))]
@@ -384,13 +456,35 @@ pub async fn purge(
     app: web::Data<AppState>,
     sandbox: web::Data<Sandbox>,
 ) -> Result<HttpResponse, ApiError> {
-    let account_id = sandbox.account_id;
+    let account_id = yours(&req, &app, &sandbox).await?.account_id;
     let left = crate::http::deadline::remaining(&req, app.settings.request_timeout);
     let purged = sandbox
         .pool
-        .run(left, move |store| {
+        .run_as(Some(session_label(account_id)), left, move |store| {
             Ok::<_, ApiError>(queries::purge_account_keys(store, account_id)?)
         })
         .await?;
     Ok(HttpResponse::Ok().json(json!({"purged": purged})))
+}
+
+/// Demo mode only: a sandbox of the caller's own: an account with a key of
+/// its own (shown this once), its own rows and idempotency keys, on which
+/// every `/demo/*` route and `Demo-*` header acts when called with that
+/// key. Deleted with all its rows once unused for
+/// DEMO_SANDBOX_IDLE_EXPIRY.
+#[utoipa::path(post, path = "/demo/sandboxes", tag = "demo", responses(
+    (status = 201, description = "`{\"object\": \"sandbox\", \"account_id\", \"api_key\", \"expires_at\", \"idle_expiry_seconds\"}`"),
+    (status = 429, description = "`rate-limited`: this client address made DEMO_SANDBOXES_PER_MINUTE already (with `Retry-After`)", body = crate::http::problem::Problem, content_type = "application/problem+json"),
+    (status = 503, description = "`demo-room-full`: DEMO_MAX_SANDBOXES are in use (with `Retry-After`: until the least recently used one expires)", body = crate::http::problem::Problem, content_type = "application/problem+json"),
+))]
+pub async fn create_sandbox(
+    req: HttpRequest,
+    app: web::Data<AppState>,
+    sandbox: web::Data<Sandbox>,
+) -> HttpResponse {
+    let left = crate::http::deadline::remaining(&req, app.settings.request_timeout);
+    match sandbox.sandboxes.create(&req, &sandbox.pool, left).await {
+        Ok(made) => HttpResponse::Created().json(made),
+        Err(refused) => refused,
+    }
 }

@@ -42,6 +42,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("/openapi.json", "GET, HEAD"),
     ("/docs", "GET, HEAD"),
     ("/demo/config", "GET, HEAD"),
+    ("/demo/sandboxes", "POST"),
     ("/demo/state", "GET, HEAD"),
     ("/demo/reset", "POST"),
     ("/demo/keys/{key}/expire", "POST"),

@@ -265,7 +265,22 @@ impl DbPool {
         T: Send + 'static,
         E: From<RunError> + Send + 'static,
     {
-        self.run_checkouts(deadline, move |checkouts| {
+        self.run_as(None, deadline, work).await
+    }
+
+    /// As [`run`](Self::run), on a session named `label` (PostgreSQL's
+    /// `application_name`, see [`Checkouts::with`]), if any.
+    pub async fn run_as<T, E>(
+        &self,
+        label: Option<Arc<str>>,
+        deadline: Duration,
+        work: impl FnOnce(&mut dyn Store) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<RunError> + Send + 'static,
+    {
+        self.run_checkouts_as(label, deadline, move |checkouts| {
             checkouts.with(|store| work(store))
         })
         .await
@@ -285,8 +300,23 @@ impl DbPool {
         T: Send + 'static,
         E: From<RunError> + Send + 'static,
     {
+        self.run_checkouts_as(None, deadline, work).await
+    }
+
+    /// As [`run_checkouts`](Self::run_checkouts), each session named `label`.
+    pub async fn run_checkouts_as<T, E>(
+        &self,
+        label: Option<Arc<str>>,
+        deadline: Duration,
+        work: impl FnOnce(&mut Checkouts) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<RunError> + Send + 'static,
+    {
         let abandoned = Arc::new(AtomicBool::new(false));
         let mut checkouts = Checkouts {
+            label,
             pool: self.clone(),
             late: abandoned.clone(),
             until: Instant::now() + deadline,
@@ -320,6 +350,9 @@ impl DbPool {
 /// connection at a time, each given back when its step returns.
 pub struct Checkouts {
     pool: DbPool,
+    /// What each session is named while this task holds it (PostgreSQL's
+    /// `application_name`): who a lock wait in `pg_stat_activity` is.
+    label: Option<Arc<str>>,
     /// Set when the task's caller stopped waiting for it: a connection it
     /// still uses then is dropped, not reused (its state is unknown).
     late: Arc<AtomicBool>,
@@ -334,6 +367,22 @@ impl Checkouts {
         work: impl FnOnce(&mut (dyn Store + 'static)) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut conn = self.pool.checkout().map_err(RunError::from)?;
+        if let (Some(label), PooledStore::Pg(pooled)) = (&self.label, &mut conn)
+            && pooled.name(label).is_err()
+        {
+            // A session that cannot be named is lost (cut, or closed by the
+            // server): dropped, not reused, and another checked out, so that
+            // the work meets the pool's answer to a lost database (503), not
+            // a half-dead connection's.
+            discard_connection();
+            drop(conn);
+            conn = self.pool.checkout().map_err(RunError::from)?;
+            if let PooledStore::Pg(pooled) = &mut conn
+                && pooled.name(label).is_err()
+            {
+                discard_connection();
+            }
+        }
         let done = work(conn.store());
         if self.late.load(Ordering::SeqCst) {
             discard_connection();
@@ -449,6 +498,27 @@ pub struct PgManager {
 pub struct PgPooled {
     conn: PgConnection,
     returned: std::time::Instant,
+    /// The `application_name` a labelled checkout gave the session last.
+    label: Option<Arc<str>>,
+}
+
+impl PgPooled {
+    /// Names the session `label` (a round trip only when it changes).
+    /// Labels are the application's own text, never a client's.
+    fn name(&mut self, label: &Arc<str>) -> diesel::QueryResult<()> {
+        use diesel::connection::SimpleConnection;
+        if self.label.as_deref() != Some(&**label) {
+            debug_assert!(
+                label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            );
+            self.conn
+                .batch_execute(&format!("SET application_name = '{label}'"))?;
+            self.label = Some(label.clone());
+        }
+        Ok(())
+    }
 }
 
 impl r2d2::ManageConnection for PgManager {
@@ -463,6 +533,7 @@ impl r2d2::ManageConnection for PgManager {
         Ok(PgPooled {
             conn,
             returned: std::time::Instant::now(),
+            label: None,
         })
     }
 

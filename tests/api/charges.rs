@@ -206,6 +206,7 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
     let app = spawn_app_with(|s| {
         s.body_timeout = Duration::from_millis(500);
         s.demo_max_delayed = 1;
+        s.demo_max_sandboxes = 1;
     })
     .await;
     app.create_account("Shop", SHOP_KEY);
@@ -362,6 +363,19 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
             r,
             429,
             "rate-limited",
+        )
+        .await;
+
+    // Every sandbox of the demo in use.
+    assert_eq!(app.post("/demo/sandboxes").await.status, 201);
+    let r = app.post("/demo/sandboxes").await;
+    provoked
+        .check(
+            &app,
+            "a sandbox when the room is full",
+            r,
+            503,
+            "demo-room-full",
         )
         .await;
 

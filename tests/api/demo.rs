@@ -477,20 +477,21 @@ async fn delayed_transactions_beyond_the_cap_get_503_and_other_accounts_do_not_w
             app.create_account("Shop", SHOP_KEY);
             let held = [("demo-fault", "delay-commit=1500")];
             let body = charge_body();
+            // One held transaction per sandbox: three sandboxes for three.
+            let (one, two, three) = (app.demo(), app.new_sandbox().await, app.new_sandbox().await);
             let started = Instant::now();
             let (a, b, (c, other)) = tokio::join!(
-                app.demo().charge_with("k-d1", &charge_body(), &held),
-                app.demo().charge_with("k-d2", &charge_body(), &held),
+                one.charge_with("k-d1", &charge_body(), &held),
+                two.charge_with("k-d2", &charge_body(), &held),
                 async {
                     app.until_held(2).await;
                     // The third is sent before the waiters below, which would
-                    // otherwise take the demo account's in-flight places first
+                    // otherwise take the demo's in-flight places first
                     // and make it wait until a place is free again.
-                    let c = app.demo().charge_with("k-d3", &charge_body(), &held).await;
+                    let c = three.charge_with("k-d3", &charge_body(), &held).await;
                     // While the cap is full, and ten of the demo's requests wait
                     // on one held key, another account is served at once.
-                    let waiters: Vec<_> =
-                        (0..10).map(|_| app.demo().charge("k-d1", &body)).collect();
+                    let waiters: Vec<_> = (0..10).map(|_| one.charge("k-d1", &body)).collect();
                     let waiting = futures::future::join_all(waiters);
                     let other = async {
                         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -527,7 +528,7 @@ async fn delayed_transactions_beyond_the_cap_get_503_and_other_accounts_do_not_w
             );
             assert_eq!(app.count("idempotency_keys WHERE key = 'k-d3'"), 0);
             // Its retry, once a place is free, runs.
-            let retry = app.demo().charge_with("k-d3", &charge_body(), &held).await;
+            let retry = three.charge_with("k-d3", &charge_body(), &held).await;
             assert_eq!(retry.status, 201);
         })
         .await

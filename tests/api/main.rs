@@ -29,6 +29,7 @@ mod phases;
 mod recovery;
 mod refunds;
 mod replays;
+mod sandboxes;
 mod secrets;
 mod startup;
 mod telemetry;

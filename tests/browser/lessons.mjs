@@ -9,10 +9,15 @@
 //   BASE_URL       the running charges server, on a fresh database (required)
 //   ARTIFACTS_DIR  where screenshots go (default: artifacts/browser)
 //   CHROMIUM       the browser binary (default: /usr/bin/chromium)
+//   ROOM           a number N: instead of the whole tour, N learners at once,
+//                  each in a browser context (and so a sandbox) of its own,
+//                  doing lessons 1, 3 and 4; each page must show its own rows
+//                  only (no axe, no screenshots: the tour does those)
 //
 // Prints one line per check and a closing "N passed, M failed"; exits 1 on
 // any failure. Every wait is bounded, and a watchdog ends the whole run.
 
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -21,6 +26,21 @@ import { chromium } from 'playwright-core';
 const BASE_URL = (process.env.BASE_URL || '').replace(/\/+$/, '');
 const ARTIFACTS_DIR = path.resolve(process.env.ARTIFACTS_DIR || 'artifacts/browser');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const ROOM = Number(process.env.ROOM || 0);
+
+/**
+ * Whose sandbox the checks of the running code are about: a learner's of the
+ * room ({ key, tag }), or, outside one, the tour's page's (MAIN_KEY). Every
+ * page makes a sandbox of its own on load; GET /demo/state is read with its key.
+ */
+const WHO = new AsyncLocalStorage();
+let MAIN_KEY = null;
+
+/** The key of the sandbox `page` made for itself (sessionStorage, see web/js/sandbox.js). */
+async function sandboxKeyOf(page) {
+  const saved = await page.evaluate(() => sessionStorage.getItem('charges.sandbox'));
+  return JSON.parse(saved ?? 'null')?.api_key ?? null;
+}
 
 const RUN_TIMEOUT_MS = 480_000; // the whole script (it takes about 2½–4 minutes)
 const STEP_TIMEOUT_MS = 20_000; // one step of an experiment (lesson 4 needs ~5 s)
@@ -57,6 +77,8 @@ let passed = 0;
 let failed = 0;
 
 function check(name, ok, detail = '') {
+  const who = WHO.getStore()?.tag;
+  if (who) name = `${who}: ${name}`;
   if (ok) {
     passed += 1;
     console.log(`ok - ${name}${detail ? ` (${detail})` : ''}`);
@@ -81,7 +103,9 @@ async function lesson(name, fn) {
 }
 
 async function api(method, urlPath) {
-  const response = await fetch(BASE_URL + urlPath, { method, signal: AbortSignal.timeout(ACTION_TIMEOUT_MS) });
+  const key = WHO.getStore()?.key ?? MAIN_KEY;
+  const headers = key ? { Authorization: `Bearer ${key}` } : {};
+  const response = await fetch(BASE_URL + urlPath, { method, headers, signal: AbortSignal.timeout(ACTION_TIMEOUT_MS) });
   const text = await response.text();
   if (!response.ok) throw new Error(`${method} ${urlPath} answered ${response.status}: ${text.slice(0, 200)}`);
   return JSON.parse(text);
@@ -179,6 +203,7 @@ async function verdict(page, id) {
 }
 
 async function screenshot(page, testid, file) {
+  if (ROOM) return;
   await mkdir(ARTIFACTS_DIR, { recursive: true });
   const target = path.join(ARTIFACTS_DIR, file);
   // The sticky header would otherwise be painted over the middle of a tall section.
@@ -232,6 +257,7 @@ const axeCounts = [];
  * `section` in each. Leaves the page in English at 1280×900.
  */
 async function look(page, state, { section = null, shot = null } = {}) {
+  if (ROOM) return;
   const counts = [];
   for (const view of VIEWS) {
     await page.setViewportSize(view.viewport);
@@ -1333,6 +1359,15 @@ async function phone(browser) {
   try {
     await page.goto(`${BASE_URL}/`, { waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
     await page.waitForSelector('body[data-ready="true"]', { timeout: ACTION_TIMEOUT_MS });
+    // A context of its own: a sandbox of its own.
+    await WHO.run({ key: await sandboxKeyOf(page) }, () => phoneLessons(page));
+  } finally {
+    await context.close();
+  }
+}
+
+async function phoneLessons(page) {
+  {
     check('phone: a Japanese browser gets the page in Japanese', (await page.evaluate(() => document.documentElement.lang)) === 'ja');
     await resetViaPage(page);
     await clickStep(page, 'l1', 1);
@@ -1349,8 +1384,68 @@ async function phone(browser) {
     await page.reload({ waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
     await page.waitForSelector('body[data-ready="true"]', { timeout: ACTION_TIMEOUT_MS });
     check('phone: the chosen language is remembered after a reload', (await page.evaluate(() => document.documentElement.lang)) === 'en');
+    check('phone: the reload keeps the tab\'s sandbox', (await sandboxKeyOf(page)) === WHO.getStore()?.key);
+  }
+}
+
+// ---- a room of learners (ROOM=N) ----------------------------------------------------------
+
+const LEARNER_GAP_MS = 700;
+const delay = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** One learner of the room: a context (a sandbox) of its own, lessons 1, 3 and 4; what its page and its sandbox hold. */
+async function learner(browser, i) {
+  const context = await browser.newContext({ viewport: DESKTOP, locale: 'en-US', reducedMotion: 'reduce' });
+  context.setDefaultTimeout(ACTION_TIMEOUT_MS);
+  const page = await context.newPage();
+  const pageErrors = [];
+  page.on('pageerror', (error) => pageErrors.push(error.message));
+  try {
+    await page.goto(`${BASE_URL}/`, { waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
+    await page.waitForSelector('body[data-ready="true"]', { timeout: ACTION_TIMEOUT_MS });
+    const key = await sandboxKeyOf(page);
+    return await WHO.run({ key, tag: `learner ${i}` }, async () => {
+      check('the page made a sandbox of its own and says so in the header', Boolean(key)
+        && /Your sandbox/.test(await page.getByTestId('sandbox-status').innerText()));
+      await lesson(`learner ${i}: lesson 1`, () => lesson1(page));
+      await lesson(`learner ${i}: lesson 3`, () => lesson3(page));
+      await lesson(`learner ${i}: lesson 4`, () => lesson4(page));
+      const state = await dbState();
+      const own = new Set([...state.charges.map((c) => c.id), ...state.idempotency_keys.map((k) => `key:${k.key}`)]);
+      const shown = await page.evaluate(() => [
+        ...[...document.querySelectorAll('[data-testid="charge-row"]')].map((r) => r.dataset.id),
+        ...[...document.querySelectorAll('[data-testid="key-row"]')].map((r) => `key:${r.dataset.key}`),
+      ]);
+      const header = await page.getByTestId('db-status').innerText();
+      check('no JavaScript errors on the page', pageErrors.length === 0, pageErrors.slice(0, 3).join(' | '));
+      return { i, own, shown, header, counts: [state.charges.length, state.idempotency_keys.length] };
+    });
   } finally {
     await context.close();
+  }
+}
+
+/** ROOM learners at once on one server: each sees its own rows only, and its lessons come out right. */
+async function room(browser) {
+  const config = await api('GET', '/demo/config');
+  BACKEND_NAME = config.backend === 'sqlite' ? /SQLite/ : /PostgreSQL/;
+  // All at once, as a class is: each learner starts LEARNER_GAP_MS after the
+  // one before (no class clicks in the same millisecond), and all of them
+  // run their lessons at the same time.
+  const learners = await Promise.all(Array.from({ length: ROOM }, (_, n) => delay(n * LEARNER_GAP_MS).then(() => learner(browser, n + 1)).catch((error) => {
+    check(`learner ${n + 1} ran to the end`, false, error?.message?.split('\n')[0] ?? String(error));
+    return null;
+  })));
+  const done = learners.filter(Boolean);
+  check(`all ${ROOM} learners ran`, done.length === ROOM, `${done.length}`);
+  for (const l of done) {
+    const others = new Set(done.filter((o) => o !== l).flatMap((o) => [...o.own].filter((id) => !id.startsWith('key:'))));
+    const foreign = l.shown.filter((id) => !l.own.has(id) && !id.startsWith('key:'));
+    check(`learner ${l.i}: its page's tables show its own charges only`, foreign.length === 0 && !l.shown.some((id) => others.has(id)), foreign.join(', '));
+    // Keys are the learner's own (random UUIDs): none shown may be missing from its own sandbox.
+    const strangers = l.shown.filter((id) => id.startsWith('key:') && !l.own.has(id));
+    check(`learner ${l.i}: its page's tables show its own keys only`, strangers.length === 0, strangers.join(', '));
+    check(`learner ${l.i}: the header counts its own sandbox's rows`, l.header.includes(String(l.counts[0])), `${l.header} / ${l.counts}`);
   }
 }
 
@@ -1363,6 +1458,20 @@ const browser = await chromium.launch({
   timeout: 30_000,
 });
 try {
+  if (ROOM) await room(browser);
+  else await tour(browser);
+} finally {
+  await browser.close();
+}
+
+console.log('# axe violations per state (en desktop, ja desktop, ja phone, en phone):');
+for (const { state, counts } of axeCounts) console.log(`#   ${state}: ${counts.join(', ')}`);
+console.log(`# took ${Math.round((Date.now() - startedAt) / 1000)} s`);
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
+
+/** The whole tour: every lesson, the self-check, /docs and a phone, with axe and screenshots. */
+async function tour(browser) {
   // Reduced motion: axe must not judge a card's colours half way through its fade-in.
   const context = await browser.newContext({ viewport: DESKTOP, locale: 'en-US', reducedMotion: 'reduce' });
   context.setDefaultTimeout(ACTION_TIMEOUT_MS);
@@ -1387,7 +1496,10 @@ try {
     check('the page is served at /', response?.status() === 200, `HTTP ${response?.status()}`);
     await page.waitForSelector('body[data-ready="true"]', { timeout: ACTION_TIMEOUT_MS });
     const status = await page.getByTestId('server-status').innerText();
-    const state = await (await fetch(`${BASE_URL}/demo/state`)).json();
+    MAIN_KEY = await sandboxKeyOf(page);
+    check('the page made a sandbox of its own (POST /demo/sandboxes) and the header says so',
+      Boolean(MAIN_KEY) && /Your sandbox/.test(await page.getByTestId('sandbox-status').innerText()));
+    const state = await api('GET', '/demo/state');
     BACKEND_NAME = state.backend === 'sqlite' ? /SQLite/ : /PostgreSQL/;
     check('the header shows the backend and mode from GET /demo/state', BACKEND_NAME.test(status) && /atomic/.test(status), `${state.backend}: ${status}`);
     const icon = await page.evaluate(() => document.querySelector('link[rel="icon"]')?.href ?? '');
@@ -1432,12 +1544,4 @@ try {
   await context.close();
   await lesson('/docs', () => docs(browser));
   await lesson('phone', () => phone(browser));
-} finally {
-  await browser.close();
 }
-
-console.log('# axe violations per state (en desktop, ja desktop, ja phone, en phone):');
-for (const { state, counts } of axeCounts) console.log(`#   ${state}: ${counts.join(', ')}`);
-console.log(`# took ${Math.round((Date.now() - startedAt) / 1000)} s`);
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);

@@ -60,6 +60,8 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     // are the subject of their own tests (limits.rs), which set them.
     settings.rate_limit_per_account = 0;
     settings.rate_limit_per_client = 0;
+    // The sandboxes' too (tests/api/sandboxes.rs sets it).
+    settings.demo_sandboxes_per_minute = 0;
     // Storms open hundreds of connections from one address too.
     settings.max_connections_per_peer = 0;
     // No card network unless a test starts one (tests/api/network.rs).

@@ -95,6 +95,26 @@ impl AppClient {
         self.as_account(DEMO_KEY)
     }
 
+    /// A new sandbox of the demo's (`POST /demo/sandboxes`), and this
+    /// client as it: for the tests of visitors kept apart.
+    pub async fn new_sandbox(&self) -> AppClient {
+        let made = self.post("/demo/sandboxes").await;
+        assert_eq!(made.status, 201, "POST /demo/sandboxes: {}", made.body);
+        let key = made.json()["api_key"].as_str().unwrap().to_owned();
+        self.as_account(&key)
+    }
+
+    /// `POST path` as this client's account (a sandbox's `/demo/*` actions).
+    pub async fn post_as_self(&self, path: &str) -> Captured {
+        self.send(self.request(Method::POST, path).bearer_auth(&self.api_key))
+            .await
+    }
+
+    /// The key this client's requests are made with.
+    pub fn api_key(&self) -> &str {
+        &self.api_key
+    }
+
     /// This client as the account whose key is `api_key`.
     pub fn as_account(&self, api_key: &str) -> AppClient {
         AppClient {

@@ -8,6 +8,8 @@
 
 export const REQUEST_TIMEOUT_MS = 30_000;
 
+import { authHeaders, ensureSandbox, renewSandbox, sawExpiry } from './sandbox.js';
+
 let nextId = 1;
 
 /** A fresh Idempotency-Key: a random UUID, as the draft recommends. */
@@ -47,7 +49,7 @@ export function chargeRequest({ apiKey, amount, currency = 'jpy', description, k
   };
 }
 
-/** Headers every request of the demo account's API carries, plus the optional ones. */
+/** Headers every request of the sandbox's API carries, plus the optional ones. */
 function apiHeaders(apiKey, { key, faults = [], mode, network = false, json = true } = {}) {
   const headers = [['Authorization', `Bearer ${apiKey}`]];
   if (json) headers.push(['Content-Type', 'application/json']);
@@ -107,7 +109,7 @@ export function expireRequest(key) {
     kind: 'expire',
     method: 'POST',
     path: `/demo/keys/${encodeURIComponent(key)}/expire`,
-    headers: [],
+    headers: authHeaders(),
     body: null,
     intent: { key },
   };
@@ -119,7 +121,7 @@ export function purgeRequest() {
     kind: 'purge',
     method: 'POST',
     path: '/demo/purge',
-    headers: [],
+    headers: authHeaders(),
     body: null,
     intent: {},
   };
@@ -199,23 +201,46 @@ export async function getConfig() {
   return jsonCall('GET', '/demo/config');
 }
 
-/** GET /demo/state: the tables as they are now. */
+/** GET /demo/state: this tab's sandbox's tables as they are now. */
 export async function getState() {
-  return jsonCall('GET', '/demo/state');
+  return sandboxCall('GET', '/demo/state');
 }
 
-/** POST /demo/reset: empties the tables; answers the (empty) state. */
+/** POST /demo/reset: empties this tab's sandbox's tables; answers the (empty) state. */
 export async function resetDemo() {
-  return jsonCall('POST', '/demo/reset');
+  return sandboxCall('POST', '/demo/reset');
 }
 
-async function jsonCall(method, path) {
+/**
+ * A /demo/* call on this tab's sandbox (made first if need be). A 401 means
+ * the server deleted it (unused too long): a new one is made and the call
+ * sent once more.
+ */
+async function sandboxCall(method, path) {
+  await ensureSandbox();
+  let state;
+  try {
+    state = await jsonCall(method, path, authHeaders());
+  } catch (error) {
+    if (error.status !== 401) throw error;
+    await renewSandbox();
+    state = await jsonCall(method, path, authHeaders());
+  }
+  sawExpiry(state?.sandbox?.expires_at ?? null);
+  return state;
+}
+
+async function jsonCall(method, path, headers = []) {
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), REQUEST_TIMEOUT_MS);
   try {
-    const response = await fetch(path, { method, cache: 'no-store', signal: controller.signal });
+    const response = await fetch(path, { method, headers, cache: 'no-store', signal: controller.signal });
     const text = await response.text();
-    if (!response.ok) throw new Error(`${method} ${path} answered ${response.status}: ${text.slice(0, 200)}`);
+    if (!response.ok) {
+      const error = new Error(`${method} ${path} answered ${response.status}: ${text.slice(0, 200)}`);
+      error.status = response.status;
+      throw error;
+    }
     return JSON.parse(text);
   } finally {
     clearTimeout(timer);

@@ -9,17 +9,48 @@ import { mountExperiments, renderServerFacts } from './lessons/index.js';
 import { mountSelfCheck } from './selfcheck.js';
 import { rerenderAll, onBusyChange, onState, isBusy, afterReset } from './experiment.js';
 import { updateScrollHints } from './tables.js';
+import { sandboxOrNull, SandboxRefused } from './sandbox.js';
 
 const $ = (selector) => document.querySelector(selector);
 
 let lastState = null;
+/** Why this page has no sandbox (a refused POST /demo/sandboxes), if it has none. */
+let refused = null;
 
 /** How often the header re-reads the tables while no experiment is running… */
 const HEADER_REFRESH_MS = 5000;
 /** …and while one is: its count follows the run (a held transaction commits in the middle of a step). */
 const HEADER_REFRESH_BUSY_MS = 1000;
 
+/** "Your sandbox", and when the server deletes it unless it is used again, in local time. */
+function renderSandbox() {
+  const line = $('[data-testid="sandbox-status"]');
+  if (refused) {
+    const secs = refused.retryAfter ?? '?';
+    line.textContent = refused.status === 503 ? t('status.roomFull', { secs })
+      : refused.status === 429 ? t('status.tooMany', { secs })
+      : t('status.noSandbox', { reason: refused.message });
+    line.classList.add('offline');
+    return;
+  }
+  line.classList.remove('offline');
+  const sandbox = sandboxOrNull();
+  if (!sandbox) {
+    line.textContent = '';
+    return;
+  }
+  const expires = lastState && lastState !== 'offline' ? lastState.sandbox?.expires_at : sandbox.expires_at;
+  if (!expires) {
+    line.textContent = t('status.sandboxShared');
+    return;
+  }
+  const time = new Date(expires).toLocaleTimeString(lang() === 'ja' ? 'ja-JP' : 'en-GB', { hour: '2-digit', minute: '2-digit' });
+  line.textContent = t('status.sandbox', { time });
+  line.dataset.expiresAt = expires;
+}
+
 function renderHeader() {
+  renderSandbox();
   const backend = $('[data-testid="server-status"]');
   const db = $('[data-testid="db-status"]');
   if (lastState === 'offline') {
@@ -113,7 +144,9 @@ async function start() {
     rerenderAll();
     showState(state);
   } catch (error) {
-    console.error(error);
+    // A full room or a rate limit is the server's clear answer, not an outage.
+    if (error instanceof SandboxRefused) refused = error;
+    else console.error(error);
     lastState = 'offline';
     renderHeader();
   }

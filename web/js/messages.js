@@ -19,6 +19,11 @@ const en = {
   'status.backend': 'Database: {backend} · default mode: {mode}',
   'status.db': p => `Now in the database: ${plural(p.charges, 'charge', 'charges')}, ${plural(p.keys, 'key', 'keys')}`,
   'status.offline': 'Cannot reach the API on this page’s server. Is it running?',
+  'status.sandbox': 'Your sandbox: the tables show your rows only · deleted at {time} if unused',
+  'status.sandboxShared': 'Your sandbox: the tables show your rows only',
+  'status.roomFull': 'Every sandbox of this demo is in use. Reload in {secs} s to get one.',
+  'status.tooMany': 'This address has made too many sandboxes for now. Reload in {secs} s.',
+  'status.noSandbox': 'No sandbox for this page: {reason}',
 
   // ---- introduction -----------------------------------------------------
   'intro.title': 'Why did the retry not charge twice?',
@@ -706,6 +711,11 @@ const ja = {
   'status.backend': 'データベース: {backend} ・ 既定のモード: {mode}',
   'status.db': p => `現在のデータベース: 課金 ${p.charges}件、キー ${p.keys}件`,
   'status.offline': 'このページのサーバーにある API に接続できません。サーバーは起動していますか。',
+  'status.sandbox': 'あなたのサンドボックス: 表にはあなたの行だけが表示されます ・ 使わなければ {time} に削除',
+  'status.sandboxShared': 'あなたのサンドボックス: 表にはあなたの行だけが表示されます',
+  'status.roomFull': 'このデモのサンドボックスはすべて使用中です。{secs} 秒後に再読み込みしてください。',
+  'status.tooMany': 'このアドレスからのサンドボックス作成が多すぎます。{secs} 秒後に再読み込みしてください。',
+  'status.noSandbox': 'このページのサンドボックスを作れませんでした: {reason}',
 
   'intro.title': '再送したのに、なぜ二重に課金されなかったのか',
   'intro.lead.html':

@@ -5,6 +5,7 @@
 // none of these; it asks here.
 
 import { getConfig } from './api.js';
+import { ensureSandbox, onSandboxChange, sandboxOrNull } from './sandbox.js';
 
 let config = null;
 let loading = null;
@@ -14,8 +15,12 @@ let loading = null;
  * is forgotten, so the next call tries again.
  */
 export function loadServer() {
-  loading ??= getConfig().then(
-    (answer) => (config = answer),
+  loading ??= Promise.all([getConfig(), ensureSandbox()]).then(
+    ([answer]) => {
+      config = answer;
+      useSandbox(sandboxOrNull());
+      return config;
+    },
     (error) => {
       loading = null;
       throw error;
@@ -44,3 +49,13 @@ export function problem(slug) {
   if (!found) throw new Error(`the server lists no problem type “${slug}”`);
   return found;
 }
+
+/**
+ * The account every lesson's request is made as: this tab's sandbox (the
+ * lessons read server().account.api_key), renewed with it.
+ */
+function useSandbox(sandbox) {
+  if (config && sandbox) config.account = { name: 'your sandbox', api_key: sandbox.api_key, expires_at: sandbox.expires_at };
+}
+
+onSandboxChange(useSandbox);

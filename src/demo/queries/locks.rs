@@ -9,7 +9,6 @@ use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 use diesel::{PgConnection, SqliteConnection};
 use serde_json::{Value, json};
 
-use crate::demo::DEMO_APPLICATION_NAME;
 use crate::store::{AnyConnection, QueryResult, Store};
 
 /// PostgreSQL: each of the demo's own sessions that waits for a lock now,
@@ -59,13 +58,13 @@ struct BusyTimeout {
 }
 
 /// `{"backend", "waiting": [...], "write_lock_held"}`: on PostgreSQL the
-/// demo's sessions waiting for a lock and who holds it; on SQLite, whose one
+/// sandbox's sessions (named `label`) waiting for a lock and who holds it; on SQLite, whose one
 /// lock is the database's write lock, whether another connection holds it
 /// now (a waiting writer sits in SQLite's busy handler, where no view
 /// shows it).
-pub fn lock_waits(store: &mut dyn Store) -> QueryResult<Value> {
+pub fn lock_waits(store: &mut dyn Store, label: &str) -> QueryResult<Value> {
     match store.connection() {
-        AnyConnection::Pg(c) => postgres_waits(c),
+        AnyConnection::Pg(c) => postgres_waits(c, label),
         AnyConnection::Sqlite(c) => Ok(json!({
             "backend": "sqlite",
             "waiting": [],
@@ -74,10 +73,10 @@ pub fn lock_waits(store: &mut dyn Store) -> QueryResult<Value> {
     }
 }
 
-fn postgres_waits(c: &mut PgConnection) -> QueryResult<Value> {
-    let rows: Vec<Wait> = diesel::sql_query(WAITS)
-        .bind::<Text, _>(DEMO_APPLICATION_NAME)
-        .load(c)?;
+/// The waits of the sessions named `label` (one sandbox's: see
+/// `demo::session_label`).
+fn postgres_waits(c: &mut PgConnection, label: &str) -> QueryResult<Value> {
+    let rows: Vec<Wait> = diesel::sql_query(WAITS).bind::<Text, _>(label).load(c)?;
     let mut waiting: Vec<Value> = Vec::new();
     for row in rows {
         let blocker = json!({

@@ -12,6 +12,7 @@
 
 mod locks;
 mod postgres;
+pub mod sandboxes;
 mod sqlite;
 mod tables;
 
@@ -111,7 +112,8 @@ fn json_text(text: String) -> QueryResult<Value> {
 /// Creates the demo's own tables if they are not there (the sandbox, at
 /// start, after the migrations).
 pub fn create_tables(store: &mut dyn Store) -> QueryResult<()> {
-    tables(store).create_tables()
+    tables(store).create_tables()?;
+    sandboxes::create_table(store)
 }
 
 /// Runs `read` in one read-only transaction that sees the database as of

@@ -53,7 +53,7 @@ CREATE INDEX IF NOT EXISTS demo_unguarded_keys_account_key_idx
     ON demo_unguarded_keys (account_id, key);
 ";
 /// Instances opening the sandbox at once take turns: "demo" in ASCII.
-const CREATE_LOCK: i64 = 0x6465_6d6f;
+pub(super) const CREATE_LOCK: i64 = 0x6465_6d6f;
 
 type Id = Uuid;
 type Time = DateTime<Utc>;

@@ -1,0 +1,91 @@
+// The visitor's own sandbox: an account of this tab's, made by
+// POST /demo/sandboxes on first load and kept in sessionStorage (so a
+// reload keeps its rows, and another tab or visitor has its own). Every
+// request of the lessons and every /demo/* call carries its key; nothing of
+// another visitor's is ever shown. A sandbox unused for a while is deleted
+// by the server; the next answer is then 401, and the page makes a new one.
+
+const STORAGE_KEY = 'charges.sandbox';
+
+let current = load();
+let making = null;
+const listeners = new Set();
+
+function load() {
+  try {
+    const saved = JSON.parse(sessionStorage.getItem(STORAGE_KEY) ?? 'null');
+    return saved && typeof saved.api_key === 'string' ? saved : null;
+  } catch {
+    return null;
+  }
+}
+
+function save(sandbox) {
+  current = sandbox;
+  try {
+    if (sandbox) sessionStorage.setItem(STORAGE_KEY, JSON.stringify(sandbox));
+    else sessionStorage.removeItem(STORAGE_KEY);
+  } catch {
+    // Not kept across a reload; still this page's.
+  }
+  for (const listener of listeners) listener(sandbox);
+}
+
+/** Calls `listener(sandbox)` whenever the sandbox changes (made, renewed, its expiry moved). */
+export function onSandboxChange(listener) {
+  listeners.add(listener);
+}
+
+/** The sandbox, or null before one is made. */
+export function sandboxOrNull() {
+  return current;
+}
+
+/** A refusal to make a sandbox: the server's problem+json, with Retry-After. */
+export class SandboxRefused extends Error {
+  constructor(status, problem, retryAfter) {
+    super(problem?.detail || `POST /demo/sandboxes answered ${status}`);
+    this.status = status;
+    this.problem = problem;
+    this.retryAfter = retryAfter;
+  }
+}
+
+/** This tab's sandbox, made if it has none (concurrent callers share one request). */
+export function ensureSandbox() {
+  if (current) return Promise.resolve(current);
+  making ??= (async () => {
+    try {
+      const response = await fetch('/demo/sandboxes', { method: 'POST', cache: 'no-store' });
+      const text = await response.text();
+      let json = null;
+      try {
+        json = JSON.parse(text);
+      } catch {
+        // Not JSON: reported below with the status.
+      }
+      if (response.status !== 201) throw new SandboxRefused(response.status, json, Number(response.headers.get('Retry-After')) || null);
+      save({ api_key: json.api_key, account_id: json.account_id, expires_at: json.expires_at });
+      return current;
+    } finally {
+      making = null;
+    }
+  })();
+  return making;
+}
+
+/** The server said the key is gone (401): forget it and make a new sandbox. */
+export function renewSandbox() {
+  save(null);
+  return ensureSandbox();
+}
+
+/** The expiry the server reported last (each use moves it later). */
+export function sawExpiry(expiresAt) {
+  if (current && expiresAt !== undefined && current.expires_at !== expiresAt) save({ ...current, expires_at: expiresAt });
+}
+
+/** `Authorization` for this tab's sandbox, once it has one. */
+export function authHeaders() {
+  return current ? [['Authorization', `Bearer ${current.api_key}`]] : [];
+}

@@ -271,8 +271,11 @@ impl Settings {
             mode: self.idempotency_mode,
             ttl: self.idempotency_ttl,
             lease: self.idempotency_lease,
+            recent: None,
+            hooks: Default::default(),
+            // Every field named: `..Policy::new()` would allocate a default
+            // `NoMetrics` per request only to drop it.
             metrics: crate::metrics::protocol(),
-            ..Policy::new(self.idempotency_mode)
         }
     }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Lines written twice: for each file X.rs in both src/store/postgres/ and
-src/store/sqlite/ (but schema.rs, the generated table declarations), and for the
-demo's pair src/demo/queries/{postgres,sqlite}.rs, how many meaningful
+src/store/sqlite/ (but schema.rs, the generated table declarations), for the
+demo's pair src/demo/queries/{postgres,sqlite}.rs, and for the protocol
+crate's key stores crates/idempotency/src/{postgres,sqlite}.rs, how many meaningful
 lines difflib finds in both, in the same order. Meaningful: stripped of
 whitespace, neither empty, nor a comment (//, ///, //!), nor only closing or
 opening punctuation (braces, brackets, parentheses, commas, semicolons).
@@ -38,6 +39,9 @@ def main(argv):
     demo = root / "src/demo/queries"
     if (demo / "postgres.rs").exists() and (demo / "sqlite.rs").exists():
         pairs.append((demo / "postgres.rs", demo / "sqlite.rs"))
+    keys = root / "crates/idempotency/src"
+    if (keys / "postgres.rs").exists() and (keys / "sqlite.rs").exists():
+        pairs.append((keys / "postgres.rs", keys / "sqlite.rs"))
     total = 0
     for a, b in pairs:
         n = shared(a, b)

@@ -18,8 +18,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::tables;
-use crate::store::postgres::schema::{charges, idempotency_keys as k, refunds};
+use crate::store::postgres::schema::{charges, refunds};
 use crate::store::{QueryResult, time_text};
+use idempotency::postgres::schema::idempotency_keys as k;
 
 diesel::table! {
     /// The "check, then insert" algorithm's table: no unique constraint on

@@ -17,8 +17,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{json_text, tables};
-use crate::store::sqlite_schema::{charges, idempotency_keys as k, refunds};
+use crate::store::sqlite_schema::{charges, refunds};
 use crate::store::{QueryResult, time_text};
+use idempotency::sqlite::schema::idempotency_keys as k;
 
 diesel::table! {
     /// The "check, then insert" algorithm's table: no unique constraint on

@@ -36,25 +36,6 @@ diesel::table! {
 }
 
 diesel::table! {
-    idempotency_keys (account_id, key) {
-        account_id -> Int8,
-        key -> Text,
-        fingerprint -> Text,
-        status -> Text,
-        response_status -> Nullable<Int2>,
-        response_headers -> Nullable<Jsonb>,
-        response_body -> Nullable<Jsonb>,
-        created_at -> Timestamptz,
-        expires_at -> Timestamptz,
-        locked_until -> Timestamptz,
-        lease_token -> Uuid,
-        request_path -> Nullable<Text>,
-        request_body -> Nullable<Jsonb>,
-        foreign_step -> Nullable<Text>,
-    }
-}
-
-diesel::table! {
     in_process_network_keys (name) {
         name -> Text,
         api_key -> Text,
@@ -74,7 +55,6 @@ diesel::table! {
 
 diesel::joinable!(authorizations -> accounts (account_id));
 diesel::joinable!(charges -> accounts (account_id));
-diesel::joinable!(idempotency_keys -> accounts (account_id));
 diesel::joinable!(refunds -> accounts (account_id));
 diesel::joinable!(refunds -> charges (charge_id));
 
@@ -82,7 +62,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     accounts,
     authorizations,
     charges,
-    idempotency_keys,
     in_process_network_keys,
     refunds,
 );

@@ -39,25 +39,6 @@ diesel::table! {
 }
 
 diesel::table! {
-    idempotency_keys (account_id, key) {
-        account_id -> BigInt,
-        key -> Text,
-        fingerprint -> Text,
-        status -> Text,
-        response_status -> Nullable<Integer>,
-        response_headers -> Nullable<Text>,
-        response_body -> Nullable<Text>,
-        created_at -> Text,
-        expires_at -> Text,
-        locked_until -> Text,
-        lease_token -> Text,
-        request_path -> Nullable<Text>,
-        request_body -> Nullable<Text>,
-        foreign_step -> Nullable<Text>,
-    }
-}
-
-diesel::table! {
     in_process_network_keys (name) {
         name -> Text,
         api_key -> Text,
@@ -79,7 +60,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     accounts,
     authorizations,
     charges,
-    idempotency_keys,
     in_process_network_keys,
     refunds,
 );

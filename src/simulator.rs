@@ -286,7 +286,6 @@ pub fn start(settings: Settings, listener: TcpListener) -> Result<Network, Strin
         settings: Arc::new(settings.clone()),
         recent_keys: Default::default(),
         hooks: Default::default(),
-        session_label: None,
     });
     let merchant = Arc::new(accounts::hash_api_key(&settings.network_api_key));
     let loopback = local.ip().is_loopback();

@@ -303,7 +303,6 @@ fn app_state(
         settings: Arc::new(settings),
         recent_keys: Default::default(),
         hooks: Default::default(),
-        session_label: None,
     }
 }
 

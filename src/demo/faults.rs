@@ -489,12 +489,12 @@ fn demo_state(state: &AppState, sandbox: &Sandbox, request: Request) -> AppState
         }))
     };
     AppState {
-        pool: sandbox.pool.clone(),
+        // Named per sandbox: its view of lock waits shows a visitor their own only.
+        pool: sandbox.pool.named(super::session_label(account)),
         accounts: sandbox.accounts.clone(),
         network,
         settings: Arc::new(settings),
         hooks,
-        session_label: Some(super::session_label(account)),
         ..state.clone()
     }
 }

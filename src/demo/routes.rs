@@ -311,7 +311,8 @@ async fn on_your_sandbox<T: Send + 'static>(
     let left = crate::http::deadline::remaining(req, settings.request_timeout);
     sandbox
         .pool
-        .run_checkouts_as(Some(label.clone()), left, move |checkouts| {
+        .named(label.clone())
+        .run_checkouts(left, move |checkouts| {
             let (done, tables, locks) = checkouts.with(|store| -> Result<_, ApiError> {
                 let done = work(store, account_id, &settings)?;
                 let tables = read_tables(store, account_id)?;
@@ -435,14 +436,13 @@ pub async fn expire(
     // On the demo's own connections, as every /demo/* route.
     let expired = sandbox
         .pool
-        .run_as(
-            Some(session_label(account_id)),
-            left,
-            move |store| match queries::expire_key(store, account_id, key.as_str())? {
+        .named(session_label(account_id))
+        .run(left, move |store| {
+            match queries::expire_key(store, account_id, key.as_str())? {
                 0 => Err(ApiError::NotFound),
                 n => Ok(n),
-            },
-        )
+            }
+        })
         .await?;
     Ok(HttpResponse::Ok().json(json!({"key": value, "expired": expired})))
 }
@@ -460,7 +460,8 @@ pub async fn purge(
     let left = crate::http::deadline::remaining(&req, app.settings.request_timeout);
     let purged = sandbox
         .pool
-        .run_as(Some(session_label(account_id)), left, move |store| {
+        .named(session_label(account_id))
+        .run(left, move |store| {
             Ok::<_, ApiError>(queries::purge_account_keys(store, account_id)?)
         })
         .await?;

@@ -33,10 +33,6 @@ pub struct AppState {
     /// installed, unless this is the demo's state for a request with
     /// `Demo-Fault`.
     pub hooks: RequestHooks,
-    /// What the request's database sessions are named, if anything
-    /// (PostgreSQL's `application_name`): the demo's, per sandbox, so that
-    /// its view of lock waits shows a visitor their own only.
-    pub session_label: Option<Arc<str>>,
 }
 
 impl AppState {
@@ -58,9 +54,7 @@ impl AppState {
         work: impl FnOnce(&mut dyn Store) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
         let left = crate::http::deadline::remaining(req, self.settings.request_timeout);
-        self.pool
-            .run_as(self.session_label.clone(), left, work)
-            .await
+        self.pool.run(left, work).await
     }
 
     /// As [`db`](Self::db), but `work` checks a connection out for each of
@@ -71,8 +65,6 @@ impl AppState {
         work: impl FnOnce(&mut Checkouts) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
         let left = crate::http::deadline::remaining(req, self.settings.request_timeout);
-        self.pool
-            .run_checkouts_as(self.session_label.clone(), left, work)
-            .await
+        self.pool.run_checkouts(left, work).await
     }
 }

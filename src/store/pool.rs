@@ -115,9 +115,17 @@ impl r2d2::HandleEvent for OutageLog {
     }
 }
 
-/// A pool of either backend's connections.
+/// A pool of either backend's connections; a clone shares them.
 #[derive(Clone)]
-pub enum DbPool {
+pub struct DbPool {
+    pools: Pools,
+    /// What each session is named while a task of this pool holds it
+    /// (PostgreSQL's `application_name`; see [`DbPool::named`]).
+    label: Option<Arc<str>>,
+}
+
+#[derive(Clone)]
+enum Pools {
     Pg(Pool<PgManager>),
     Sqlite(Pool<SqliteManager>),
 }
@@ -205,11 +213,13 @@ impl DbPool {
                         settings.idle_in_transaction_timeout.as_millis()
                     ),
                 };
-                Ok(DbPool::Pg(
-                    builder(settings, main)
-                        .build(manager)
-                        .map_err(connect_error)?,
-                ))
+                let pool = builder(settings, main)
+                    .build(manager)
+                    .map_err(connect_error)?;
+                Ok(DbPool {
+                    pools: Pools::Pg(pool),
+                    label: None,
+                })
             }
             Target::Sqlite(path) => {
                 // Migrated on one connection first, as on PostgreSQL: that
@@ -229,22 +239,36 @@ impl DbPool {
                 let pool = builder(settings, main)
                     .build(manager)
                     .map_err(connect_error)?;
-                Ok(DbPool::Sqlite(pool))
+                Ok(DbPool {
+                    pools: Pools::Sqlite(pool),
+                    label: None,
+                })
             }
         }
     }
 
     pub fn backend(&self) -> Backend {
-        match self {
-            DbPool::Pg(_) => Backend::Postgres,
-            DbPool::Sqlite(_) => Backend::Sqlite,
+        match self.pools {
+            Pools::Pg(_) => Backend::Postgres,
+            Pools::Sqlite(_) => Backend::Sqlite,
         }
     }
 
     pub fn state(&self) -> r2d2::State {
-        match self {
-            DbPool::Pg(p) => p.state(),
-            DbPool::Sqlite(p) => p.state(),
+        match &self.pools {
+            Pools::Pg(p) => p.state(),
+            Pools::Sqlite(p) => p.state(),
+        }
+    }
+
+    /// The same connections, each session named `label` while a task of
+    /// the returned pool holds it (PostgreSQL's `application_name`, a round
+    /// trip only when it changes): who a lock wait in `pg_stat_activity`
+    /// is. The demo names its sessions per sandbox.
+    pub fn named(&self, label: Arc<str>) -> DbPool {
+        DbPool {
+            pools: self.pools.clone(),
+            label: Some(label),
         }
     }
 
@@ -265,22 +289,7 @@ impl DbPool {
         T: Send + 'static,
         E: From<RunError> + Send + 'static,
     {
-        self.run_as(None, deadline, work).await
-    }
-
-    /// As [`run`](Self::run), on a session named `label` (PostgreSQL's
-    /// `application_name`, see [`Checkouts::with`]), if any.
-    pub async fn run_as<T, E>(
-        &self,
-        label: Option<Arc<str>>,
-        deadline: Duration,
-        work: impl FnOnce(&mut dyn Store) -> Result<T, E> + Send + 'static,
-    ) -> Result<T, E>
-    where
-        T: Send + 'static,
-        E: From<RunError> + Send + 'static,
-    {
-        self.run_checkouts_as(label, deadline, move |checkouts| {
+        self.run_checkouts(deadline, move |checkouts| {
             checkouts.with(|store| work(store))
         })
         .await
@@ -300,23 +309,8 @@ impl DbPool {
         T: Send + 'static,
         E: From<RunError> + Send + 'static,
     {
-        self.run_checkouts_as(None, deadline, work).await
-    }
-
-    /// As [`run_checkouts`](Self::run_checkouts), each session named `label`.
-    pub async fn run_checkouts_as<T, E>(
-        &self,
-        label: Option<Arc<str>>,
-        deadline: Duration,
-        work: impl FnOnce(&mut Checkouts) -> Result<T, E> + Send + 'static,
-    ) -> Result<T, E>
-    where
-        T: Send + 'static,
-        E: From<RunError> + Send + 'static,
-    {
         let abandoned = Arc::new(AtomicBool::new(false));
         let mut checkouts = Checkouts {
-            label,
             pool: self.clone(),
             late: abandoned.clone(),
             until: Instant::now() + deadline,
@@ -337,9 +331,9 @@ impl DbPool {
     /// on the blocking thread pool (as [`run`](Self::run) does).
     pub fn checkout(&self) -> Result<PooledStore, PoolTimeout> {
         let started = Instant::now();
-        let conn = match self {
-            DbPool::Pg(p) => p.get().map(PooledStore::Pg),
-            DbPool::Sqlite(p) => p.get().map(PooledStore::Sqlite),
+        let conn = match &self.pools {
+            Pools::Pg(p) => p.get().map(PooledStore::Pg),
+            Pools::Sqlite(p) => p.get().map(PooledStore::Sqlite),
         };
         crate::metrics::observe_pool_wait(started.elapsed(), conn.is_err());
         Ok(conn?)
@@ -350,9 +344,6 @@ impl DbPool {
 /// connection at a time, each given back when its step returns.
 pub struct Checkouts {
     pool: DbPool,
-    /// What each session is named while this task holds it (PostgreSQL's
-    /// `application_name`): who a lock wait in `pg_stat_activity` is.
-    label: Option<Arc<str>>,
     /// Set when the task's caller stopped waiting for it: a connection it
     /// still uses then is dropped, not reused (its state is unknown).
     late: Arc<AtomicBool>,
@@ -367,7 +358,7 @@ impl Checkouts {
         work: impl FnOnce(&mut (dyn Store + 'static)) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut conn = self.pool.checkout().map_err(RunError::from)?;
-        if let (Some(label), PooledStore::Pg(pooled)) = (&self.label, &mut conn)
+        if let (Some(label), PooledStore::Pg(pooled)) = (&self.pool.label, &mut conn)
             && pooled.name(label).is_err()
         {
             // A session that cannot be named is lost (cut, or closed by the

@@ -95,12 +95,14 @@ async fn behind_a_trusted_proxy_a_refusal_is_logged_under_the_clients_address() 
 
 /// A TCP forwarder from a port of its own to `target`, until it is
 /// stopped: a database that goes away (connections cut, then refused) and
-/// comes back on the same address.
+/// comes back on the same address. (Only the PostgreSQL tests use it.)
+#[cfg(postgres_tests)]
 struct Forwarder {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
+#[cfg(postgres_tests)]
 impl Forwarder {
     async fn start(port: u16, target: std::net::SocketAddr) -> Forwarder {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))

@@ -2,7 +2,7 @@
 -- first request, fresh key, atomic mode) executes, as the server sends it:
 -- one READ COMMITTED transaction of two prepared statements, the key row
 -- written completed with its 201 (a charge announces its response) and the
--- charge (see crates/idempotency/src/atomic.rs and postgres.rs; checked
+-- charge (see crates/idempotency/src/atomic.rs and key_table.rs; checked
 -- against log_statement=all). Run with -D account=ID -D fp=FINGERPRINT
 -- -D run=R -D n=0: :n counts this client's requests and R differs per
 -- pgbench run, so each key is unique by construction (16 random hex digits,
@@ -30,7 +30,7 @@ VALUES (:account,
         CURRENT_TIMESTAMP, now() + '24:00:00'::interval, now() + '00:00:00'::interval,
         '6a0f4bd2-3c8e-4f57-9d0e-1b2c3d4e5f60')
 ON CONFLICT (account_id, key) DO NOTHING
-RETURNING lease_token;
+RETURNING account_id;
 INSERT INTO charges (id, account_id, amount, amount_refunded, currency, description, created_at)
 VALUES (md5(:cid::text)::uuid, :account, 1000, 0, 'jpy', 'bench', now());
 COMMIT;

@@ -9,8 +9,9 @@
 //! replay, whatever the operation was.
 //!
 //! This file names no backend and no other table; this crate implements
-//! these two traits for Diesel's connections in `postgres.rs` and
-//! `sqlite.rs`, over the table in `sql/`.
+//! these two traits for Diesel's connections (the statements once, in
+//! `key_table.rs`; each backend's differences in `postgres.rs` and
+//! `sqlite.rs`), over the table in `sql/`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -25,8 +26,8 @@ use uuid::Uuid;
 
 pub type QueryResult<T> = Result<T, DieselError>;
 
-/// The key table's steps; each backend writes each one once, in Diesel's
-/// query builder.
+/// The key table's steps, each one statement of Diesel's query builder
+/// (written once for both backends, in `key_table.rs`).
 pub trait KeyStore {
     /// The live (unexpired) row for a key, decoded, read without a lock.
     fn find_live_key(&mut self, account_id: i64, key: &str) -> QueryResult<Option<KeyRecord>>;
@@ -107,9 +108,9 @@ pub trait Transactional: KeyStore {
 /// Why an SQL predicate and not a check in Rust: the rule must hold at the
 /// instant the row is written, under its lock, so that of several requests
 /// (or instances) racing for one row exactly one wins; a row read, checked
-/// and then updated could change in between. So each backend's
-/// `take_over_key` is `UPDATE … WHERE` this, built from its own columns
-/// (its clock and its column types differ), and nothing else states the
+/// and then updated could change in between. So `take_over_key` is
+/// `UPDATE … WHERE` this, built from the backend's columns (its clock and
+/// its column types differ), and nothing else states the
 /// rule: `decide` only answers the rows that need no attempt (a replay, a
 /// mismatch, a live lease) and sends every other one here.
 pub fn takeover<Expired, InProgress, LeaseOver, SameRequest>(

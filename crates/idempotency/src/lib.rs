@@ -39,6 +39,7 @@ pub mod hooks;
 pub mod key;
 mod key_first;
 pub mod key_store;
+mod key_table;
 pub mod metrics;
 mod phases;
 #[cfg(feature = "r2d2")]

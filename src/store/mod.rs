@@ -26,7 +26,8 @@ pub mod pool;
 pub mod postgres;
 pub mod redact;
 mod sqlite;
-mod tables;
+// The demo's queries build their dialect on the store's.
+pub(crate) mod tables;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use diesel::pg::PgConnection;

@@ -1,15 +1,15 @@
 //! The demo's queries on PostgreSQL: [`demo_tables`]'s queries over the
-//! store's `schema.rs` and the unguarded table declared here (the demo's
-//! own, made by [`DemoTables::create_tables`]), with what PostgreSQL needs
-//! of its own: its column types, its clock (`now()`) and the lock that makes
-//! instances take turns at creating the table.
+//! store's `schema.rs`, the protocol's key table and the unguarded table
+//! declared here (the demo's own, made by [`DemoTables::create_tables`]),
+//! with PostgreSQL's [`DemoDialect`]: its column types, its clock (`now()`)
+//! and the lock that makes instances take turns at creating the table.
 //!
 //! [`demo_tables`]: super::tables
 //! [`DemoTables::create_tables`]: super::DemoTables::create_tables
 
 use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
-use diesel::dsl::{AsExprOf, now, sql};
+use diesel::dsl::sql;
 use diesel::expression::SqlLiteral;
 use diesel::pg::PgConnection;
 use diesel::prelude::*;
@@ -17,10 +17,10 @@ use diesel::sql_types::{BigInt, Timestamptz};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::tables;
+use super::tables::{self, DemoDialect};
 use crate::store::postgres::schema::{charges, refunds};
 use crate::store::{QueryResult, time_text};
-use idempotency::postgres::schema::idempotency_keys as k;
+use idempotency::postgres::schema::idempotency_keys as keys;
 
 diesel::table! {
     /// The "check, then insert" algorithm's table: no unique constraint on
@@ -36,7 +36,7 @@ diesel::table! {
     }
 }
 
-use demo_unguarded_keys as u;
+use demo_unguarded_keys as unguarded;
 
 /// As `migrations/postgres/2026-12-01-000004_create_demo_unguarded_keys`
 /// made it before it moved to the demo.
@@ -56,52 +56,49 @@ CREATE INDEX IF NOT EXISTS demo_unguarded_keys_account_key_idx
 /// Instances opening the sandbox at once take turns: "demo" in ASCII.
 pub(super) const CREATE_LOCK: i64 = 0x6465_6d6f;
 
-type Id = Uuid;
-type Time = DateTime<Utc>;
-type Json = Value;
-type Status = i16;
+/// What the demo's queries need of PostgreSQL beyond the store's
+/// `Dialect`: JSONB is the value itself, `response_status` is SMALLINT, and
+/// every time is the database's clock.
+impl DemoDialect for PgConnection {
+    type Json = Value;
+    type Status = i16;
+    type SecondAgo = SqlLiteral<Timestamptz>;
 
-fn encode_id(id: Uuid) -> Id {
-    id
+    fn encode_json(value: &Value) -> Value {
+        value.clone()
+    }
+
+    fn decode_json(value: Value) -> QueryResult<Value> {
+        Ok(value)
+    }
+
+    fn shown_id(id: Uuid) -> String {
+        id.to_string()
+    }
+
+    fn shown_time(t: DateTime<Utc>) -> String {
+        time_text(t)
+    }
+
+    fn a_second_ago() -> SqlLiteral<Timestamptz> {
+        sql::<Timestamptz>("now() - interval '1 second'")
+    }
+
+    /// Under the lock, in a transaction that releases it.
+    fn create_unguarded_table(&mut self) -> QueryResult<()> {
+        self.transaction(|c| {
+            diesel::sql_query("SELECT pg_advisory_xact_lock($1)")
+                .bind::<BigInt, _>(CREATE_LOCK)
+                .execute(c)?;
+            c.batch_execute(CREATE)
+        })
+    }
+
+    fn database_now(&mut self) -> QueryResult<String> {
+        diesel::select(sql::<Timestamptz>("now()"))
+            .get_result::<DateTime<Utc>>(self)
+            .map(time_text)
+    }
 }
 
-fn shown_id(id: Id) -> String {
-    id.to_string()
-}
-
-fn shown_time(t: Time) -> String {
-    time_text(t)
-}
-
-fn encode_json(value: &Value) -> Json {
-    value.clone()
-}
-
-fn decode_json(value: Json) -> QueryResult<Value> {
-    Ok(value)
-}
-
-fn clock() -> AsExprOf<now, Timestamptz> {
-    now.into_sql::<Timestamptz>()
-}
-
-fn a_second_ago() -> SqlLiteral<Timestamptz> {
-    sql::<Timestamptz>("now() - interval '1 second'")
-}
-
-fn create(c: &mut PgConnection) -> QueryResult<()> {
-    c.transaction(|c| {
-        diesel::sql_query("SELECT pg_advisory_xact_lock($1)")
-            .bind::<BigInt, _>(CREATE_LOCK)
-            .execute(c)?;
-        c.batch_execute(CREATE)
-    })
-}
-
-fn database_now(c: &mut PgConnection) -> QueryResult<String> {
-    diesel::select(sql::<Timestamptz>("now()"))
-        .get_result::<DateTime<Utc>>(c)
-        .map(time_text)
-}
-
-tables::demo_tables!(PgConnection);
+tables::demo_tables!(PgConnection, keys, charges, refunds, unguarded);

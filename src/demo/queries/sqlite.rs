@@ -1,8 +1,9 @@
 //! The demo's queries on SQLite: [`demo_tables`]'s queries over the store's
-//! SQLite schema and the unguarded table declared here (the demo's own,
-//! made by [`DemoTables::create_tables`]). UUIDs and JSON are text; every
-//! time is the app's clock, as fixed-width RFC 3339 text, so comparing the
-//! text (SQLite's binary collation) compares the times.
+//! SQLite schema, the protocol's key table and the unguarded table declared
+//! here (the demo's own, made by [`DemoTables::create_tables`]), with
+//! SQLite's [`DemoDialect`]: UUIDs and JSON are text; every time is the
+//! app's clock, as fixed-width RFC 3339 text, so comparing the text
+//! (SQLite's binary collation) compares the times.
 //!
 //! [`demo_tables`]: super::tables
 //! [`DemoTables::create_tables`]: super::DemoTables::create_tables
@@ -14,12 +15,12 @@ use diesel::prelude::*;
 use diesel::sql_types::Text;
 use diesel::sqlite::SqliteConnection;
 use serde_json::Value;
-use uuid::Uuid;
 
-use super::{json_text, tables};
+use super::json_text;
+use super::tables::{self, DemoDialect};
 use crate::store::sqlite_schema::{charges, refunds};
 use crate::store::{QueryResult, time_text};
-use idempotency::sqlite::schema::idempotency_keys as k;
+use idempotency::sqlite::schema::idempotency_keys as keys;
 
 diesel::table! {
     /// The "check, then insert" algorithm's table: no unique constraint on
@@ -35,7 +36,7 @@ diesel::table! {
     }
 }
 
-use demo_unguarded_keys as u;
+use demo_unguarded_keys as unguarded;
 
 /// As `migrations/sqlite/2026-12-01-000001_create_schema` made it before it
 /// moved to the demo. SQLite's write lock makes instances take turns.
@@ -53,46 +54,43 @@ CREATE INDEX IF NOT EXISTS demo_unguarded_keys_account_key_idx
     ON demo_unguarded_keys (account_id, key);
 ";
 
-type Id = String;
-type Time = String;
-type Json = String;
-type Status = i32;
+/// What the demo's queries need of SQLite beyond the store's `Dialect`:
+/// JSON is TEXT, `response_status` is INTEGER, and every time is the app's
+/// clock, as the store writes it.
+impl DemoDialect for SqliteConnection {
+    type Json = String;
+    type Status = i32;
+    type SecondAgo = AsExprOf<String, Text>;
 
-fn encode_id(id: Uuid) -> Id {
-    id.to_string()
+    fn encode_json(value: &Value) -> String {
+        value.to_string()
+    }
+
+    fn decode_json(text: String) -> QueryResult<Value> {
+        json_text(text)
+    }
+
+    fn shown_id(id: String) -> String {
+        id
+    }
+
+    /// Already RFC 3339 text.
+    fn shown_time(t: String) -> String {
+        t
+    }
+
+    fn a_second_ago() -> AsExprOf<String, Text> {
+        time_text(Utc::now() - chrono::Duration::seconds(1)).into_sql::<Text>()
+    }
+
+    /// SQLite's write lock makes instances take turns.
+    fn create_unguarded_table(&mut self) -> QueryResult<()> {
+        self.batch_execute(CREATE)
+    }
+
+    fn database_now(&mut self) -> QueryResult<String> {
+        Ok(time_text(Utc::now()))
+    }
 }
 
-fn shown_id(id: Id) -> String {
-    id
-}
-
-fn shown_time(t: Time) -> String {
-    t
-}
-
-fn encode_json(value: &Value) -> Json {
-    value.to_string()
-}
-
-fn decode_json(text: Json) -> QueryResult<Value> {
-    json_text(text)
-}
-
-/// Now, on the app's clock, read once per call.
-fn clock() -> AsExprOf<String, Text> {
-    time_text(Utc::now()).into_sql::<Text>()
-}
-
-fn a_second_ago() -> AsExprOf<String, Text> {
-    time_text(Utc::now() - chrono::Duration::seconds(1)).into_sql::<Text>()
-}
-
-fn create(c: &mut SqliteConnection) -> QueryResult<()> {
-    c.batch_execute(CREATE)
-}
-
-fn database_now(_: &mut SqliteConnection) -> QueryResult<String> {
-    Ok(time_text(Utc::now()))
-}
-
-tables::demo_tables!(SqliteConnection);
+tables::demo_tables!(SqliteConnection, keys, charges, refunds, unguarded);

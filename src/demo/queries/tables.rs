@@ -2,40 +2,74 @@
 //! agree; what differs is the column types (PostgreSQL's UUID, JSONB,
 //! SMALLINT and TIMESTAMPTZ, SQLite's TEXT and INTEGER), the clock
 //! (PostgreSQL's `now()`, the app's on SQLite) and how the unguarded table
-//! is made. Diesel cannot write one generic function over two schemas, so,
-//! as the store does in `src/store/tables.rs`, [`demo_tables`] is the body
-//! of the `DemoTables` impl, and `postgres.rs` and `sqlite.rs` each
-//! instantiate it over their own tables (`k`: `idempotency_keys`,
-//! `refunds`, `charges`, `u`: `demo_unguarded_keys`) and these names:
+//! is made: that is the [`DemoDialect`] trait, the store's [`Dialect`] (the
+//! UUID and time columns, the clock) and what only the demo needs, which
+//! `postgres.rs` and `sqlite.rs` implement for their connection. Diesel
+//! cannot write one generic function over two schemas, so, as the store
+//! does in `src/store/tables.rs`, [`demo_tables!`] is the body of the
+//! `DemoTables` impl, instantiated by each backend over its connection and
+//! its tables.
 //!
-//! - `Id`, `encode_id(Uuid) -> Id`, `shown_id(Id) -> String`: a UUID column;
-//! - `Time`, `shown_time(Time) -> String`: a time column, and the RFC 3339
-//!   text the page shows;
-//! - `Json`, `encode_json(&Value) -> Json`,
-//!   `decode_json(Json) -> QueryResult<Value>`: a JSON column;
-//! - `Status`: the integer of `response_status`;
-//! - `clock()`: now, as an expression of a time column (the backend's clock);
-//! - `a_second_ago()`: one second before it, as the same;
-//! - `create(conn)`: makes the unguarded table if it is not there;
-//! - `database_now(conn)`: the clock's time, as RFC 3339 text.
-//!
-//! The table's declaration and its `CREATE TABLE` stay in the backend files.
+//! The unguarded table's declaration and its `CREATE TABLE` stay in the
+//! backend files.
 
-/// `impl DemoTables for $conn`, in a module of its own (`written_once`)
-/// that takes the names above from the backend file.
+use serde_json::Value;
+
+use crate::store::QueryResult;
+use crate::store::tables::Dialect;
+
+/// What the demo's queries need of a backend beyond the store's
+/// [`Dialect`], where the two backends differ.
+pub(super) trait DemoDialect: Dialect {
+    /// A JSON column's Rust type.
+    type Json;
+    /// `response_status`'s Rust type: PostgreSQL's SMALLINT, SQLite's
+    /// INTEGER.
+    type Status: Into<i32>;
+    /// One second before now, as an expression of a time column.
+    type SecondAgo;
+
+    /// A JSON value as its column stores it.
+    fn encode_json(value: &Value) -> Self::Json;
+    /// A JSON column's value, read back.
+    fn decode_json(json: Self::Json) -> QueryResult<Value>;
+    /// A UUID column as the page shows it.
+    fn shown_id(id: Self::Id) -> String;
+    /// A time column as the page shows it: RFC 3339 text.
+    fn shown_time(t: Self::Time) -> String;
+    /// One second before now (what `expire_key` sets), on the backend's
+    /// clock so that every query comparing with [`Dialect::clock`] sees the
+    /// key expired.
+    fn a_second_ago() -> Self::SecondAgo;
+    /// Makes the unguarded table if it is not there (no migration makes
+    /// it: it is the demo's own).
+    fn create_unguarded_table(&mut self) -> QueryResult<()>;
+    /// The clock's time, as RFC 3339 text: what the page says "now" is.
+    fn database_now(&mut self) -> QueryResult<String>;
+}
+
+/// `impl DemoTables for $conn` over its tables, the modules of
+/// `diesel::table!` in this order: `idempotency_keys`, `charges`, `refunds`
+/// and `demo_unguarded_keys`; its differences taken from `$conn`'s
+/// [`DemoDialect`].
 macro_rules! demo_tables {
-    ($conn:ty) => {
-        mod written_once {
+    ($conn:ty, $keys:ident, $charges:ident, $refunds:ident, $unguarded:ident) => {
+        const _: () = {
             use diesel::prelude::*;
             use uuid::Uuid;
 
-            use super::{Id, Json, Status, Time, a_second_ago, clock, create, database_now};
-            use super::{charges, k, refunds, u};
-            use super::{decode_json, encode_id, encode_json, shown_id, shown_time};
+            use $crate::demo::queries::tables::DemoDialect;
             use $crate::demo::queries::{
                 DemoTables, KeyView, RefundView, Unguarded, UnguardedView,
             };
             use $crate::store::QueryResult;
+            use $crate::store::tables::Dialect;
+
+            type D = $conn;
+            type Id = <D as Dialect>::Id;
+            type Time = <D as Dialect>::Time;
+            type Json = <D as DemoDialect>::Json;
+            type Status = <D as DemoDialect>::Status;
 
             /// A key row and what the clock says of it.
             #[derive(Queryable)]
@@ -59,13 +93,13 @@ macro_rules! demo_tables {
                         key: self.key,
                         status: self.status,
                         fingerprint: self.fingerprint,
-                        response_status: self.response_status.map(i32::from),
-                        response_headers: self.response_headers.map(decode_json).transpose()?,
-                        response_body: self.response_body.map(decode_json).transpose()?,
-                        created_at: shown_time(self.created_at),
-                        expires_at: shown_time(self.expires_at),
+                        response_status: self.response_status.map(Into::into),
+                        response_headers: self.response_headers.map(D::decode_json).transpose()?,
+                        response_body: self.response_body.map(D::decode_json).transpose()?,
+                        created_at: D::shown_time(self.created_at),
+                        expires_at: D::shown_time(self.expires_at),
                         expired: self.expired,
-                        locked_until: shown_time(self.locked_until),
+                        locked_until: D::shown_time(self.locked_until),
                         lease_live: self.lease_live,
                     })
                 }
@@ -73,32 +107,32 @@ macro_rules! demo_tables {
 
             impl DemoTables for $conn {
                 fn create_tables(&mut self) -> QueryResult<()> {
-                    create(self)
+                    D::create_unguarded_table(self)
                 }
 
                 fn now_text(&mut self) -> QueryResult<String> {
-                    database_now(self)
+                    D::database_now(self)
                 }
 
                 fn key_views(&mut self, account_id: i64, limit: i64) -> QueryResult<Vec<KeyView>> {
                     // One time for the whole page.
-                    let now = clock();
-                    let rows: Vec<KeyRow> = k::table
-                        .filter(k::account_id.eq(account_id))
-                        .order((k::created_at.desc(), k::key.desc()))
+                    let now = D::clock();
+                    let rows: Vec<KeyRow> = $keys::table
+                        .filter($keys::account_id.eq(account_id))
+                        .order(($keys::created_at.desc(), $keys::key.desc()))
                         .limit(limit)
                         .select((
-                            k::key,
-                            k::status,
-                            k::fingerprint,
-                            k::response_status,
-                            k::response_headers,
-                            k::response_body,
-                            k::created_at,
-                            k::expires_at,
-                            k::expires_at.le(now.clone()),
-                            k::locked_until,
-                            k::locked_until.gt(now),
+                            $keys::key,
+                            $keys::status,
+                            $keys::fingerprint,
+                            $keys::response_status,
+                            $keys::response_headers,
+                            $keys::response_body,
+                            $keys::created_at,
+                            $keys::expires_at,
+                            $keys::expires_at.le(now.clone()),
+                            $keys::locked_until,
+                            $keys::locked_until.gt(now),
                         ))
                         .load(self)?;
                     rows.into_iter().map(KeyRow::view).collect()
@@ -109,27 +143,27 @@ macro_rules! demo_tables {
                     account_id: i64,
                     limit: i64,
                 ) -> QueryResult<Vec<RefundView>> {
-                    let rows: Vec<(Id, Id, i64, String, Time)> = refunds::table
-                        .filter(refunds::account_id.eq(account_id))
-                        .order((refunds::created_at.desc(), refunds::id.desc()))
+                    let rows: Vec<(Id, Id, i64, String, Time)> = $refunds::table
+                        .filter($refunds::account_id.eq(account_id))
+                        .order(($refunds::created_at.desc(), $refunds::id.desc()))
                         .limit(limit)
                         .select((
-                            refunds::id,
-                            refunds::charge_id,
-                            refunds::amount,
-                            refunds::currency,
-                            refunds::created_at,
+                            $refunds::id,
+                            $refunds::charge_id,
+                            $refunds::amount,
+                            $refunds::currency,
+                            $refunds::created_at,
                         ))
                         .load(self)?;
                     Ok(rows
                         .into_iter()
                         .map(|(id, charge, amount, currency, at)| {
                             (
-                                shown_id(id),
-                                shown_id(charge),
+                                D::shown_id(id),
+                                D::shown_id(charge),
                                 amount,
                                 currency,
-                                shown_time(at),
+                                D::shown_time(at),
                             )
                         })
                         .collect())
@@ -140,18 +174,22 @@ macro_rules! demo_tables {
                     account_id: i64,
                     limit: i64,
                 ) -> QueryResult<Vec<UnguardedView>> {
-                    let rows: Vec<(String, Id, Time)> = u::table
-                        .filter(u::account_id.eq(account_id))
-                        .order((u::created_at.desc(), u::id.desc()))
+                    let rows: Vec<(String, Id, Time)> = $unguarded::table
+                        .filter($unguarded::account_id.eq(account_id))
+                        .order(($unguarded::created_at.desc(), $unguarded::id.desc()))
                         .limit(limit)
-                        .select((u::key, u::charge_id, u::created_at))
+                        .select((
+                            $unguarded::key,
+                            $unguarded::charge_id,
+                            $unguarded::created_at,
+                        ))
                         .load(self)?;
                     Ok(rows
                         .into_iter()
                         .map(|(key, charge_id, at)| UnguardedView {
                             key,
-                            charge_id: shown_id(charge_id),
-                            created_at: shown_time(at),
+                            charge_id: D::shown_id(charge_id),
+                            created_at: D::shown_time(at),
                         })
                         .collect())
                 }
@@ -161,17 +199,21 @@ macro_rules! demo_tables {
                     account_id: i64,
                     key: &str,
                 ) -> QueryResult<Option<Unguarded>> {
-                    let row: Option<(String, String, Json)> = u::table
-                        .filter(u::account_id.eq(account_id))
-                        .filter(u::key.eq(key))
-                        .select((u::key, u::fingerprint, u::response_body))
+                    let row: Option<(String, String, Json)> = $unguarded::table
+                        .filter($unguarded::account_id.eq(account_id))
+                        .filter($unguarded::key.eq(key))
+                        .select((
+                            $unguarded::key,
+                            $unguarded::fingerprint,
+                            $unguarded::response_body,
+                        ))
                         .first(self)
                         .optional()?;
                     row.map(|(key, fingerprint, body)| {
                         Ok(Unguarded {
                             key,
                             fingerprint,
-                            response_body: decode_json(body)?,
+                            response_body: D::decode_json(body)?,
                         })
                     })
                     .transpose()
@@ -183,45 +225,47 @@ macro_rules! demo_tables {
                     row: &Unguarded,
                     charge_id: Uuid,
                 ) -> QueryResult<()> {
-                    diesel::insert_into(u::table)
+                    diesel::insert_into($unguarded::table)
                         .values((
-                            u::account_id.eq(account_id),
-                            u::key.eq(&row.key),
-                            u::fingerprint.eq(&row.fingerprint),
-                            u::charge_id.eq(encode_id(charge_id)),
-                            u::response_body.eq(encode_json(&row.response_body)),
-                            u::created_at.eq(clock()),
+                            $unguarded::account_id.eq(account_id),
+                            $unguarded::key.eq(&row.key),
+                            $unguarded::fingerprint.eq(&row.fingerprint),
+                            $unguarded::charge_id.eq(D::encode_id(charge_id)),
+                            $unguarded::response_body.eq(D::encode_json(&row.response_body)),
+                            $unguarded::created_at.eq(D::clock()),
                         ))
                         .execute(self)
                         .map(|_| ())
                 }
 
                 fn delete_account_rows(&mut self, account_id: i64) -> QueryResult<()> {
-                    diesel::delete(k::table.filter(k::account_id.eq(account_id))).execute(self)?;
-                    diesel::delete(u::table.filter(u::account_id.eq(account_id))).execute(self)?;
-                    diesel::delete(refunds::table.filter(refunds::account_id.eq(account_id)))
+                    diesel::delete($keys::table.filter($keys::account_id.eq(account_id)))
                         .execute(self)?;
-                    diesel::delete(charges::table.filter(charges::account_id.eq(account_id)))
+                    diesel::delete($unguarded::table.filter($unguarded::account_id.eq(account_id)))
+                        .execute(self)?;
+                    diesel::delete($refunds::table.filter($refunds::account_id.eq(account_id)))
+                        .execute(self)?;
+                    diesel::delete($charges::table.filter($charges::account_id.eq(account_id)))
                         .execute(self)?;
                     Ok(())
                 }
 
                 fn purge_account_keys(&mut self, account_id: i64) -> QueryResult<usize> {
                     diesel::delete(
-                        k::table
-                            .filter(k::account_id.eq(account_id))
-                            .filter(k::expires_at.le(clock())),
+                        $keys::table
+                            .filter($keys::account_id.eq(account_id))
+                            .filter($keys::expires_at.le(D::clock())),
                     )
                     .execute(self)
                 }
 
                 fn expire_key(&mut self, account_id: i64, key: &str) -> QueryResult<usize> {
                     diesel::update(
-                        k::table
-                            .filter(k::account_id.eq(account_id))
-                            .filter(k::key.eq(key)),
+                        $keys::table
+                            .filter($keys::account_id.eq(account_id))
+                            .filter($keys::key.eq(key)),
                     )
-                    .set(k::expires_at.eq(a_second_ago()))
+                    .set($keys::expires_at.eq(D::a_second_ago()))
                     .execute(self)
                 }
 
@@ -233,22 +277,22 @@ macro_rules! demo_tables {
                 ) -> QueryResult<()> {
                     if let Some(key) = key {
                         diesel::delete(
-                            k::table
-                                .filter(k::account_id.eq(account_id))
-                                .filter(k::key.eq(key)),
+                            $keys::table
+                                .filter($keys::account_id.eq(account_id))
+                                .filter($keys::key.eq(key)),
                         )
                         .execute(self)?;
                     }
                     diesel::delete(
-                        charges::table
-                            .filter(charges::account_id.eq(account_id))
-                            .filter(charges::id.eq(encode_id(charge_id))),
+                        $charges::table
+                            .filter($charges::account_id.eq(account_id))
+                            .filter($charges::id.eq(D::encode_id(charge_id))),
                     )
                     .execute(self)
                     .map(|_| ())
                 }
             }
-        }
+        };
     };
 }
 

@@ -104,11 +104,6 @@ fn tables(store: &mut dyn Store) -> &mut dyn DemoTables {
     }
 }
 
-fn json_text(text: String) -> QueryResult<Value> {
-    serde_json::from_str(&text)
-        .map_err(|e| diesel::result::Error::DeserializationError(Box::new(e)))
-}
-
 /// Creates the demo's own tables if they are not there (the sandbox, at
 /// start, after the migrations).
 pub fn create_tables(store: &mut dyn Store) -> QueryResult<()> {

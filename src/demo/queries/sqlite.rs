@@ -16,7 +16,6 @@ use diesel::sql_types::Text;
 use diesel::sqlite::SqliteConnection;
 use serde_json::Value;
 
-use super::json_text;
 use super::tables::{self, DemoDialect};
 use crate::store::sqlite_schema::{charges, refunds};
 use crate::store::{QueryResult, time_text};
@@ -67,7 +66,8 @@ impl DemoDialect for SqliteConnection {
     }
 
     fn decode_json(text: String) -> QueryResult<Value> {
-        json_text(text)
+        serde_json::from_str(&text)
+            .map_err(|e| diesel::result::Error::DeserializationError(Box::new(e)))
     }
 
     fn shown_id(id: String) -> String {

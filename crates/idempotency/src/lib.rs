@@ -39,6 +39,7 @@ pub mod hooks;
 pub mod key;
 mod key_first;
 pub mod key_store;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod key_table;
 pub mod metrics;
 mod phases;

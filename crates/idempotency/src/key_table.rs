@@ -9,6 +9,7 @@
 //! body of `impl KeyStore`, instantiated by each backend over its own
 //! connection and table.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -23,8 +24,9 @@ pub(crate) trait Dialect {
     type Token;
     /// `response_status`'s Rust type.
     type Code: Into<i32>;
-    /// A JSON column's Rust type.
-    type Json;
+    /// A JSON column's Rust type: as written, borrowing the value where the
+    /// backend can bind it as is (`'static`: as read).
+    type Json<'a>;
     /// Now, as an expression of a time column.
     type Clock;
     /// A time `d` from now, as an expression of a time column.
@@ -36,8 +38,8 @@ pub(crate) trait Dialect {
 
     fn token(token: Uuid) -> Self::Token;
     fn code(status: u16) -> QueryResult<Self::Code>;
-    fn json(value: &Value) -> Self::Json;
-    fn read_json(json: Self::Json) -> QueryResult<Value>;
+    fn json(value: Cow<'_, Value>) -> Self::Json<'_>;
+    fn read_json(json: Self::Json<'static>) -> QueryResult<Value>;
     /// Now, on the backend's clock.
     fn clock() -> Self::Clock;
     fn from_now(d: Duration) -> Self::Later;
@@ -55,6 +57,8 @@ pub(crate) trait Dialect {
 macro_rules! key_store {
     ($conn:ty, $keys:ident) => {
         const _: () = {
+            use std::borrow::Cow;
+
             use diesel::dsl;
             use diesel::prelude::*;
             use uuid::Uuid;
@@ -66,7 +70,9 @@ macro_rules! key_store {
             use $crate::key_table::Dialect;
 
             type D = $conn;
-            type Json = <D as Dialect>::Json;
+            type Json<'a> = <D as Dialect>::Json<'a>;
+            /// A JSON column as read.
+            type JsonRead = Json<'static>;
             type Code = <D as Dialect>::Code;
 
             /// Every column of a new key row but the key, as `insert_key`
@@ -75,14 +81,14 @@ macro_rules! key_store {
                 dsl::Eq<$keys::fingerprint, &'a str>,
                 dsl::Eq<$keys::status, &'static str>,
                 dsl::Eq<$keys::response_status, Option<Code>>,
-                dsl::Eq<$keys::response_headers, Option<Json>>,
-                dsl::Eq<$keys::response_body, Option<Json>>,
+                dsl::Eq<$keys::response_headers, Option<Json<'a>>>,
+                dsl::Eq<$keys::response_body, Option<Json<'a>>>,
                 dsl::Eq<$keys::created_at, <D as Dialect>::Clock>,
                 dsl::Eq<$keys::expires_at, <D as Dialect>::Later>,
                 dsl::Eq<$keys::locked_until, <D as Dialect>::Later>,
                 dsl::Eq<$keys::lease_token, <D as Dialect>::Token>,
                 dsl::Eq<$keys::request_path, Option<&'a str>>,
-                dsl::Eq<$keys::request_body, Option<Json>>,
+                dsl::Eq<$keys::request_body, Option<Json<'a>>>,
                 dsl::Eq<$keys::foreign_step, Option<&'a str>>,
             );
 
@@ -94,7 +100,7 @@ macro_rules! key_store {
                     NewKeyStatus::InProgress => {
                         let request = (
                             row.request.path,
-                            D::json(row.request.body),
+                            D::json(Cow::Borrowed(row.request.body)),
                             row.foreign_step,
                         );
                         (IN_PROGRESS, None, None, None, row.lease, Some(request))
@@ -102,8 +108,8 @@ macro_rules! key_store {
                     NewKeyStatus::Completed(response) => (
                         COMPLETED,
                         Some(D::code(response.status)?),
-                        Some(D::json(&response.headers_json())),
-                        Some(D::json(&response.body)),
+                        Some(D::json(Cow::Owned(response.headers_json()))),
+                        Some(D::json(Cow::Borrowed(&response.body))),
                         std::time::Duration::ZERO,
                         None,
                     ),
@@ -138,8 +144,8 @@ macro_rules! key_store {
                         String,
                         String,
                         Option<Code>,
-                        Option<Json>,
-                        Option<Json>,
+                        Option<JsonRead>,
+                        Option<JsonRead>,
                         bool,
                     )> = $keys::table
                         .filter($keys::account_id.eq(account_id))
@@ -232,12 +238,13 @@ macro_rules! key_store {
                         .set((
                             $keys::status.eq(COMPLETED),
                             $keys::response_status.eq(D::code(response.status)?),
-                            $keys::response_headers.eq(D::json(&response.headers_json())),
-                            $keys::response_body.eq(D::json(&response.body)),
+                            $keys::response_headers
+                                .eq(D::json(Cow::Owned(response.headers_json()))),
+                            $keys::response_body.eq(D::json(Cow::Borrowed(&response.body))),
                             // A completed row answers from its response: the
                             // request it kept for recovery is not needed any more.
                             $keys::request_path.eq(None::<String>),
-                            $keys::request_body.eq(None::<Json>),
+                            $keys::request_body.eq(None::<JsonRead>),
                             $keys::foreign_step.eq(None::<String>),
                         ))
                         .returning($keys::account_id),
@@ -286,7 +293,7 @@ macro_rules! key_store {
                         String,
                         String,
                         Option<String>,
-                        Option<Json>,
+                        Option<JsonRead>,
                         Option<String>,
                     );
                     let performable = $keys::foreign_step

@@ -2,6 +2,7 @@
 //! transaction, and what its statements (written once, in `key_table.rs`)
 //! need of it, its `Dialect`: times on the database's clock.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use diesel::dsl::{self, AsExprOf, now, sql};
@@ -78,12 +79,13 @@ where
 impl<Q, Conn> RunQueryDsl<Conn> for Prepared<Q> {}
 
 /// What the statements written once in `key_table` need of PostgreSQL: its
-/// UUIDs and JSON are the Rust types themselves, its clock is the
-/// database's, and a statement that never varies is planned once.
+/// UUIDs and JSON are the Rust types themselves (a body is bound borrowed,
+/// never copied), its clock is the database's, and a statement that never
+/// varies is planned once.
 impl Dialect for PgConnection {
     type Token = Uuid;
     type Code = i16;
-    type Json = Value;
+    type Json<'a> = Cow<'a, Value>;
     type Clock = AsExprOf<now, Timestamptz>;
     type Later = UncheckedBind<SqlLiteral<Timestamptz>, AsExprOf<PgInterval, Interval>>;
     type SameStep<'a> = dsl::IsNotDistinctFrom<keys::foreign_step, Option<&'a str>>;
@@ -97,12 +99,12 @@ impl Dialect for PgConnection {
         i16::try_from(status).map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
     }
 
-    fn json(value: &Value) -> Value {
-        value.clone()
+    fn json(value: Cow<'_, Value>) -> Cow<'_, Value> {
+        value
     }
 
-    fn read_json(json: Value) -> QueryResult<Value> {
-        Ok(json)
+    fn read_json(json: Cow<'static, Value>) -> QueryResult<Value> {
+        Ok(json.into_owned())
     }
 
     fn clock() -> Self::Clock {

@@ -2,6 +2,7 @@
 //! and what its statements (written once, in `key_table.rs`) need of it,
 //! its `Dialect`: times on the app's clock, as text ([`time_text`]).
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -53,7 +54,7 @@ pub fn time_text(t: DateTime<Utc>) -> String {
 impl Dialect for SqliteConnection {
     type Token = String;
     type Code = i32;
-    type Json = String;
+    type Json<'a> = String;
     type Clock = String;
     type Later = String;
     type SameStep<'a> = dsl::Is<keys::foreign_step, Option<&'a str>>;
@@ -67,7 +68,7 @@ impl Dialect for SqliteConnection {
         Ok(i32::from(status))
     }
 
-    fn json(value: &Value) -> String {
+    fn json(value: Cow<'_, Value>) -> String {
         value.to_string()
     }
 

@@ -167,21 +167,14 @@ async fn run_lessons(backend: support::TestBackend, room: Option<u32>) {
     }
     // Old screenshots must not pass for new ones.
     let _ = std::fs::remove_dir_all(&artifacts);
-    let script = root.join("tests/browser/lessons.mjs");
-    let address = app.address.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg(script)
-            .env("BASE_URL", address)
-            .env("ARTIFACTS_DIR", &artifacts)
-            .env("CHROMIUM", chromium)
-            .output()
-            .expect("node runs")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
+    let artifacts_dir = artifacts.display().to_string();
+    let (out, stdout) = lessons(
+        root,
+        app.address.clone(),
+        chromium,
+        ("ARTIFACTS_DIR", artifacts_dir),
+    )
+    .await;
     assert!(
         out.status.success(),
         "the browser lessons failed:\n{stdout}\n{}",
@@ -209,22 +202,34 @@ async fn run_lessons(backend: support::TestBackend, room: Option<u32>) {
     drop(network);
 }
 
-/// `lessons.mjs` with `ROOM=learners`: that many browser contexts at once.
-async fn run_room(root: &Path, address: String, learners: u32, chromium: String) {
+/// Runs `lessons.mjs` against `address` with `mode` (what it is to do: where
+/// its screenshots go, or how many learners at once), and prints its report.
+async fn lessons(
+    root: &Path,
+    address: String,
+    chromium: String,
+    mode: (&'static str, String),
+) -> (std::process::Output, String) {
     let script = root.join("tests/browser/lessons.mjs");
     let out = tokio::task::spawn_blocking(move || {
         Command::new("node")
             .arg(script)
             .env("BASE_URL", address)
-            .env("ROOM", learners.to_string())
+            .env(mode.0, mode.1)
             .env("CHROMIUM", chromium)
             .output()
             .expect("node runs")
     })
     .await
     .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     println!("{stdout}");
+    (out, stdout)
+}
+
+/// `lessons.mjs` with `ROOM=learners`: that many browser contexts at once.
+async fn run_room(root: &Path, address: String, learners: u32, chromium: String) {
+    let (out, stdout) = lessons(root, address, chromium, ("ROOM", learners.to_string())).await;
     assert!(
         out.status.success() && stdout.contains(" passed, 0 failed"),
         "the room of learners failed:\n{stdout}\n{}",

@@ -292,6 +292,24 @@ async fn yours(req: &HttpRequest, app: &AppState, sandbox: &Sandbox) -> Result<Y
     }
 }
 
+/// Runs `work` on one of the demo's own connections (as every /demo/*
+/// route: one that waits holds none of the server's) with the caller's
+/// sandbox's id, and answers what it returned.
+async fn on_your_connection<T: Send + 'static>(
+    req: &HttpRequest,
+    app: &AppState,
+    sandbox: &Sandbox,
+    work: impl FnOnce(&mut dyn Store, i64) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let account_id = yours(req, app, sandbox).await?.account_id;
+    let left = crate::http::deadline::remaining(req, app.settings.request_timeout);
+    sandbox
+        .pool
+        .named(session_label(account_id))
+        .run(left, move |store| work(store, account_id))
+        .await
+}
+
 /// Runs `work` on a pooled connection with the caller's sandbox's id, then
 /// answers the state after it.
 async fn on_your_sandbox<T: Send + 'static>(
@@ -430,19 +448,17 @@ pub async fn expire(
 ) -> Result<HttpResponse, ApiError> {
     // Only what a key can be reaches the database (no NUL, no 256-byte key).
     let key = IdempotencyKey::from_value(&path.into_inner())?;
-    let account_id = yours(&req, &app, &sandbox).await?.account_id;
-    let left = crate::http::deadline::remaining(&req, app.settings.request_timeout);
     let value = key.as_str().to_owned();
-    // On the demo's own connections, as every /demo/* route.
-    let expired = sandbox
-        .pool
-        .named(session_label(account_id))
-        .run(left, move |store| {
-            match queries::expire_key(store, account_id, key.as_str())? {
+    let expired =
+        on_your_connection(
+            &req,
+            &app,
+            &sandbox,
+            move |store, account_id| match queries::expire_key(store, account_id, key.as_str())? {
                 0 => Err(ApiError::NotFound),
                 n => Ok(n),
-            }
-        })
+            },
+        )
         .await?;
     Ok(HttpResponse::Ok().json(json!({"key": value, "expired": expired})))
 }
@@ -456,15 +472,10 @@ pub async fn purge(
     app: web::Data<AppState>,
     sandbox: web::Data<Sandbox>,
 ) -> Result<HttpResponse, ApiError> {
-    let account_id = yours(&req, &app, &sandbox).await?.account_id;
-    let left = crate::http::deadline::remaining(&req, app.settings.request_timeout);
-    let purged = sandbox
-        .pool
-        .named(session_label(account_id))
-        .run(left, move |store| {
-            Ok::<_, ApiError>(queries::purge_account_keys(store, account_id)?)
-        })
-        .await?;
+    let purged = on_your_connection(&req, &app, &sandbox, |store, account_id| {
+        Ok(queries::purge_account_keys(store, account_id)?)
+    })
+    .await?;
     Ok(HttpResponse::Ok().json(json!({"purged": purged})))
 }
 

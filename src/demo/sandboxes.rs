@@ -156,10 +156,9 @@ impl Sandboxes {
     }
 
     fn remember(&self, account_id: i64, expires_ms: Option<i64>) {
-        let places = Arc::new(Semaphore::new(self.in_flight_each));
         let mut known = self.known();
-        let entry = known.entry(account_id).or_insert(Known {
-            places,
+        let entry = known.entry(account_id).or_insert_with(|| Known {
+            places: Arc::new(Semaphore::new(self.in_flight_each)),
             checked: None,
             expires_ms,
         });

@@ -50,6 +50,8 @@ pub use idempotency;
 pub const LAYERS: &[&[&str]] = &[
     // A client of any API over HTTP: it uses nothing of the crate.
     &["conformance"],
+    // The test payment methods and their declines (the network decides by them too).
+    &["payments::methods"],
     // Leaves: the schema, strict JSON (and its field errors), the metrics
     // registry, the request deadline, the card network's client.
     &[
@@ -68,6 +70,8 @@ pub const LAYERS: &[&[&str]] = &[
     &["config"],
     // HTTP: errors as problem+json, the route table, who is calling.
     &["http::problem"],
+    // Lists' pages (their query and cursors).
+    &["http::paging"],
     // Fair capacity: rate limits and connection caps.
     &["http::limits"],
     &["http", "http::accounts"],

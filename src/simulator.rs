@@ -6,8 +6,11 @@
 //! protocol's second user: `POST /authorizations` with a key authorizes at
 //! most once per key, and a retry is answered from the stored response.
 //!
-//! - `POST /authorizations {"amount": n, "currency": "jpy"}` with
-//!   `Idempotency-Key` (required): `201` with the authorization. With
+//! - `POST /authorizations {"amount": n, "currency": "jpy", "payment_method":
+//!   "pm_card_visa"}` with `Idempotency-Key` (required): `201` with the
+//!   authorization, or, for a declining test payment method, `402
+//!   card-declined` with its `decline_code` and no authorization; either is
+//!   stored under the key, so a retry hears the same decision. With
 //!   `Idempotency-Key-Lifetime: <seconds>`, the key is kept no longer than
 //!   that (the caller's own key's lifetime), else `IDEMPOTENCY_TTL`.
 //! - `POST /authorizations/{id}/void` with `Idempotency-Key` (required):
@@ -71,15 +74,19 @@ fn view(a: &Authorization) -> serde_json::Value {
 }
 
 /// Authorizing, as an operation under a key: its id and time are chosen
-/// first, so it announces its 201, as a charge without a network does.
+/// first, so it announces its answer, as a charge without a network does:
+/// the 201, or the 402 of a declining card (which authorizes nothing).
 struct Authorize {
-    authorization: Authorization,
+    /// None: the card declines.
+    authorization: Option<Authorization>,
     response: SavedResponse,
 }
 
 impl<Tx: AuthorizationStore + ?Sized> Operation<Tx> for Authorize {
     fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
-        tx.insert_authorization(&self.authorization)?;
+        if let Some(authorization) = &self.authorization {
+            tx.insert_authorization(authorization)?;
+        }
         Ok(self.response.clone())
     }
 
@@ -99,7 +106,8 @@ async fn authorize(
     }
     let state = keeping_keys_as_asked(&req, &state)?;
     let request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
-    // Amount and currency as a charge has them (no description here).
+    // Amount, currency and payment method as a charge has them (no
+    // description here).
     let new = crate::payments::charges::parse_new_charge(&request.body)?;
     let authorization = Authorization {
         id: Uuid::new_v4(),
@@ -109,11 +117,26 @@ async fn authorize(
         created_at: now_micros(),
         voided_at: None,
     };
-    let response = json_response(
-        StatusCode::CREATED,
-        Some(format!("{PATH}/{}", authorization.id)),
-        view(&authorization),
-    );
+    let (authorization, response) = match new.payment_method.decline {
+        None => {
+            let response = json_response(
+                StatusCode::CREATED,
+                Some(format!("{PATH}/{}", authorization.id)),
+                view(&authorization),
+            );
+            (Some(authorization), response)
+        }
+        Some(decline) => (
+            None,
+            crate::http::problem::saved_problem(crate::http::problem::Problem {
+                decline_code: Some(decline.code),
+                ..crate::http::problem::Problem::new(
+                    &crate::http::problem::CARD_DECLINED,
+                    format!("{} Nothing was authorized.", decline.message),
+                )
+            }),
+        ),
+    };
     let key = request
         .key
         .clone()

@@ -21,7 +21,7 @@ use crate::http::state::AppState;
 use crate::http::{get, resource};
 use crate::network::client::NetworkClient;
 use crate::payments::charges;
-use crate::store::{Charge, KeyStatus, Store, time_text};
+use crate::store::{Charge, KeyStatus, Page, Store, time_text};
 use idempotency::{IdempotencyKey, SavedResponse};
 
 /// Rows of each table the page is shown at most.
@@ -124,7 +124,11 @@ fn read_tables(store: &mut dyn Store, account_id: i64) -> Result<Tables, ApiErro
             backend,
             // The database's clock, which every time below is on.
             now: queries::now_text(tx)?,
-            charges: tx.list_charges(account_id, LIMIT)?,
+            charges: {
+                let mut newest = tx.list_charges(account_id, &Page::first(LIMIT))?;
+                newest.truncate(LIMIT as usize);
+                newest
+            },
             refunds: queries::refund_views(tx, account_id, LIMIT)?,
             keys: queries::key_views(tx, account_id, LIMIT)?,
             unguarded: queries::unguarded_views(tx, account_id, LIMIT)?,
@@ -170,6 +174,9 @@ fn snapshot(
             "currency": c.currency,
             "description": c.description,
             "created_at": time_text(c.created_at),
+            "payment_method": c.payment_method,
+            "status": c.status(),
+            "failure_code": c.failure_code,
         })).collect::<Vec<_>>(),
         "refunds": refunds.into_iter().map(|(id, charge_id, amount, currency, created_at)| json!({
             "id": id,

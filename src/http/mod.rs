@@ -5,6 +5,7 @@
 //!   loopback-only services answer;
 //! - [`json`]: strict request bodies; [`problem`]: every error as
 //!   `application/problem+json`; [`deadline`]: the time a request has;
+//! - [`paging`]: the lists' `limit`, cursors and `has_more`;
 //! - [`requests`]: what every write goes through (its checks, the
 //!   Idempotency-Key protocol, the answer); [`state`]: what handlers share;
 //! - [`ops`]: health, readiness and the problem pages (the contract,
@@ -18,6 +19,7 @@ pub mod hosts;
 pub mod json;
 pub mod limits;
 pub mod ops;
+pub mod paging;
 pub mod problem;
 pub mod requests;
 pub mod state;

@@ -54,7 +54,9 @@ problem_types! {
     INVALID_REQUEST = ("invalid-request", 400, "The request is invalid");
     INVALID_IDEMPOTENCY_KEY = ("invalid-idempotency-key", 400, "The Idempotency-Key header is invalid");
     REFUND_EXCEEDS_CHARGE = ("refund-exceeds-charge", 400, "The refund is more than is left of the charge");
+    CHARGE_NOT_REFUNDABLE = ("charge-not-refundable", 400, "The charge failed, so there is nothing to refund");
     UNAUTHORIZED = ("unauthorized", 401, "Authentication is required");
+    CARD_DECLINED = ("card-declined", 402, "The card was declined");
     ACCOUNT_REVOKED = ("account-revoked", 403, "The account was revoked before the request was completed");
     NOT_FOUND = ("not-found", 404, "Not found");
     METHOD_NOT_ALLOWED = ("method-not-allowed", 405, "Method not allowed");
@@ -230,7 +232,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => "Send the body as JSON with `Content-Type: application/json` (UTF-8).".into(),
             ApiError::UnsupportedContentEncoding(coding) => format!("The body is sent with `Content-Encoding: {coding}`; this server reads only uncompressed bodies (`identity`). Send it without Content-Encoding."),
             ApiError::IdempotencyKeyReused => {
-                "This Idempotency-Key was already used with a different request body or endpoint. Use a new key for a new operation.".into()
+                "This Idempotency-Key was already used with a different request body or endpoint. Use a new key for a new operation: a new attempt after a decline (another payment method, or the same one again) is a new operation too.".into()
             }
             ApiError::IdempotencyKeyReusedAtNetwork => {
                 "This Idempotency-Key was already used with a different request, which reached the card network: the network authorized it, and its answer was lost before anything was stored here. Nothing was done. Retry that first request with this key to complete it, or use a new key for this one.".into()
@@ -260,6 +262,14 @@ pub struct Problem {
     /// For `invalid-request`: every field that is wrong.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldError>,
+    /// For `card-declined`: why, as Stripe's codes say (`generic_decline`,
+    /// `insufficient_funds`, `expired_card`, `incorrect_cvc`, `processing_error`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "insufficient_funds")]
+    pub decline_code: Option<&'static str>,
+    /// For `card-declined`: the failed charge's id (`GET /charges/{id}` shows it, `status: failed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub charge: Option<uuid::Uuid>,
 }
 
 impl Problem {
@@ -270,6 +280,8 @@ impl Problem {
             status: kind.status,
             detail: detail.into(),
             errors: Vec::new(),
+            decline_code: None,
+            charge: None,
         }
     }
 }
@@ -277,10 +289,15 @@ impl Problem {
 /// A problem as a response to store under a key and replay (a terminal
 /// answer the protocol or the recovery task decides on).
 pub fn saved(kind: &ProblemType, detail: impl Into<String>) -> SavedResponse {
+    saved_problem(Problem::new(kind, detail))
+}
+
+/// A problem with members of its own (a decline's), to store and replay.
+pub fn saved_problem(problem: Problem) -> SavedResponse {
     SavedResponse {
-        status: kind.status,
+        status: problem.status,
         headers: [("content-type".to_owned(), CONTENT_TYPE.to_owned())].into(),
-        body: serde_json::to_value(Problem::new(kind, detail)).expect("a problem serializes"),
+        body: serde_json::to_value(problem).expect("a problem serializes"),
     }
 }
 

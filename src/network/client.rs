@@ -19,6 +19,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use crate::payments::methods::{self, Decline};
+
 /// How much of an answer that is not an authorization is read: enough for a
 /// problem's `type`. A network that answers megabytes must not cost us them.
 const MAX_ERROR_BODY: u64 = 4 * 1024;
@@ -59,7 +61,16 @@ fn unreachable(call: &str, error: ureq::Error) -> NetworkError {
     NetworkError::Unreachable("no connection, or no answer in time".to_owned())
 }
 
-/// What the network answered.
+/// What the network decided: it authorized, or the card declined (its
+/// `402`, stored under its key like an authorization: asked again, it
+/// declines again without deciding again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Authorized(Authorized),
+    Declined(Decline),
+}
+
+/// An authorization the network made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Authorized {
     pub id: Uuid,
@@ -179,13 +190,15 @@ impl NetworkClient {
         let _ = self.watcher.set(watcher);
     }
 
-    /// Asks the network to authorize `amount` of `currency` under `key`.
+    /// Asks the network to authorize `amount` of `currency` on the test
+    /// `payment_method` under `key`.
     pub fn authorize(
         &self,
         key: &str,
         amount: i64,
         currency: &str,
-    ) -> Result<Authorized, NetworkError> {
+        payment_method: &str,
+    ) -> Result<Answer, NetworkError> {
         let key = match &self.rekey {
             Some(rekey) => std::borrow::Cow::Owned(rekey(key)),
             None => std::borrow::Cow::Borrowed(key),
@@ -200,7 +213,11 @@ impl NetworkClient {
                 "Idempotency-Key-Lifetime",
                 self.key_lifetime.as_secs().max(1),
             )
-            .send_json(serde_json::json!({"amount": amount, "currency": currency}))
+            .send_json(serde_json::json!({
+                "amount": amount,
+                "currency": currency,
+                "payment_method": payment_method,
+            }))
             .map_err(|e| unreachable("authorize", e))?;
         let status = response.status().as_u16();
         let replayed = response
@@ -221,6 +238,10 @@ impl NetworkClient {
                     NetworkError::Unreachable(format!("it was unavailable (HTTP {status})"))
                 }
                 422 if is_key_reused(&body) => NetworkError::KeyReused,
+                402 => match declined(&body) {
+                    Some(decline) => return Ok(Answer::Declined(decline)),
+                    None => NetworkError::Refused { status },
+                },
                 _ => NetworkError::Refused { status },
             });
         }
@@ -236,10 +257,10 @@ impl NetworkClient {
         if let Some(watcher) = self.watcher.get() {
             watcher(&key, body.id);
         }
-        Ok(Authorized {
+        Ok(Answer::Authorized(Authorized {
             id: body.id,
             replayed,
-        })
+        }))
     }
 
     /// Voids the authorization `id` (its hold released: no charge will ever
@@ -283,6 +304,16 @@ impl NetworkClient {
             .read_json()
             .map_err(|e| unreachable("list", e))
     }
+}
+
+/// The decline a `402 card-declined` names, if it is one we know.
+fn declined(problem: &str) -> Option<Decline> {
+    let problem: serde_json::Value = serde_json::from_str(problem).ok()?;
+    problem["type"]
+        .as_str()
+        .is_some_and(|t| t.ends_with("/card-declined"))
+        .then(|| methods::decline(problem["decline_code"].as_str()?))
+        .flatten()
 }
 
 /// Whether a problem body's `type` is the network's `idempotency-key-reused`.

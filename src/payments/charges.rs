@@ -8,14 +8,15 @@ use std::sync::Arc;
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
 use utoipa::openapi::{KnownFormat, RefOr, Schema, SchemaFormat};
 use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
-use crate::http::problem::ApiError;
+use crate::http::paging::ListRequest;
+use crate::http::problem::{ApiError, CARD_DECLINED, Problem, saved_problem};
 use crate::http::requests::{self, JsonRequest, KeyUse, json_response, record_outcome, respond};
 use crate::http::state::AppState;
 use crate::network::client::{self, NetworkClient};
@@ -23,6 +24,7 @@ use crate::payments::domain::{
     CURRENCIES, DESCRIPTION_PATTERN, Description, MAX_AMOUNT, MAX_DESCRIPTION_CHARS, MIN_AMOUNT,
     NewCharge, NewDescription,
 };
+use crate::payments::methods::{self, Decline, PAYMENT_METHODS};
 use crate::store::{AccountStore, Charge, ChargeStore, Checkouts, now_micros, time_text};
 use idempotency::hooks::RequestHooks;
 use idempotency::hooks::write_alone;
@@ -30,15 +32,16 @@ use idempotency::key::{HEADER_PATTERN, MAX_LEN};
 use idempotency::{self, ForeignStep, IdempotencyKey, Operation, SavedResponse};
 
 pub const PATH: &str = "/charges";
-pub const DEFAULT_LIST_LIMIT: i64 = 20;
-pub const MAX_LIST_LIMIT: i64 = 100;
 
 /// Creating a charge, as an operation under a key. Its id and time are
-/// chosen before anything is written. Without a card network its 201 is
-/// known then too, so it announces its response: the atomic design writes
-/// the key row completed in the statement that registers the key. With a
-/// network, the 201 carries the network's authorization, known only once it
-/// answered: asking it is the operation's foreign step.
+/// chosen before anything is written. Without a card network its answer is
+/// known then too (the 201, or the 402 of a declining test payment method),
+/// so it announces its response: the atomic design writes the key row
+/// completed in the statement that registers the key. With a network, the
+/// network decides: the 201 carries its authorization, or the 402 its
+/// decline, known only once it answered: asking it is the operation's
+/// foreign step. Either way the charge is written, failed or not: a decline
+/// is a result, stored under the key and replayed like a 201.
 pub struct CreateCharge {
     pub charge: Charge,
     pub response: SavedResponse,
@@ -51,14 +54,16 @@ pub struct CreateCharge {
 }
 
 /// The charge's foreign step: one call to the card network, the faults
-/// injected around it, and what it authorized.
+/// injected around it, and what it decided.
 struct NetworkCall {
     client: Arc<NetworkClient>,
     key: String,
     hooks: RequestHooks,
     amount: i64,
     currency: String,
+    payment_method: String,
     authorized: Option<Uuid>,
+    declined: Option<Decline>,
 }
 
 impl CreateCharge {
@@ -72,8 +77,10 @@ impl CreateCharge {
             description: new.description.as_ref().map(|d| d.as_str().to_owned()),
             created_at: now_micros(),
             authorization_id: None,
+            payment_method: new.payment_method.id.to_owned(),
+            failure_code: new.payment_method.decline_code().map(str::to_owned),
         };
-        let response = created(&charge);
+        let response = answer(&charge);
         CreateCharge {
             charge,
             response,
@@ -109,19 +116,28 @@ impl CreateCharge {
                 hooks,
                 amount: self.charge.amount,
                 currency: self.charge.currency.clone(),
+                payment_method: self.charge.payment_method.clone(),
                 authorized: None,
+                declined: None,
             }
         });
+        if self.network.is_some() {
+            // The network decides whether the card declines, not we.
+            self.charge.failure_code = None;
+        }
         self.check_account |= self.network.is_some();
         self
     }
 
-    /// The charge as the network's answer makes it: with its authorization.
+    /// The charge as the network's answer makes it: with its authorization,
+    /// or failed with its decline.
     fn authorized(&mut self) {
-        let authorized = self.network.as_ref().and_then(|call| call.authorized);
-        if authorized.is_some() && self.charge.authorization_id != authorized {
-            self.charge.authorization_id = authorized;
-            self.response = created(&self.charge);
+        let Some(call) = &self.network else { return };
+        let failure = call.declined.map(|d| d.code.to_owned());
+        if self.charge.authorization_id != call.authorized || self.charge.failure_code != failure {
+            self.charge.authorization_id = call.authorized;
+            self.charge.failure_code = failure;
+            self.response = answer(&self.charge);
         }
     }
 
@@ -183,13 +199,27 @@ pub fn revoked() -> SavedResponse {
     )
 }
 
-/// A charge's 201, as stored and replayed.
-fn created(charge: &Charge) -> SavedResponse {
-    json_response(
-        StatusCode::CREATED,
-        Some(format!("{PATH}/{}", charge.id)),
-        charge_json(charge),
-    )
+/// A charge's answer, as stored and replayed: its 201, or the 402 of its
+/// decline.
+fn answer(charge: &Charge) -> SavedResponse {
+    match charge.failure_code.as_deref().and_then(methods::decline) {
+        None => json_response(
+            StatusCode::CREATED,
+            Some(format!("{PATH}/{}", charge.id)),
+            charge_json(charge),
+        ),
+        Some(decline) => saved_problem(Problem {
+            decline_code: Some(decline.code),
+            charge: Some(charge.id),
+            ..Problem::new(
+                &CARD_DECLINED,
+                format!(
+                    "{} The charge {} failed ({}): it is recorded with `status: failed`, and nothing was charged. This answer is final: a retry with the same Idempotency-Key replays it. To try again, with another payment method or the same one, send a new Idempotency-Key.",
+                    decline.message, charge.id, decline.code
+                ),
+            )
+        }),
+    }
 }
 
 /// With a network, the authorization is the operation's foreign step: the
@@ -226,15 +256,18 @@ impl ForeignStep for NetworkCall {
 
     fn call(&mut self) -> Result<(), idempotency::Error> {
         self.hooks.get().before_remote_call()?;
-        let authorized = self
+        let answer = self
             .client
-            .authorize(&self.key, self.amount, &self.currency)
+            .authorize(&self.key, self.amount, &self.currency, &self.payment_method)
             .map_err(|e| match e {
                 client::NetworkError::KeyReused => idempotency::Error::DependencyKeyReused,
                 e => idempotency::Error::Dependency(e.to_string()),
             })?;
         self.hooks.get().after_remote_call()?;
-        self.authorized = Some(authorized.id);
+        match answer {
+            client::Answer::Authorized(a) => self.authorized = Some(a.id),
+            client::Answer::Declined(d) => self.declined = Some(d),
+        }
         Ok(())
     }
 
@@ -313,7 +346,7 @@ pub struct ChargeView {
     pub amount: i64,
     #[schema(schema_with = amount_refunded)]
     pub amount_refunded: i64,
-    /// The card network's authorization of it (`null` on a server without a network).
+    /// The card network's authorization of it (`null` on a server without a network, and for a failed charge).
     pub authorization_id: Option<Uuid>,
     #[schema(example = "jpy")]
     pub currency: String,
@@ -321,6 +354,18 @@ pub struct ChargeView {
     /// RFC 3339, UTC, microseconds.
     #[schema(example = "2026-12-02T14:47:33.173074Z")]
     pub created_at: String,
+    /// The test payment method it was made with.
+    #[schema(schema_with = payment_method_id)]
+    pub payment_method: String,
+    /// `failed`: the card was declined (the charge's `POST` answered 402); nothing was charged, and it cannot be refunded.
+    #[schema(schema_with = charge_status)]
+    pub status: &'static str,
+    /// Why it failed: the decline code (`null` when it succeeded).
+    #[schema(schema_with = failure_code)]
+    pub failure_code: Option<String>,
+    /// The decline's sentence for a customer (`null` when it succeeded).
+    #[schema(example = json!(null))]
+    pub failure_message: Option<&'static str>,
 }
 
 /// The body of `POST /charges`. An unknown member, or a member given twice, is a 400.
@@ -334,6 +379,8 @@ pub struct ChargeRequestBody {
     currency: String,
     #[schema(schema_with = charge_description)]
     description: Option<String>,
+    #[schema(schema_with = payment_method_id)]
+    payment_method: Option<String>,
 }
 
 /// The body of `PUT /charges/{id}/description`: the whole new value. An unknown member, or a member given twice, is a 400.
@@ -343,6 +390,42 @@ pub struct ChargeRequestBody {
 pub struct DescriptionBody {
     #[schema(schema_with = new_description, required = true)]
     description: Option<String>,
+}
+
+/// A test payment method's id: one of [`PAYMENT_METHODS`].
+fn payment_method_id() -> ObjectBuilder {
+    let listed: Vec<String> = PAYMENT_METHODS
+        .iter()
+        .map(|m| match m.decline {
+            None => format!("`{}`: {}", m.id, m.card),
+            Some(d) => format!("`{}`: declined, `{}`", m.id, d.code),
+        })
+        .collect();
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(PAYMENT_METHODS.iter().map(|m| m.id)))
+        .description(Some(format!(
+            "A test payment method (`{}` when absent): {}. A declining one makes a failed charge and a 402 `card-declined`. Card numbers and `card` objects are refused (400): this is a demo, it never takes a real card.",
+            methods::DEFAULT.id,
+            listed.join("; ")
+        )))
+        .examples([json!(methods::DEFAULT.id)])
+}
+
+fn charge_status() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["succeeded", "failed"]))
+}
+
+fn failure_code() -> ObjectBuilder {
+    let codes: Vec<&str> = PAYMENT_METHODS
+        .iter()
+        .filter_map(|m| m.decline_code())
+        .collect();
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .enum_values(Some(codes.into_iter().map(Some).chain([None])))
 }
 
 /// An amount's schema: the domain's range, a whole number.
@@ -461,6 +544,10 @@ impl ToSchema for ChargeId {}
 pub struct ChargeList {
     /// Always `"list"`.
     pub object: &'static str,
+    /// Always `"/charges"`.
+    pub url: &'static str,
+    /// Whether there are more beyond this page, in the direction paged: older ones after `starting_after` (or without a cursor), newer ones before `ending_before`.
+    pub has_more: bool,
     /// Newest first.
     pub data: Vec<ChargeView>,
 }
@@ -476,6 +563,14 @@ impl From<&Charge> for ChargeView {
             currency: charge.currency.clone(),
             description: charge.description.clone(),
             created_at: time_text(charge.created_at),
+            payment_method: charge.payment_method.clone(),
+            status: charge.status(),
+            failure_code: charge.failure_code.clone(),
+            failure_message: charge
+                .failure_code
+                .as_deref()
+                .and_then(methods::decline)
+                .map(|d| d.message),
         }
     }
 }
@@ -493,16 +588,15 @@ pub fn charge_id(path: &str) -> Result<Uuid, ApiError> {
         .ok_or(ApiError::NotFound)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    limit: Option<i64>,
-}
-
-/// The caller's charges, newest first.
+/// The caller's charges, newest first, a page at a time.
 #[utoipa::path(
     get, path = "/charges", tag = "charges",
-    params(("limit" = Option<i64>, Query, description = "1 to 100, default 20", minimum = 1, maximum = 100)),
+    params(
+        ("limit" = Option<i64>, Query, description = "1 to 100, default 20", minimum = 1, maximum = 100),
+        ("starting_after" = inline(Option<ListCursor>), Query, description = "The page after this charge (the last of the previous page): older ones. Not with `ending_before`."),
+        ("ending_before" = inline(Option<ListCursor>), Query, description = "The page before this charge (the first of the next page): newer ones. Not with `starting_after`."),
+        ("status" = inline(Option<ChargeStatus>), Query, description = "Only the charges of this status"),
+    ),
     responses(
         (status = 200, body = ChargeList),
     ),
@@ -511,25 +605,52 @@ pub struct ListQuery {
 pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let account_id = state.accounts.authenticate(&req, &state.pool).await?;
     // Read after authentication, so an unknown caller hears 401 first.
-    let query = web::Query::<ListQuery>::from_query(req.query_string())
-        .map_err(|e| ApiError::invalid(format!("Bad query string: {e}.")))?;
-    let limit = query.limit.unwrap_or(DEFAULT_LIST_LIMIT);
-    if !(1..=MAX_LIST_LIMIT).contains(&limit) {
-        return Err(ApiError::invalid(format!(
-            "`limit` must be between 1 and {MAX_LIST_LIMIT}."
-        )));
-    }
-    let charges = state
-        .db(
-            &req,
-            move |store| Ok(store.list_charges(account_id, limit)?),
-        )
+    let list = ListRequest::parse(req.query_string(), &["succeeded", "failed"])?;
+    let (charges, has_more) = state
+        .db(&req, move |store| {
+            let page =
+                list.page(|id| Ok(store.find_charge(account_id, id)?.map(|c| c.created_at)))?;
+            Ok(list.finish(store.list_charges(account_id, &page)?))
+        })
         .await?;
     Ok(HttpResponse::Ok().json(ChargeList {
         object: "list",
+        url: PATH,
+        has_more,
         data: charges.iter().map(ChargeView::from).collect(),
     }))
 }
+
+/// A list's cursor: the id of one of its rows.
+pub struct ListCursor;
+
+impl PartialSchema for ListCursor {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Uuid)))
+            .pattern(Some(
+                "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+            ))
+            .description(Some(
+                "The id of a row of this list, as the API gave it (lowercase, hyphenated); any other spelling, or an id that is no row of this list for your account, is a 400.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for ListCursor {}
+
+/// A charge's `status`, as a query parameter.
+pub struct ChargeStatus;
+
+impl PartialSchema for ChargeStatus {
+    fn schema() -> RefOr<Schema> {
+        charge_status().into()
+    }
+}
+
+impl ToSchema for ChargeStatus {}
 
 /// One of the caller's charges.
 #[utoipa::path(

@@ -5,6 +5,8 @@
 use serde_json::{Map, Value};
 
 pub use crate::http::json::FieldError;
+pub use crate::payments::methods::PaymentMethod;
+use crate::payments::methods::{self, refuse_card};
 
 pub const MIN_AMOUNT: i64 = 1;
 pub const MAX_AMOUNT: i64 = 99_999_999;
@@ -106,16 +108,28 @@ pub struct NewCharge {
     pub amount: Amount,
     pub currency: Currency,
     pub description: Option<Description>,
+    /// A test payment method; `pm_card_visa` when the body names none.
+    pub payment_method: PaymentMethod,
 }
 
 impl NewCharge {
-    /// Parses `{"amount": 1000, "currency": "jpy", "description": "..."}`,
-    /// reporting every problem at once so a client can fix them in one go.
+    /// Parses `{"amount": 1000, "currency": "jpy", "description": "...",
+    /// "payment_method": "pm_card_visa"}`, reporting every problem at once so
+    /// a client can fix them in one go.
     pub fn parse(body: &Value) -> Result<NewCharge, Vec<FieldError>> {
         let Some(object) = body.as_object() else {
             return Err(vec![error("body", "must be a JSON object")]);
         };
-        let mut errors = unknown_fields(object, &["amount", "currency", "description"]);
+        let known = ["amount", "currency", "description", "payment_method"];
+        let mut errors = unknown_fields(object, &known);
+        // Card details as raw-card APIs take them: refused as what they are,
+        // not as an unknown field, and never quoted.
+        for e in errors
+            .iter_mut()
+            .filter(|e| ["card", "number"].contains(&e.field.as_str()))
+        {
+            e.detail = refuse_card();
+        }
 
         let amount = field(object, "amount", &mut errors, Amount::parse_json);
         let currency = field(object, "currency", &mut errors, |v| match v.as_str() {
@@ -137,12 +151,22 @@ impl NewCharge {
             }
         };
 
-        match (amount, currency, description) {
-            (Some(amount), Some(currency), Some(description)) if errors.is_empty() => {
+        let payment_method = match object.get("payment_method") {
+            None | Some(Value::Null) => Some(methods::DEFAULT),
+            Some(v) => PaymentMethod::parse_json(v)
+                .map_err(|e| errors.push(error("payment_method", &e)))
+                .ok(),
+        };
+
+        match (amount, currency, description, payment_method) {
+            (Some(amount), Some(currency), Some(description), Some(payment_method))
+                if errors.is_empty() =>
+            {
                 Ok(NewCharge {
                     amount,
                     currency,
                     description,
+                    payment_method,
                 })
             }
             _ => Err(errors),
@@ -370,6 +394,39 @@ mod tests {
             let pattern = regex::Regex::new(DESCRIPTION_PATTERN).unwrap();
             proptest::prop_assert_eq!(pattern.is_match(&text), Description::parse(&text).is_ok(), "{:?}", text);
         }
+    }
+
+    #[test]
+    fn a_payment_method_is_a_test_id_and_visa_when_absent() {
+        let default = NewCharge::parse(&json!({"amount": 1, "currency": "usd"})).unwrap();
+        assert_eq!(default.payment_method.id, "pm_card_visa");
+        let declined = NewCharge::parse(
+            &json!({"amount": 1, "currency": "usd", "payment_method": "pm_card_chargeDeclined"}),
+        )
+        .unwrap();
+        assert_eq!(
+            declined.payment_method.decline_code(),
+            Some("generic_decline")
+        );
+        let errors =
+            NewCharge::parse(&json!({"amount": 1, "currency": "usd", "payment_method": 4242}))
+                .unwrap_err();
+        assert_eq!(errors[0].field, "payment_method");
+    }
+
+    #[test]
+    fn card_details_are_refused_as_such_and_never_quoted() {
+        let errors = NewCharge::parse(&json!({
+            "amount": 1, "currency": "usd",
+            "card": {"number": "4242424242424242", "cvc": "123"},
+        }))
+        .unwrap_err();
+        assert_eq!(errors[0].field, "card");
+        assert!(
+            errors[0].detail.starts_with("looks like card details"),
+            "{errors:?}"
+        );
+        assert!(!format!("{errors:?}").contains("4242"));
     }
 
     #[test]

@@ -15,7 +15,10 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::http::problem::{ApiError, NOT_FOUND, REFUND_EXCEEDS_CHARGE, saved};
+use crate::http::paging::ListRequest;
+use crate::http::problem::{
+    ApiError, CHARGE_NOT_REFUNDABLE, NOT_FOUND, REFUND_EXCEEDS_CHARGE, saved,
+};
 use crate::http::requests::{self, KeyUse, json_response, record_outcome, respond};
 use crate::http::state::AppState;
 use crate::payments::charges::{PATH, charge_id};
@@ -57,6 +60,10 @@ impl From<&Refund> for RefundView {
 pub struct RefundList {
     /// Always `"list"`.
     pub object: &'static str,
+    /// `/charges/{id}/refunds`.
+    pub url: String,
+    /// Whether there are more beyond this page, in the direction paged (as for charges).
+    pub has_more: bool,
     /// Newest first.
     pub data: Vec<RefundView>,
 }
@@ -132,6 +139,13 @@ pub(crate) fn refund(
                 charge.amount - charge.amount_refunded
             ),
         ),
+        RefundReservation::ChargeFailed(charge) => saved(
+            &CHARGE_NOT_REFUNDABLE,
+            format!(
+                "This charge failed (declined: {}), so it took no money and there is nothing to give back. Nothing was refunded.",
+                charge.failure_code.as_deref().unwrap_or("unknown")
+            ),
+        ),
         RefundReservation::NoSuchCharge => saved(
             &NOT_FOUND,
             "There is no such charge for your account; nothing was refunded.",
@@ -199,10 +213,15 @@ pub async fn create(
     }
 }
 
-/// A charge's refunds, newest first.
+/// A charge's refunds, newest first, a page at a time.
 #[utoipa::path(
     get, path = "/charges/{id}/refunds", tag = "charges", operation_id = "list_refunds",
-    params(("id" = inline(crate::payments::charges::ChargeId), Path)),
+    params(
+        ("id" = inline(crate::payments::charges::ChargeId), Path),
+        ("limit" = Option<i64>, Query, description = "1 to 100, default 20", minimum = 1, maximum = 100),
+        ("starting_after" = inline(Option<crate::payments::charges::ListCursor>), Query, description = "The page after this refund: older ones. Not with `ending_before`."),
+        ("ending_before" = inline(Option<crate::payments::charges::ListCursor>), Query, description = "The page before this refund: newer ones. Not with `starting_after`."),
+    ),
     responses(
         (status = 200, body = RefundList),
     ),
@@ -215,20 +234,32 @@ pub async fn list(
 ) -> Result<HttpResponse, ApiError> {
     let account_id = state.accounts.authenticate(&req, &state.pool).await?;
     let charge = charge_id(&path)?;
-    let refunds = state
+    let list = ListRequest::parse(req.query_string(), &[])?;
+    let (refunds, has_more) = state
         .db(
             &req,
-            move |store| -> Result<Option<Vec<Refund>>, ApiError> {
+            move |store| -> Result<Option<(Vec<Refund>, bool)>, ApiError> {
                 if store.find_charge(account_id, charge)?.is_none() {
                     return Ok(None);
                 }
-                Ok(Some(store.list_refunds(account_id, charge)?))
+                let page = list.page(|id| {
+                    let refund = store.find_refund(account_id, id)?;
+                    // Another charge's refund is no row of this list.
+                    Ok(refund
+                        .filter(|r| r.charge_id == charge)
+                        .map(|r| r.created_at))
+                })?;
+                Ok(Some(
+                    list.finish(store.list_refunds(account_id, charge, &page)?),
+                ))
             },
         )
         .await?
         .ok_or(ApiError::NotFound)?;
     Ok(HttpResponse::Ok().json(RefundList {
         object: "list",
+        url: format!("{PATH}/{charge}/refunds"),
+        has_more,
         data: refunds.iter().map(RefundView::from).collect(),
     }))
 }

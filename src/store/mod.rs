@@ -131,8 +131,8 @@ pub trait ChargeStore {
     /// statement.
     fn insert_charge(&mut self, charge: &Charge) -> QueryResult<()>;
     fn find_charge(&mut self, account_id: i64, id: Uuid) -> QueryResult<Option<Charge>>;
-    /// Newest first.
-    fn list_charges(&mut self, account_id: i64, limit: i64) -> QueryResult<Vec<Charge>>;
+    /// One page of the account's charges, newest first (see [`Page`]).
+    fn list_charges(&mut self, account_id: i64, page: &Page) -> QueryResult<Vec<Charge>>;
     /// Sets a charge's description (one statement); the charge after it.
     fn set_description(
         &mut self,
@@ -151,8 +151,47 @@ pub trait ChargeStore {
         amount: i64,
     ) -> QueryResult<RefundReservation>;
     fn insert_refund(&mut self, refund: &Refund) -> QueryResult<()>;
-    /// A charge's refunds, newest first.
-    fn list_refunds(&mut self, account_id: i64, charge_id: Uuid) -> QueryResult<Vec<Refund>>;
+    fn find_refund(&mut self, account_id: i64, id: Uuid) -> QueryResult<Option<Refund>>;
+    /// One page of a charge's refunds, newest first (see [`Page`]).
+    fn list_refunds(
+        &mut self,
+        account_id: i64,
+        charge_id: Uuid,
+        page: &Page,
+    ) -> QueryResult<Vec<Refund>>;
+}
+
+/// Which page of a list, by keyset on `(created_at, id)`, never by offset:
+/// a page starts right after (or ends right before) a row the client was
+/// given, so rows made meanwhile neither shift it nor repeat in it, and its
+/// cost is one index range scan however deep it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page {
+    /// Rows to return; the query reads one more, to tell `has_more`.
+    pub limit: i64,
+    pub cursor: Option<Cursor>,
+    /// Charges only: only those of this status (`"succeeded"`, `"failed"`).
+    pub status: Option<&'static str>,
+}
+
+/// A position in a list: a row's `(created_at, id)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Cursor {
+    /// Older than this row (`starting_after`): newest first from there.
+    After(DateTime<Utc>, Uuid),
+    /// Newer than this row (`ending_before`): the query reads oldest first
+    /// from there, and the caller reverses the page.
+    Before(DateTime<Utc>, Uuid),
+}
+
+impl Page {
+    pub fn first(limit: i64) -> Page {
+        Page {
+            limit,
+            cursor: None,
+            status: None,
+        }
+    }
 }
 
 /// What came of [`ChargeStore::reserve_refund`].
@@ -162,6 +201,8 @@ pub enum RefundReservation {
     Reserved(Charge),
     /// Not enough left: the charge as it is, unchanged.
     NotEnoughLeft(Charge),
+    /// The charge failed (was declined): it took nothing to give back.
+    ChargeFailed(Charge),
     /// The account has no such charge.
     NoSuchCharge,
 }
@@ -232,11 +273,26 @@ pub struct Charge {
     pub amount: i64,
     /// The sum of its refunds; never more than `amount`.
     pub amount_refunded: i64,
-    /// The card network's authorization for it (none without a network).
+    /// The card network's authorization for it (none without a network,
+    /// and none for a failed charge).
     pub authorization_id: Option<Uuid>,
     pub currency: String,
     pub description: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// A test payment method's id (`payments::methods`).
+    pub payment_method: String,
+    /// Why it failed (a decline code); `None`: it succeeded.
+    pub failure_code: Option<String>,
+}
+
+impl Charge {
+    /// `succeeded`, or `failed` (declined): the `status` column.
+    pub fn status(&self) -> &'static str {
+        match self.failure_code {
+            None => "succeeded",
+            Some(_) => "failed",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -40,6 +40,33 @@ pub trait Dialect {
     fn note(error: &diesel::result::Error);
 }
 
+/// A boxed query of `$table`, ordered and bounded by a [`Cursor`] (the
+/// keyset of `(created_at, id)`): `created_at <= t` bounds the index range
+/// scan (Diesel has no row-value `<`), and the `OR` takes the rows of the
+/// same time past the cursor's id. `Before` reads oldest first; the caller
+/// reverses the page.
+macro_rules! keyset {
+    ($query:expr, $cursor:expr, $table:ident) => {
+        match $cursor {
+            None => $query.order(($table::created_at.desc(), $table::id.desc())),
+            Some(Cursor::After(at, id)) => {
+                let (at, id) = (D::encode_time(at), D::encode_id(id));
+                $query
+                    .filter($table::created_at.le(at.clone()))
+                    .filter($table::created_at.lt(at).or($table::id.lt(id)))
+                    .order(($table::created_at.desc(), $table::id.desc()))
+            }
+            Some(Cursor::Before(at, id)) => {
+                let (at, id) = (D::encode_time(at), D::encode_id(id));
+                $query
+                    .filter($table::created_at.ge(at.clone()))
+                    .filter($table::created_at.gt(at).or($table::id.gt(id)))
+                    .order(($table::created_at.asc(), $table::id.asc()))
+            }
+        }
+    };
+}
+
 /// `impl AccountStore for $conn`: the `accounts` table.
 macro_rules! account_store {
     ($conn:ty) => {
@@ -177,7 +204,7 @@ macro_rules! charge_store {
 
         use super::schema::{charges, refunds};
         use $crate::store::tables::Dialect;
-        use $crate::store::{Charge, QueryResult, Refund, RefundReservation};
+        use $crate::store::{Charge, Cursor, Page, QueryResult, Refund, RefundReservation};
 
         type D = $conn;
         type Id = <D as Dialect>::Id;
@@ -194,6 +221,8 @@ macro_rules! charge_store {
             description: Option<String>,
             created_at: Time,
             authorization_id: Option<Id>,
+            payment_method: String,
+            failure_code: Option<String>,
         }
 
         impl ChargeRow {
@@ -207,6 +236,8 @@ macro_rules! charge_store {
                     description: self.description,
                     created_at: D::decode_time(self.created_at)?,
                     authorization_id: self.authorization_id.map(D::decode_id).transpose()?,
+                    payment_method: self.payment_method,
+                    failure_code: self.failure_code,
                 })
             }
         }
@@ -246,6 +277,9 @@ macro_rules! charge_store {
                     charges::description.eq(charge.description.as_deref()),
                     charges::created_at.eq(D::encode_time(charge.created_at)),
                     charges::authorization_id.eq(charge.authorization_id.map(D::encode_id)),
+                    charges::payment_method.eq(&charge.payment_method),
+                    charges::status.eq(charge.status()),
+                    charges::failure_code.eq(charge.failure_code.as_deref()),
                 )))
                 .execute(self)
                 .inspect_err(D::note)
@@ -264,12 +298,17 @@ macro_rules! charge_store {
                     .transpose()
             }
 
-            fn list_charges(&mut self, account_id: i64, limit: i64) -> QueryResult<Vec<Charge>> {
-                charges::table
+            fn list_charges(&mut self, account_id: i64, page: &Page) -> QueryResult<Vec<Charge>> {
+                let mut query = charges::table
                     .filter(charges::account_id.eq(account_id))
-                    .order((charges::created_at.desc(), charges::id.desc()))
-                    .limit(limit)
                     .select(ChargeRow::as_select())
+                    .limit(page.limit + 1)
+                    .into_boxed();
+                if let Some(status) = page.status {
+                    query = query.filter(charges::status.eq(status));
+                }
+                query = $crate::store::tables::keyset!(query, page.cursor, charges);
+                query
                     .load(self)
                     .inspect_err(D::note)?
                     .into_iter()
@@ -315,6 +354,7 @@ macro_rules! charge_store {
                         charges::table
                             .filter(charges::id.eq(D::encode_id(charge_id)))
                             .filter(charges::account_id.eq(account_id))
+                            .filter(charges::status.eq("succeeded"))
                             .filter((charges::amount_refunded + amount).le(charges::amount)),
                     )
                     .set(charges::amount_refunded.eq(charges::amount_refunded + amount))
@@ -327,6 +367,9 @@ macro_rules! charge_store {
                     return Ok(RefundReservation::Reserved(charge.decode()?));
                 }
                 Ok(match self.find_charge(account_id, charge_id)? {
+                    Some(charge) if charge.failure_code.is_some() => {
+                        RefundReservation::ChargeFailed(charge)
+                    }
                     Some(charge) => RefundReservation::NotEnoughLeft(charge),
                     None => RefundReservation::NoSuchCharge,
                 })
@@ -346,16 +389,32 @@ macro_rules! charge_store {
                 .map(|_| ())
             }
 
+            fn find_refund(&mut self, account_id: i64, id: Uuid) -> QueryResult<Option<Refund>> {
+                refunds::table
+                    .filter(refunds::id.eq(D::encode_id(id)))
+                    .filter(refunds::account_id.eq(account_id))
+                    .select(RefundRow::as_select())
+                    .first(self)
+                    .inspect_err(D::note)
+                    .optional()?
+                    .map(RefundRow::decode)
+                    .transpose()
+            }
+
             fn list_refunds(
                 &mut self,
                 account_id: i64,
                 charge_id: Uuid,
+                page: &Page,
             ) -> QueryResult<Vec<Refund>> {
-                refunds::table
+                let mut query = refunds::table
                     .filter(refunds::charge_id.eq(D::encode_id(charge_id)))
                     .filter(refunds::account_id.eq(account_id))
-                    .order((refunds::created_at.desc(), refunds::id.desc()))
                     .select(RefundRow::as_select())
+                    .limit(page.limit + 1)
+                    .into_boxed();
+                query = $crate::store::tables::keyset!(query, page.cursor, refunds);
+                query
                     .load(self)
                     .inspect_err(D::note)?
                     .into_iter()
@@ -474,4 +533,4 @@ macro_rules! authorization_store {
     };
 }
 
-pub(super) use {account_store, authorization_store, charge_store};
+pub(super) use {account_store, authorization_store, charge_store, keyset};

@@ -32,6 +32,9 @@ diesel::table! {
         created_at -> Timestamptz,
         amount_refunded -> Int8,
         authorization_id -> Nullable<Uuid>,
+        payment_method -> Text,
+        status -> Text,
+        failure_code -> Nullable<Text>,
     }
 }
 

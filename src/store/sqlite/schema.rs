@@ -35,6 +35,9 @@ diesel::table! {
         created_at -> Text,
         amount_refunded -> BigInt,
         authorization_id -> Nullable<Text>,
+        payment_method -> Text,
+        status -> Text,
+        failure_code -> Nullable<Text>,
     }
 }
 

@@ -4,23 +4,28 @@
 //! and sends that same key with every retry, so the server can tell a retry
 //! from a new charge. It retries what may succeed later (network errors,
 //! 5xx, 409 in flight, 429), backs off exponentially with full jitter,
-//! honours `Retry-After`, and gives up after a bound.
+//! honours `Retry-After`, and gives up after a bound. It never retries a
+//! `402 card-declined`: a decline is the charge's result, stored under the
+//! key, and retrying would only replay it; trying again (another card) is a
+//! new charge, with a new key.
 //!
 //! ```sh
 //! cargo run --release &                                  # the demo server
 //! cargo run --example retrying_client -- --lose 2        # two lost responses, then success
+//! cargo run --example retrying_client -- --lose 1 --payment-method pm_card_chargeDeclined
 //! ```
 
 use std::time::Duration;
 
 const USAGE: &str = "usage: retrying_client [--url URL] [--api-key KEY] [--amount N] [--currency C] \
-[--lose N] [--max-attempts N]\n  --lose N  ask the demo server to lose the first N responses (Demo-Fault: lose-response)";
+[--payment-method ID] [--lose N] [--max-attempts N]\n  --lose N  ask the demo server to lose the first N responses (Demo-Fault: lose-response)\n  --payment-method ID  a test payment method (docs/api.md), e.g. pm_card_chargeDeclined";
 
 struct Options {
     url: String,
     api_key: String,
     amount: i64,
     currency: String,
+    payment_method: String,
     lose: u32,
     max_attempts: u32,
 }
@@ -31,6 +36,7 @@ fn options() -> Result<Options, String> {
         api_key: "sk_test_demo".into(),
         amount: 1000,
         currency: "jpy".into(),
+        payment_method: "pm_card_visa".into(),
         lose: 0,
         max_attempts: 8,
     };
@@ -45,6 +51,7 @@ fn options() -> Result<Options, String> {
             "--api-key" => o.api_key = value()?,
             "--amount" => o.amount = value()?.parse().map_err(|e| format!("--amount: {e}"))?,
             "--currency" => o.currency = value()?,
+            "--payment-method" => o.payment_method = value()?,
             "--lose" => o.lose = value()?.parse().map_err(|e| format!("--lose: {e}"))?,
             "--max-attempts" => {
                 o.max_attempts = value()?
@@ -95,7 +102,12 @@ async fn main() -> std::process::ExitCode {
         .unwrap();
     // One key for the whole logical charge: made once, reused by every attempt.
     let key = uuid::Uuid::new_v4().to_string();
-    let body = serde_json::json!({"amount": o.amount, "currency": o.currency, "description": "retrying_client"});
+    let body = serde_json::json!({
+        "amount": o.amount,
+        "currency": o.currency,
+        "description": "retrying_client",
+        "payment_method": o.payment_method,
+    });
     println!(
         "charge {} {} with Idempotency-Key: \"{key}\"",
         o.amount, o.currency
@@ -137,6 +149,18 @@ async fn main() -> std::process::ExitCode {
                         charge["id"].as_str().unwrap_or("?")
                     );
                     return std::process::ExitCode::SUCCESS;
+                }
+                if status.as_u16() == 402 {
+                    // The decline is the result: final for this key.
+                    let problem: serde_json::Value =
+                        serde_json::from_str(&text).unwrap_or_default();
+                    println!(
+                        "attempt {attempt}: {status}{}, declined ({}): final, not retried; charge {} failed. Another attempt is a new charge with a new key.",
+                        if replayed { " (replayed)" } else { "" },
+                        problem["decline_code"].as_str().unwrap_or("?"),
+                        problem["charge"].as_str().unwrap_or("?"),
+                    );
+                    return std::process::ExitCode::FAILURE;
                 }
                 if !retryable {
                     println!("attempt {attempt}: {status}, not retryable: {text}");

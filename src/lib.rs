@@ -78,6 +78,8 @@ pub const LAYERS: &[&[&str]] = &[
     &["http::state"],
     // What every write goes through: its checks, the protocol, the answer.
     &["http::requests"],
+    // The bodies' and parameters' schemas, for the document.
+    &["payments::schemas"],
     // The operations' handlers.
     &["payments::charges", "http::ops"],
     &["payments::refunds"],

@@ -20,12 +20,12 @@ use crate::http::problem::Answered::{
     Authenticated, By, ByTheDatabase, Everywhere, Keyed, OnACharge, WithABody,
 };
 use crate::http::problem::{
-    ACCOUNT_REVOKED, Answer, Answered, CONTENT_TYPE, DEADLINE_EXCEEDED, HOST_NOT_ALLOWED,
-    IDEMPOTENCY_KEY_IN_FLIGHT, IDEMPOTENCY_KEY_REUSED, INTERNAL, INVALID_IDEMPOTENCY_KEY,
-    INVALID_REQUEST, NETWORK_UNAVAILABLE, NOT_FOUND, PAYLOAD_TOO_LARGE, Problem, ProblemType,
-    RATE_LIMITED, REFUND_EXCEEDS_CHARGE, REQUEST_NOT_RECOVERABLE, REQUEST_TIMEOUT,
-    SERVICE_UNAVAILABLE, TYPES, UNAUTHORIZED, UNSUPPORTED_CONTENT_ENCODING, UNSUPPORTED_MEDIA_TYPE,
-    retries_after,
+    ACCOUNT_REVOKED, Answer, Answered, CARD_DECLINED, CHARGE_NOT_REFUNDABLE, CONTENT_TYPE,
+    DEADLINE_EXCEEDED, HOST_NOT_ALLOWED, IDEMPOTENCY_KEY_IN_FLIGHT, IDEMPOTENCY_KEY_REUSED,
+    INTERNAL, INVALID_IDEMPOTENCY_KEY, INVALID_REQUEST, NETWORK_UNAVAILABLE, NOT_FOUND,
+    PAYLOAD_TOO_LARGE, Problem, ProblemType, RATE_LIMITED, REFUND_EXCEEDS_CHARGE,
+    REQUEST_NOT_RECOVERABLE, REQUEST_TIMEOUT, SERVICE_UNAVAILABLE, TYPES, UNAUTHORIZED,
+    UNSUPPORTED_CONTENT_ENCODING, UNSUPPORTED_MEDIA_TYPE, retries_after,
 };
 use crate::http::state::AppState;
 
@@ -36,7 +36,7 @@ use crate::http::state::AppState;
         description = "An idempotent demo payment API. `POST /charges` with an `Idempotency-Key` runs at most once per key: \
 a retry with the same key and request gets the stored 201 (byte-identical, with `Idempotent-Replayed: true`), the same key \
 with another request gets 422, and a retry while the first is still running waits and then replays (atomic mode) or gets \
-409 (key-first mode). Keys are remembered for 24 hours by default. Refunds (`POST /charges/{id}/refunds`) run under the \
+409 (key-first mode). Keys are remembered for 24 hours by default. A declined card (a declining test payment method) is an answer too: a failed charge and a 402 `card-declined`, stored under the key and replayed like a 201; a new attempt, with another card, needs a new key. Lists page by `limit`, `starting_after` or `ending_before`, and `has_more`, newest first. Refunds (`POST /charges/{id}/refunds`) run under the \
 same protocol. A charge is first authorized at a card network (unless the server runs without one), under an \
 Idempotency-Key of the network's derived from yours (the same account and key give the same network key), so a retry \
 after a lost answer is a replay at the network too: one authorization per key; its id is the charge's `authorization_id`. \
@@ -91,9 +91,12 @@ impl utoipa::Modify for Security {
 pub const ANSWERS: &[Answer] = &[
     answer(&INVALID_REQUEST, Authenticated, "a header given twice"),
     answer(&INVALID_REQUEST, WithABody, "a field or the JSON (see `errors`)"),
-    answer(&INVALID_REQUEST, By(&["list"]), "`limit` out of range or an unknown query parameter"),
+    answer(&INVALID_REQUEST, By(&["list", "list_refunds"]), "`limit` out of range, `starting_after` and `ending_before` both, a cursor that is no row of this list, or an unknown query parameter"),
+    answer(&INVALID_REQUEST, By(&["create"]), "card details (a card number, a `card` object): refused and kept nowhere, this demo never takes a real card"),
     answer(&INVALID_IDEMPOTENCY_KEY, Keyed, "malformed, or given twice"),
     answer(&REFUND_EXCEEDS_CHARGE, By(&["create_refund"]), "more than is left of the charge; stored under the key like a 201"),
+    answer(&CHARGE_NOT_REFUNDABLE, By(&["create_refund"]), "the charge failed (was declined), so nothing can be refunded; stored under the key like a 201"),
+    answer(&CARD_DECLINED, By(&["create"]), "a declining test payment method (`decline_code`, and `charge`: the failed charge's id): the failed charge is recorded, and this answer is stored under the key and replayed like a 201 (`Idempotent-Replayed: true`); a new attempt needs a new key"),
     answer(&UNAUTHORIZED, Authenticated, "no API key, or an unknown one"),
     answer(&ACCOUNT_REVOKED, By(&["create"]), "the account was revoked while the charge waited on the card network (or was left unfinished by a crash): nothing charged, the network's authorization voided; stored under the key"),
     answer(&NOT_FOUND, OnACharge, "no such charge for this account (also another account's)"),

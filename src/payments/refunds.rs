@@ -92,12 +92,12 @@ impl<Tx: ChargeStore + ?Sized> Operation<Tx> for CreateRefund {
 }
 
 fn shown_amount() -> utoipa::openapi::schema::ObjectBuilder {
-    let amount = crate::payments::charges::amount("In the charge's currency's minor unit.", 100);
-    crate::payments::charges::shown(amount)
+    let amount = crate::payments::schemas::amount("In the charge's currency's minor unit.", 100);
+    crate::payments::schemas::shown(amount)
 }
 
 fn refund_amount() -> utoipa::openapi::schema::ObjectBuilder {
-    crate::payments::charges::amount(
+    crate::payments::schemas::amount(
         "In the charge's currency's minor unit, a whole number as for a charge (`100.0` is 100, `99.99999999999999999` is a 400); more than is left of the charge is a 400 `refund-exceeds-charge`.",
         100,
     )
@@ -158,8 +158,8 @@ pub(crate) fn refund(
 #[utoipa::path(
     post, path = "/charges/{id}/refunds", tag = "charges", operation_id = "create_refund",
     params(
-        ("id" = inline(crate::payments::charges::ChargeId), Path),
-        crate::payments::charges::KeyParam,
+        ("id" = inline(crate::payments::schemas::ChargeId), Path),
+        crate::payments::schemas::KeyParam,
     ),
     request_body(content = RefundRequestBody, content_type = "application/json"),
     responses(
@@ -217,10 +217,10 @@ pub async fn create(
 #[utoipa::path(
     get, path = "/charges/{id}/refunds", tag = "charges", operation_id = "list_refunds",
     params(
-        ("id" = inline(crate::payments::charges::ChargeId), Path),
+        ("id" = inline(crate::payments::schemas::ChargeId), Path),
         ("limit" = Option<i64>, Query, description = "1 to 100, default 20", minimum = 1, maximum = 100),
-        ("starting_after" = inline(Option<crate::payments::charges::ListCursor>), Query, description = "The page after this refund: older ones. Not with `ending_before`."),
-        ("ending_before" = inline(Option<crate::payments::charges::ListCursor>), Query, description = "The page before this refund: newer ones. Not with `starting_after`."),
+        ("starting_after" = inline(Option<crate::payments::schemas::ListCursor>), Query, description = "The page after this refund: older ones. Not with `ending_before`."),
+        ("ending_before" = inline(Option<crate::payments::schemas::ListCursor>), Query, description = "The page before this refund: newer ones. Not with `starting_after`."),
     ),
     responses(
         (status = 200, body = RefundList),

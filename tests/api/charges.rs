@@ -412,6 +412,30 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
         )
         .await;
 
+    let declined =
+        json!({"amount": 500, "currency": "jpy", "payment_method": "pm_card_chargeDeclined"});
+    let r = app.charge("k-declined", &declined).await;
+    let failed = r.json()["charge"].as_str().unwrap_or_default().to_owned();
+    provoked
+        .check(
+            &app,
+            "a declining test payment method",
+            r,
+            402,
+            "card-declined",
+        )
+        .await;
+    let r = app.refund("k-refund-failed", &failed, 100).await;
+    provoked
+        .check(
+            &app,
+            "a refund of a failed charge",
+            r,
+            400,
+            "charge-not-refundable",
+        )
+        .await;
+
     let r = app
         .send(
             app.request(Method::DELETE, "/charges")

@@ -626,3 +626,70 @@ async fn a_retry_after_the_key_expired_is_a_new_charge_with_its_own_authorizatio
     assert_eq!(api_db.charges(), 2);
     assert_eq!(network_db.count("authorizations"), 2);
 }
+
+/// A decline through a separate `charges network` (issue #47): `kill -9`
+/// while the network's decline is on its way back (the proxy holds it),
+/// then the restart's recovery task finishes the key as a decline (the
+/// network replays its stored 402 under the derived key): one failed
+/// charge, no authorization, and the client's retry replays the 402 without
+/// asking the network again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decline_left_mid_call_by_a_kill_is_recovered_as_the_decline_and_replayed() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (api_db, network_db, network) = databases_and_network();
+    let proxy = PausableProxy::start(network.addr).await;
+    let url = format!("http://{}", proxy.addr);
+    let recovering = short_lease(&[("RECOVERY_INTERVAL", "300ms")]);
+    let mut api = start_shop(&api_db, &url, &recovering);
+    let body = json!({"amount": 1000, "currency": "jpy", "payment_method": "pm_card_chargeDeclinedInsufficientFunds"});
+    proxy.pause_answers();
+    let client = api.client();
+    let (sent, first_body) = (client.clone(), body.clone());
+    let first = tokio::spawn(async move {
+        sent.try_send(sent.charge_request(ACCOUNT_KEY, "k-declined-killed", &first_body, &[]))
+            .await
+    });
+    within(Duration::from_secs(30), "the network deciding", async {
+        while network_db.count("idempotency_keys WHERE response_status = 402") < 1 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    api.kill();
+    assert!(
+        first.await.unwrap().is_err(),
+        "the client lost its answer with the process"
+    );
+    proxy.resume();
+    assert_eq!(api_db.count("charges"), 0, "nothing of ours committed");
+    let api = start_api(&api_db, &url, &recovering);
+    within(
+        Duration::from_secs(30),
+        "the recovery of the declined key",
+        async {
+            while api_db.count("charges WHERE status = 'failed'") < 1 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        },
+    )
+    .await;
+    // Had the retry asked the network, the network would register its key
+    // again: its rows are gone, and stay gone.
+    network_db.execute("DELETE FROM idempotency_keys");
+    let client = api.client();
+    let retry = client
+        .send(client.charge_request(ACCOUNT_KEY, "k-declined-killed", &body, &[]))
+        .await;
+    retry.assert_problem(402, "card-declined");
+    assert!(retry.replayed(), "the recovered decline, replayed");
+    assert_eq!(retry.json()["decline_code"], "insufficient_funds");
+    assert_eq!(
+        (
+            api_db.count("charges"),
+            api_db.count("charges WHERE failure_code = 'insufficient_funds'"),
+            network_db.count("authorizations"),
+            network_db.count("idempotency_keys"),
+        ),
+        (1, 1, 0, 0)
+    );
+}

@@ -169,6 +169,32 @@ impl TestDatabase {
 
     /// The PostgreSQL server's `postgres` database, for what a test does to
     /// its own database from outside.
+    /// Every byte the database keeps, as far as a reader can see them: a
+    /// PostgreSQL database as `pg_dump` writes it (schema and data), an
+    /// SQLite one as its files (the database, its write-ahead log).
+    pub fn dump(&self) -> Vec<u8> {
+        match &self.kind {
+            Kind::Postgres { .. } => {
+                let out = std::process::Command::new("pg_dump")
+                    .arg(&self.url)
+                    .output()
+                    .expect("run pg_dump (PostgreSQL's client tools)");
+                assert!(
+                    out.status.success(),
+                    "pg_dump: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                out.stdout
+            }
+            Kind::Sqlite { path } => ["", "-wal"]
+                .iter()
+                .flat_map(|suffix| {
+                    std::fs::read(format!("{}{suffix}", path.display())).unwrap_or_default()
+                })
+                .collect(),
+        }
+    }
+
     fn admin(&self) -> PgConnection {
         let Kind::Postgres { admin_url, .. } = &self.kind else {
             panic!("only a PostgreSQL test database has a server to administer");

@@ -204,15 +204,15 @@ fn key_view(k: queries::KeyView) -> Value {
         .and_then(|h| h.get("location"))
         .and_then(Value::as_str)
         .map(str::to_owned);
-    // The charge the key's response is about: the one it created,
-    // or the one its refund is of.
+    // The charge the key's response is about: the one it created, the
+    // one its refund is of, or the failed one its decline names.
     let charge_id =
         k.response_body
             .as_ref()
             .and_then(|b| match b.get("object").and_then(Value::as_str) {
                 Some("charge") => b.get("id").cloned(),
                 Some("refund") => b.get("charge_id").cloned(),
-                _ => None,
+                _ => b.get("decline_code").and(b.get("charge")).cloned(),
             });
     json!({
         "key": k.key,

@@ -830,6 +830,36 @@ async function lesson5(page) {
     r.status === 422 && /\/problems\/idempotency-key-reused/.test(r.response), `status ${r.status}`);
   check('lesson 5: the reused key did not charge again', reuseState.charges.length === 1, `${reuseState.charges.length} charges`);
 
+  // A decline is an answer: A's card is declined and its 402 lost; B's retry
+  // with the key replays the stored 402; C, another card under the same key,
+  // is a 422; D, a new key, charges. Steps 1–2 in English, 3–4 in Japanese:
+  // the request's bytes stay those of step 1.
+  await resetViaPage(page);
+  await clickStep(page, 'l5-decline', 1);
+  await clickStep(page, 'l5-decline', 2);
+  const [declinedA, declinedB] = [await card(page, 'l5-decline', 'A'), await card(page, 'l5-decline', 'B')];
+  await setLang(page, 'ja');
+  await clickStep(page, 'l5-decline', 3);
+  await clickStep(page, 'l5-decline', 4);
+  await setLang(page, 'en');
+  const [otherCard, newKey] = [await card(page, 'l5-decline', 'C'), await card(page, 'l5-decline', 'D')];
+  const declineState = await dbState();
+  const failed = declineState.charges.filter((c) => c.status === 'failed');
+  check('lesson 5 (decline): the declined answer is lost (504), its retry with the key replays the stored 402 card-declined',
+    declinedA.status === 504 && declinedB.status === 402 && declinedB.replayed && /\/problems\/card-declined/.test(declinedB.response)
+      && /insufficient_funds/.test(declinedB.response), `A ${declinedA.status}, B ${declinedB.status} replayed ${declinedB.replayed}`);
+  check('lesson 5 (decline): another card under the same key is a 422; a new key charges it (201)',
+    otherCard.status === 422 && /idempotency-key-reused/.test(otherCard.response) && newKey.status === 201
+      && /pm_card_visa/.test(otherCard.request), `C ${otherCard.status}, D ${newKey.status}`);
+  check('lesson 5 (decline): the database holds one failed charge (insufficient_funds), the one the 402 names, and one that succeeded',
+    declineState.charges.length === 2 && failed.length === 1 && failed[0].failure_code === 'insufficient_funds'
+      && declinedB.response.includes(failed[0].id) && declineState.idempotency_keys.length === 2,
+    `${declineState.charges.length} charges (${failed.length} failed), ${declineState.idempotency_keys.length} keys`);
+  check('lesson 5 (decline): the tables show each charge\'s status, and the result box agrees with the database',
+    (await exp(page, 'l5-decline').getByTestId('charge-status').count()) >= 2 && (await verdict(page, 'l5-decline')).ok,
+    (await verdict(page, 'l5-decline')).text.slice(0, 160));
+  await look(page, 'lesson 5, a decline replayed', { section: 'lesson-5', shot: 'lesson-5-decline' });
+
   await resetViaPage(page);
   await clickStep(page, 'l5-newkey', 1);
   await clickStep(page, 'l5-newkey', 2);
@@ -838,11 +868,11 @@ async function lesson5(page) {
     newKeyState.charges.length === 2 && newKeyState.idempotency_keys.length === 2,
     `${newKeyState.charges.length} charges, ${newKeyState.idempotency_keys.length} keys`);
   check('lesson 5: every result box agrees with the database',
-    (await verdict(page, 'l5-expire')).ok && (await verdict(page, 'l5-reuse')).ok && (await verdict(page, 'l5-newkey')).ok);
+    (await verdict(page, 'l5-expire')).ok && (await verdict(page, 'l5-reuse')).ok && (await verdict(page, 'l5-decline')).ok && (await verdict(page, 'l5-newkey')).ok);
   check('lesson 5: the refused reuse is shown as safe, the new key per attempt as harm',
     (await tone(page, 'l5-reuse')) === 'good' && (await tone(page, 'l5-newkey')) === 'bad' && (await harmShown(page, 'l5-newkey', 'B', 'duplicate')));
   await look(page, 'after lesson 5', { section: 'lesson-5' });
-  await clear(page, ['l5-expire', 'l5-reuse', 'l5-newkey']);
+  await clear(page, ['l5-expire', 'l5-reuse', 'l5-decline', 'l5-newkey']);
 }
 
 /** Lesson 6 (b): the result box tells what C's card shows: a replay of the recovery task's charge, or C's own takeover. */
@@ -1173,7 +1203,7 @@ async function scoreOf(page) {
 /**
  * The ways to game a quiz, each played on a fresh load: always the longest
  * option, always the same position (each of the three), and "check anything,
- * then pick the answer it reveals". None may score above 4 of 10.
+ * then pick the answer it reveals". None may score above 4.
  */
 async function selfCheckStrategies(page, n, answers) {
   const played = [];
@@ -1233,7 +1263,7 @@ async function selfCheck(page) {
   let root = page.getByTestId('self-check');
   const quizzes = root.locator('fieldset.quiz');
   const n = await quizzes.count();
-  check('self-check: eight to ten questions, each a fieldset with a legend and radios', n >= 8 && n <= 10
+  check('self-check: eight to twelve questions, each a fieldset with a legend and radios', n >= 8 && n <= 12
     && (await root.locator('fieldset.quiz > legend').count()) === n, `${n} questions`);
   const answers = await page.evaluate(async () => (await import('/js/selfcheck.js')).QUESTIONS.map((q) => ({ answer: q.answer, see: q.see })));
   // The shuffle spreads the right answers over the positions: no position holds more than 4.
@@ -1481,8 +1511,8 @@ async function tour(browser) {
   page.on('pageerror', (error) => pageErrors.push(error.message));
   page.on('console', (message) => {
     // Chromium logs every 4xx/5xx answer as "Failed to load resource"; the
-    // lessons provoke 404, 409, 422, 503 and 504 on purpose, so only other errors count.
-    if (message.type() === 'error' && !/^Failed to load resource: the server responded with a status of (404|409|422|500|503|504)\b/.test(message.text())) {
+    // lessons provoke 402, 404, 409, 422, 503 and 504 on purpose, so only other errors count.
+    if (message.type() === 'error' && !/^Failed to load resource: the server responded with a status of (402|404|409|422|500|503|504)\b/.test(message.text())) {
       pageErrors.push(message.text());
     }
   });

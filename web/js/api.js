@@ -34,10 +34,11 @@ export function newKey() {
  *    it a demo charge is the one transaction (key, charge, stored response)
  *    and its authorization_id is null.
  */
-export function chargeRequest({ apiKey, amount, currency = 'jpy', description, key, faults = [], mode, network = false } = {}) {
+export function chargeRequest({ apiKey, amount, currency = 'jpy', description, paymentMethod, key, faults = [], mode, network = false } = {}) {
   const headers = apiHeaders(apiKey, { key, faults, mode, network });
   const body = { amount, currency };
   if (description !== undefined) body.description = description;
+  if (paymentMethod !== undefined) body.payment_method = paymentMethod;
   return {
     kind: 'charge',
     method: 'POST',
@@ -45,7 +46,7 @@ export function chargeRequest({ apiKey, amount, currency = 'jpy', description, k
     headers,
     body: JSON.stringify(body, null, 2),
     // What the lesson meant, kept for the diagram's narration.
-    intent: { amount, currency, description, key: key ?? null, faults, mode: mode ?? null, network },
+    intent: { amount, currency, description, paymentMethod: paymentMethod ?? null, key: key ?? null, faults, mode: mode ?? null, network },
   };
 }
 

@@ -12,7 +12,7 @@ import { startRequest, getState, REASONS } from './api.js';
 import { SequenceDiagram, L, tagColor } from './diagram.js';
 import { renderState, stateIds, summarize, hue, authorizationsSince, updateScrollHints } from './tables.js';
 import { loadServer } from './server.js';
-import { outcomeOf, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST, UNAVAILABLE } from './outcome.js';
+import { outcomeOf, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST, UNAVAILABLE, DECLINED } from './outcome.js';
 
 const experiments = [];
 const busyListeners = new Set();
@@ -555,6 +555,8 @@ function explain(r) {
       return t('card.explain.replayed');
     case MISMATCH:
       return t('card.explain.reused');
+    case DECLINED:
+      return t('card.explain.declined', { code: r.json?.decline_code ?? '?' });
     case IN_FLIGHT:
       return t('card.explain.inFlight');
     case UNAVAILABLE:
@@ -566,6 +568,7 @@ function explain(r) {
       if (r.spec.intent?.faults?.includes('abandon-after-network')) return t('card.explain.abandonedAfterNetwork');
       if (r.spec.kind === 'refund') return t(r.replayed || r.spec.intent?.key ? 'card.explain.lostRefundKey' : 'card.explain.lostRefund');
       if (r.spec.kind === 'describe') return t('card.explain.lostDescribe');
+      if (r.spec.intent?.paymentMethod?.startsWith('pm_card_chargeDeclined')) return t('card.explain.lostDecline');
       return t('card.explain.lost');
     default:
       if (r.error) return t('card.explain.failed', { message: r.error });

@@ -167,6 +167,19 @@ const en = {
   'l5.reuse.verdict.ok.html': p =>
     `The second request was refused with <code>${p.status}</code> (<code>${p.type}</code>). The table gained only <strong>${p.n}</strong> charge.`,
   'l5.reuse.verdict.bad.html': p => `Expected ${p.expectStatus} ${p.expectType} and 1 new charge; got ${p.status} ${p.type}, ${p.n} new charge(s).`,
+  'l5.decline.title': 'A decline is an answer',
+  'l5.decline.p.html':
+    'A card can be declined. The charge was still tried: the server recorded a failed charge (<code>status: failed</code>) and answered <code>402</code> with a <code>decline_code</code>. That answer is the key’s result, stored in the same transaction as the failed charge, exactly as a <code>201</code> is. So when the <code>402</code> is lost and the client retries with its key, it hears the same decline again, and the card is not tried a second time.',
+  'l5.decline.p2.html':
+    'To try again, with another card or the same one later, the client needs a <strong>new key</strong>: the same key with another <code>payment_method</code> is a different request, refused with <code>422</code>. This lesson pays with <code>pm_card_chargeDeclinedInsufficientFunds</code>, a test card that is always declined for insufficient funds (Stripe’s test ids; docs/api.md lists them).',
+  'l5.decline.step1': 'Charge {amount} with a card that is declined (the answer gets lost)',
+  'l5.decline.step2': 'Retry with the same key',
+  'l5.decline.step3': 'Same key, another card',
+  'l5.decline.step4': 'A new key, another card',
+  'l5.decline.verdict.ok.html': p =>
+    `The retry heard the stored decline, <code>${p.b}</code> (<code>${p.code}</code>): the card was not tried again. The same key with another card was refused with <code>${p.c}</code>; the new key charged (<code>${p.d}</code>). The table holds <strong>${p.failed}</strong> failed charge and <strong>${p.succeeded}</strong> that succeeded.`,
+  'l5.decline.verdict.bad.html': p =>
+    `Expected B 402 (Idempotent-Replayed), C 422 and D 201, with 1 failed and 1 succeeded charge; got B ${p.b}, C ${p.c}, D ${p.d}, ${p.failed} failed and ${p.succeeded} succeeded.`,
   'l5.newkey.title': 'A new key for every attempt',
   'l5.newkey.p':
     'A key is made once per charge the client means to make, not once per attempt. This client makes a fresh key every time it sends, so the server has nothing linking the retry to the first attempt.',
@@ -220,6 +233,8 @@ const en = {
   'card.explain.created': 'A new charge was created and committed.',
   'card.explain.replayed': 'No new charge: the server knew this key and sent back the response it had stored (note Idempotent-Replayed: true).',
   'card.explain.reused': 'Refused: this key was already used for a different request.',
+  'card.explain.declined': p => `Declined (${p.code}): the server recorded a failed charge and, with the key, stored this 402 as the key’s answer. Nothing was charged.`,
+  'card.explain.lostDecline': 'The server recorded the declined charge and stored its 402, but the answer never reached the client. All it got was a 504, which does not say whether the card was charged or declined.',
   'card.explain.inFlight': 'Refused for now: the first request with this key is still being processed. This request charged nothing; send it again with the same key after Retry-After seconds.',
   'card.explain.purged': p =>
     p.n === 0
@@ -266,6 +281,10 @@ const en = {
   'title.retryAfterPurge': 'Retry after the purge, same key',
   'title.charge': 'Charge {amount} with a key',
   'title.otherAmount': 'Same key, now {amount}',
+  'title.declinedLost': 'First attempt, a declined card',
+  'title.retryDeclined': 'Retry, same key',
+  'title.otherCardSameKey': 'Same key, another card',
+  'title.otherCardNewKey': 'New key, another card',
   'title.key1': 'First attempt, key #1',
   'title.key2': 'Retry with a new key #2',
 
@@ -278,6 +297,8 @@ const en = {
   'd.withKey': p => `Idempotency-Key: ${p.key}`,
   'd.noKey': 'no Idempotency-Key',
   'd.insertCharge': p => `record a ${p.amount} charge, COMMIT`,
+  'd.insertDeclined': p => `record a failed ${p.amount} charge (declined), COMMIT`,
+  'd.declineAndSave': p => `the key with its 402 and a failed ${p.amount} charge, in one transaction, COMMIT`,
   'd.insertKeyNew': p => `register key ${p.key} → it is new`,
   'd.readKey': p => `read key ${p.key} (one SELECT, no transaction: a retry of a key this server completed)`,
   'd.chargeAndSave': p => `the key with its 201 and a ${p.amount} charge, in one transaction, COMMIT`,
@@ -286,7 +307,7 @@ const en = {
   'd.lostReplay': 'the stored 201 is lost on the way; the client gets only a 504',
   'd.abandonedReply': 'no answer: the client gets only a 504',
   'd.reply': p => `${p.status} · ${p.ms} ms`,
-  'd.replyReplayed': p => `201 (Idempotent-Replayed) · ${p.ms} ms`,
+  'd.replyReplayed': p => `${p.status} (Idempotent-Replayed) · ${p.ms} ms`,
   'd.fingerprintDiffers': 'key found, but this request’s fingerprint differs',
   'd.select': p => `SELECT key ${p.key} → none`,
   'd.pause': 'both pause {ms} ms',
@@ -353,6 +374,7 @@ const en = {
   'body.l4': 'Lesson 4: a book',
   'body.l5expire': 'Lesson 5: expiry',
   'body.l5reuse': 'Lesson 5: reuse',
+  'body.l5decline': 'Lesson 5: a declined card',
   'body.l5newkey': 'Lesson 5: a new key per attempt',
   'body.l6forget': 'Lesson 6: a commit the database loses',
   'body.l6abandon': 'Lesson 6: an abandoned request',
@@ -475,7 +497,7 @@ const en = {
 
   // ---- self-check ----
   'sc.title': 'Check yourself',
-  'sc.intro': 'Ten questions, one or two per lesson, their options in a new order each time the page loads. Pick an answer and press “Check”. Only your first answer to a question is scored. A wrong answer is told what is wrong with it; the right one is shown after your second try, or once every question has an answer, with a link to the experiment that shows it. Nothing is sent to the server.',
+  'sc.intro': 'Eleven questions, one or two per lesson, their options in a new order each time the page loads. Pick an answer and press “Check”. Only your first answer to a question is scored. A wrong answer is told what is wrong with it; the right one is shown after your second try, or once every question has an answer, with a link to the experiment that shows it. Nothing is sent to the server.',
   'sc.check': 'Check',
   'sc.pickFirst': 'Pick an answer first.',
   'sc.right': 'Right.',
@@ -653,6 +675,13 @@ const en = {
   'sc.q10.a1.wrong.html': 'The lease ends after its seconds, and the recovery task takes the row over; only until then do retries get 409.',
   'sc.q10.a0.wrong.html': 'The key row kept the request, so the server need not wait for the client: its recovery task finishes the charge.',
   'sc.q10.why.html': 'The key row kept its request, so the server can finish the work itself once the lease is over. The network’s replay gives the charge the authorization it already made: one authorization, one charge, none orphaned.',
+  'sc.q11.text.html': 'A card is declined: the server answered <code>402</code> and stored it under the key, but the answer was lost. The client retries with the same key. What happens?',
+  'sc.q11.a0.html': 'The server tries the card again, and this time it may go through.',
+  'sc.q11.a1.html': 'The server replays the stored <code>402</code>; the card is not tried again.',
+  'sc.q11.a2.html': 'The server answers <code>422</code>, as the key already holds a failed charge.',
+  'sc.q11.a0.wrong.html': 'A retry with the key is the same request: the server replays its stored answer and does not run the charge again.',
+  'sc.q11.a2.wrong.html': 'A <code>422</code> is for a different request under the key; this is the same request, so it hears its own stored answer.',
+  'sc.q11.why.html': 'A decline is the charge’s result, stored with the key as a <code>201</code> is, and a retry hears it again. Trying again (another card) is a new attempt, and needs a new key.',
   'progress.recovery': p => `${p.ms > 0 ? `Waiting: the lease ends in ${p.span}, by the database’s clock; then the server’s recovery task (every ${p.every}) may take the key over.` : `The lease ended ${p.span} ago, by the database’s clock: now waiting for the server’s recovery task (every ${p.every}) to take the key over and finish A.`} Waited ${p.waited} so far.`,
   'd.mustWaitSqlite': p => `BEGIN IMMEDIATE → waits for the write lock ${p.other} holds (SQLite’s busy handler); key ${p.key} not yet asked for`,
   'd.unblockedSqlite': p => `${p.other} committed, the write lock is free → INSERT returns no row (the key exists) → read the stored response`,
@@ -853,6 +882,19 @@ const ja = {
   'l5.reuse.verdict.ok.html': p =>
     `2通目は <code>${p.status}</code>（<code>${p.type}</code>）で断られました。課金は <strong>${p.n}件</strong>しか増えていません。`,
   'l5.reuse.verdict.bad.html': p => `${p.expectStatus} ${p.expectType} と課金 1件を期待していましたが、${p.status} ${p.type}、課金 ${p.n}件でした。`,
+  'l5.decline.title': 'カードの拒否も結果のひとつ',
+  'l5.decline.p.html':
+    'カードは拒否されることがあります。それでも課金は試みられています。サーバーは失敗した課金（<code>status: failed</code>）を記録し、<code>decline_code</code> 付きの <code>402</code> を返します。この応答がキーの結果で、<code>201</code> と同じように、失敗した課金と同じトランザクションで保存されます。そのため <code>402</code> が失われてクライアントが同じキーで再送しても、返ってくるのは同じ拒否で、カードがもう一度試されることはありません。',
+  'l5.decline.p2.html':
+    'もう一度試すとき（別のカードでも、時間をおいて同じカードでも）は、<strong>新しいキー</strong>が要ります。同じキーで <code>payment_method</code> だけを変えると別のリクエストになり、<code>422</code> で断られます。このレッスンでは、いつも残高不足で拒否されるテスト用カード <code>pm_card_chargeDeclinedInsufficientFunds</code> で支払います（Stripe のテスト用 ID です。一覧は docs/api.md にあります）。',
+  'l5.decline.step1': '拒否されるカードで {amount}を課金する（返事は失われる）',
+  'l5.decline.step2': '同じキーで再送する',
+  'l5.decline.step3': '同じキーで別のカードを使う',
+  'l5.decline.step4': '新しいキーで別のカードを使う',
+  'l5.decline.verdict.ok.html': p =>
+    `再送には保存済みの拒否 <code>${p.b}</code>（<code>${p.code}</code>）が返り、カードは試し直されていません。同じキーで別のカードを使うと <code>${p.c}</code> で断られ、新しいキーでは課金されました（<code>${p.d}</code>）。テーブルには失敗した課金が <strong>${p.failed}件</strong>、成功した課金が <strong>${p.succeeded}件</strong>あります。`,
+  'l5.decline.verdict.bad.html': p =>
+    `B が 402（Idempotent-Replayed）、C が 422、D が 201 で、課金は失敗 1件・成功 1件になるはずでしたが、B ${p.b}、C ${p.c}、D ${p.d}、失敗 ${p.failed}件・成功 ${p.succeeded}件でした。`,
   'l5.newkey.title': '送るたびに新しいキー',
   'l5.newkey.p':
     'キーは、行いたい課金 1件につき 1回作るもので、送信 1回ごとに作るものではありません。このクライアントは送るたびに新しいキーを作るので、サーバーには再送と 1通目を結び付ける手がかりがありません。',
@@ -903,6 +945,8 @@ const ja = {
   'card.explain.created': '新しい課金が作られ、コミットされました。',
   'card.explain.replayed': '課金は増えていません。サーバーはこのキーを覚えていて、保存しておいた応答を返しました（Idempotent-Replayed: true に注目）。',
   'card.explain.reused': '断られました。このキーは別のリクエストで使用済みです。',
+  'card.explain.declined': p => `拒否されました（${p.code}）。サーバーは失敗した課金を記録し、キー付きなのでこの 402 をキーの答えとして保存しました。お金は動いていません。`,
+  'card.explain.lostDecline': 'サーバーは拒否された課金を記録して 402 を保存しましたが、その返事はクライアントに届きませんでした。届いたのは 504 だけで、これでは課金されたのか拒否されたのか分かりません。',
   'card.explain.inFlight': 'いまは受け付けられません。このキーの 1通目がまだ処理中です。このリクエストでは何も課金されていません。Retry-After の秒数だけ待ってから、同じキーで送り直してください。',
   'card.explain.purged': p =>
     p.n === 0
@@ -937,6 +981,10 @@ const ja = {
   'title.retryAfterPurge': 'パージ後の再送（同じキー）',
   'title.charge': 'キー付きで {amount}を課金',
   'title.otherAmount': '同じキーで {amount}',
+  'title.declinedLost': '1通目（拒否されるカード）',
+  'title.retryDeclined': '再送（同じキー）',
+  'title.otherCardSameKey': '同じキーで別のカード',
+  'title.otherCardNewKey': '新しいキーで別のカード',
   'title.key1': '1通目（キー #1）',
   'title.key2': '新しいキー #2 で再送',
 
@@ -948,6 +996,8 @@ const ja = {
   'd.withKey': p => `Idempotency-Key: ${p.key}`,
   'd.noKey': 'Idempotency-Key なし',
   'd.insertCharge': p => `${p.amount}の課金を記録して COMMIT`,
+  'd.insertDeclined': p => `${p.amount}の失敗した課金（拒否）を記録して COMMIT`,
+  'd.declineAndSave': p => `402 付きのキーと ${p.amount}の失敗した課金を 1つのトランザクションで書き込み、COMMIT`,
   'd.insertKeyNew': p => `キー ${p.key} を登録 → 初めてのキー`,
   'd.readKey': p => `キー ${p.key} を読む（SELECT 1回、トランザクションなし。このサーバーが完了させたキーの再試行）`,
   'd.chargeAndSave': p => `201 付きのキーと ${p.amount}の課金を 1つのトランザクションで書き込み、COMMIT`,
@@ -956,7 +1006,7 @@ const ja = {
   'd.lostReplay': '保存済みの 201 は途中で失われ、クライアントには 504 だけが届く',
   'd.abandonedReply': '返事は無く、クライアントには 504 だけが届く',
   'd.reply': p => `${p.status}（${p.ms} ms）`,
-  'd.replyReplayed': p => `201（Idempotent-Replayed）・ ${p.ms} ms`,
+  'd.replyReplayed': p => `${p.status}（Idempotent-Replayed）・ ${p.ms} ms`,
   'd.fingerprintDiffers': 'キーはあるが、リクエストの指紋が違う',
   'd.select': p => `キー ${p.key} を SELECT → 無し`,
   'd.pause': '2通とも {ms} ms 待つ',
@@ -1022,6 +1072,7 @@ const ja = {
   'body.l4': 'レッスン 4: 本',
   'body.l5expire': 'レッスン 5: 期限切れ',
   'body.l5reuse': 'レッスン 5: 使い回し',
+  'body.l5decline': 'レッスン 5: 拒否されるカード',
   'body.l5newkey': 'レッスン 5: 送るたびに新しいキー',
   'body.l6forget': 'レッスン 6: データベースが失うコミット',
   'body.l6abandon': 'レッスン 6: 放棄されたリクエスト',
@@ -1141,7 +1192,7 @@ const ja = {
   'end.7': 'キーにも、データベースが失ったコミット（非同期スタンバイのフェイルオーバー）を取り戻すこと、放棄されたリクエストを終わらせること（key-first はリースが切れるのを待つ）、保持期間を過ぎて自分を覚えておくことはできない。',
 
   'sc.title': '理解度チェック',
-  'sc.intro': '各レッスンから 1〜2問、全部で 10問です。選択肢の順番はページを開くたびに変わります。答えを選んで「答え合わせ」を押してください。点数になるのは、各問の最初の答えだけです。間違えた答えには、どこが違うのかを示します。正解は 2回目の答え合わせの後か、全問に答えた後に、それを確かめられる実験へのリンクと一緒に表示します。サーバーには何も送りません。',
+  'sc.intro': '各レッスンから 1〜2問、全部で 11問です。選択肢の順番はページを開くたびに変わります。答えを選んで「答え合わせ」を押してください。点数になるのは、各問の最初の答えだけです。間違えた答えには、どこが違うのかを示します。正解は 2回目の答え合わせの後か、全問に答えた後に、それを確かめられる実験へのリンクと一緒に表示します。サーバーには何も送りません。',
   'sc.check': '答え合わせ',
   'sc.pickFirst': '先に答えを選んでください。',
   'sc.right': '正解です。',
@@ -1318,6 +1369,13 @@ const ja = {
   'sc.q10.a1.wrong.html': 'リースは決まった秒数で切れ、回収タスクが行を引き継ぎます。再送が 409 を受け取るのは、それまでの間だけです。',
   'sc.q10.a0.wrong.html': 'キーの行はリクエストを残しているので、サーバーはクライアントを待つ必要がありません。回収タスクが課金を仕上げます。',
   'sc.q10.why.html': 'キーの行はリクエストを残しているので、リースが切れればサーバー自身が処理を仕上げられます。ネットワークが前のオーソリを返すので、課金はすでに作られたオーソリを受け取ります。オーソリ 1件、課金 1件で、取り残されるものはありません。',
+  'sc.q11.text.html': 'カードが拒否され、サーバーは <code>402</code> を返してキーに保存しましたが、その返事は失われました。クライアントは同じキーで再送します。どうなりますか。',
+  'sc.q11.a0.html': 'サーバーがカードをもう一度試し、今度は通るかもしれない。',
+  'sc.q11.a1.html': 'サーバーは保存した <code>402</code> を返し、カードは試し直されない。',
+  'sc.q11.a2.html': 'キーに失敗した課金があるので、サーバーは <code>422</code> を返す。',
+  'sc.q11.a0.wrong.html': '同じキーの再送は同じリクエストです。サーバーは保存した答えを返すだけで、課金をやり直しません。',
+  'sc.q11.a2.wrong.html': '<code>422</code> は、同じキーで別のリクエストが来たときの答えです。これは同じリクエストなので、保存された自分の答えが返ります。',
+  'sc.q11.why.html': '拒否は課金の結果で、<code>201</code> と同じくキーと一緒に保存され、再送にはそれが返ります。別のカードでもう一度試すのは新しい試みなので、新しいキーが要ります。',
   'progress.recovery': p => `${p.ms > 0 ? `待っています。リースはあと ${p.span}で切れます（データベースの時計で）。切れた後、サーバーの回収タスク（${p.every}ごと）がキーを引き継げます。` : `リースは ${p.span}前に切れました（データベースの時計で）。いまは、サーバーの回収タスク（${p.every}ごと）がキーを引き継いで A を仕上げるのを待っています。`}ここまで ${p.waited}待ちました。`,
   'd.mustWaitSqlite': p => `BEGIN IMMEDIATE → ${p.other} が持つ書き込みロックを待つ（SQLite のビジーハンドラ）。キー ${p.key} の登録はその後`,
   'd.unblockedSqlite': p => `${p.other} が確定し、書き込みロックが空く → INSERT は 0行（キーは登録済み）→ 保存済みの応答を読む`,

@@ -17,6 +17,8 @@ export const MISMATCH = 'mismatch';
 export const IN_FLIGHT = 'in-flight';
 /** 504 from the demo: the request was processed, its answer thrown away. */
 export const LOST = 'lost';
+/** 402: the card was declined; a failed charge was recorded, and (with a key) the 402 stored. */
+export const DECLINED = 'declined';
 /** 503: the card network did not answer; nothing was stored here, the key is free. */
 export const UNAVAILABLE = 'unavailable';
 /** No answer at all (record.error), or an answer that is none of the above. */
@@ -28,6 +30,7 @@ const BY_PROBLEM = [
   ['idempotency-key-in-flight', IN_FLIGHT],
   ['simulated-lost-response', LOST],
   ['network-unavailable', UNAVAILABLE],
+  ['card-declined', DECLINED],
 ];
 
 /** The outcome of a finished request record (see api.js startRequest). */
@@ -37,7 +40,8 @@ export function outcomeOf(record) {
   if (type) {
     for (const [slug, outcome] of BY_PROBLEM) {
       const known = problem(slug);
-      if (type === known.type && record.status === known.status) return outcome;
+      // A decline replayed is a replay: the stored answer, nothing decided again.
+      if (type === known.type && record.status === known.status) return outcome === DECLINED && record.replayed ? REPLAYED : outcome;
     }
     return ERROR;
   }

@@ -6,7 +6,7 @@
 //
 // It cannot be gamed: the first answer checked is the one scored; the
 // options are shuffled at each load (the right ones spread evenly over the
-// positions, so always picking one position scores at most 4 of 10); a
+// positions, so always picking one position scores at most 4 of 11); a
 // wrong answer is told what is wrong with it, and the right one is shown
 // only after the learner's own second try, or once every question has a
 // first answer.
@@ -25,6 +25,7 @@ export const QUESTIONS = [
   { q: 'sc.q3', options: 3, answer: 1, see: 'l3-race' },
   { q: 'sc.q4', options: 3, answer: 0, see: 'l4-title' },
   { q: 'sc.q5', options: 3, answer: 2, see: 'l5-reuse' },
+  { q: 'sc.q11', options: 3, answer: 1, see: 'l5-decline' },
   { q: 'sc.q6', options: 3, answer: 1, see: 'l6-retention' },
   { q: 'sc.q7', options: 3, answer: 1, see: 'l6-forget' },
   { q: 'sc.q8', options: 3, answer: 0, see: 'l6-abandon' },
@@ -157,7 +158,7 @@ export function mountSelfCheck(root) {
 /**
  * Each question's options in the order shown, as indices into its options.
  * The right answers are spread over the positions as evenly as the count
- * allows (10 questions, 3 options: 4, 3 and 3), which position gets the
+ * allows (11 questions, 3 options: 4, 4 and 3), which position gets the
  * extra one and the rest of each order chosen at random at every load.
  */
 function shuffledOrders(questions) {

@@ -92,6 +92,8 @@ function relativeCell(iso, now, kind) {
 export function renderState(state, { baseline = null, compact = false, context = '', refunds = false, network = false, locks = false } = {}) {
   const now = nowOf(state);
   const showRefunded = !network && state.charges.some((c) => c.amount_refunded !== undefined);
+  // A charge's status only says something once one failed (a decline).
+  const showStatus = state.charges.some((c) => c.status === 'failed');
   const isNew = (id) => baseline !== null && !baseline.has(id);
   const badge = (id) => (isNew(id) ? ` <span class="badge-new">${esc(t('tbl.new'))}</span>` : '');
   const rowClass = (id) => (isNew(id) ? ' class="is-new"' : '');
@@ -102,6 +104,7 @@ export function renderState(state, { baseline = null, compact = false, context =
         <td>${idChip(c.id)}${badge(c.id)}</td>
         <td class="num">${esc(fmtAmount(c.amount, c.currency))}</td>
         ${showRefunded ? `<td class="num" data-testid="amount-refunded" data-amount="${Number(c.amount_refunded)}">${esc(fmtAmount(c.amount_refunded, c.currency))}</td>` : ''}
+        ${showStatus ? `<td class="wrap" data-testid="charge-status" data-status="${esc(c.status)}"><span class="pill pill-${esc(c.status)}">${esc(c.status)}</span>${c.failure_code ? `<code class="failure-code">${esc(c.failure_code)}</code>` : ''}</td>` : ''}
         ${network ? `<td data-testid="authorization-id" data-id="${esc(c.authorization_id ?? '')}">${idChip(c.authorization_id)}</td>` : ''}
         <td class="desc">${esc(c.description ?? '')}</td>
         <td class="time">${esc(fmtTime(c.created_at))}</td></tr>`,
@@ -202,7 +205,7 @@ export function renderState(state, { baseline = null, compact = false, context =
 
   return `<div class="db-tables${compact ? ' compact' : ''}">
     ${network ? `<p class="ledger-title">${esc(t('tbl.ourLedger'))}</p>` : ''}
-    ${table(t('tbl.charges'), 'charges', state.charges.length, ['id', 'amount', ...(showRefunded ? ['amount_refunded'] : []), ...(network ? ['authorization_id'] : []), 'description', 'created_at'], charges)}
+    ${table(t('tbl.charges'), 'charges', state.charges.length, ['id', 'amount', ...(showRefunded ? ['amount_refunded'] : []), ...(showStatus ? ['status'] : []), ...(network ? ['authorization_id'] : []), 'description', 'created_at'], charges)}
     ${refunds || state.refunds?.length ? table(t('tbl.refunds'), 'refunds', state.refunds?.length ?? 0, ['id', 'charge_id', 'amount', 'created_at'], refundRows) : ''}
     ${table(t('tbl.keys'), 'keys', state.idempotency_keys.length, keyColumns, keys)}
     ${state.unguarded_keys?.length ? table(t('tbl.unguarded'), 'unguarded', state.unguarded_keys.length, ['key', 'charge_id', 'created_at'], unguarded) : ''}

@@ -12,7 +12,7 @@ import { lesson1 } from './lesson1.js';
 import { lesson2NoKey, lesson2Key, lesson2Put } from './lesson2.js';
 import { lesson3Retry, lesson3Naive, lesson3Guarded, renderLesson3 } from './lesson3.js';
 import { lesson4, lesson4Rollback, mountLesson4Modes, renderLesson4 } from './lesson4.js';
-import { lesson5Expire, lesson5Reuse, lesson5NewKey, renderLesson5 } from './lesson5.js';
+import { lesson5Expire, lesson5Reuse, lesson5Decline, lesson5NewKey, renderLesson5 } from './lesson5.js';
 import { lesson6Forget, lesson6Abandon, lesson6Retention, renderLesson6 } from './lesson6.js';
 import { lesson7Lost, lesson7Fresh, lesson7Recover, lesson7Down, renderLesson7 } from './lesson7.js';
 
@@ -29,6 +29,7 @@ export const EXPERIMENTS = {
   'l4-rollback': lesson4Rollback,
   'l5-expire': lesson5Expire,
   'l5-reuse': lesson5Reuse,
+  'l5-decline': lesson5Decline,
   'l5-newkey': lesson5NewKey,
   'l6-forget': lesson6Forget,
   'l6-abandon': lesson6Abandon,

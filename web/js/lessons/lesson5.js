@@ -2,7 +2,7 @@
 
 import { expireRequest, purgeRequest } from '../api.js';
 import { t, tHtml, fmtInt, fmtDuration } from '../i18n.js';
-import { outcomeOf, problemFor, EXECUTED, MISMATCH } from '../outcome.js';
+import { outcomeOf, problemFor, EXECUTED, MISMATCH, REPLAYED, LOST } from '../outcome.js';
 import { narrateExpire, narratePurge, T, LOSE_RESPONSE, experiment, sameKeyDuplicate, setText, setHtml } from './shared.js';
 
 export const lesson5Expire = experiment({
@@ -81,6 +81,49 @@ export const lesson5NewKey = experiment({
   verdict(ctx) {
     const n = ctx.newCharges().length;
     return { ok: n === 2, key: 'l5.newkey.verdict', params: { n } };
+  },
+});
+
+/** The card lesson 5's decline is tried with: Stripe's test id for insufficient funds. */
+const DECLINING_CARD = 'pm_card_chargeDeclinedInsufficientFunds';
+/** The card the customer tries next. */
+const ANOTHER_CARD = 'pm_card_visa';
+
+/**
+ * A decline is an answer: A's card is declined and its 402 lost; B's
+ * retry with the key replays the stored 402 (nothing declined again); C,
+ * the same key with another card, is a 422; D, a new key, charges. Every
+ * count from this run's rows: one failed charge, one that succeeded.
+ */
+export const lesson5Decline = experiment({
+  id: 'l5-decline',
+  body: { amount: 1000, currency: 'jpy', desc: 'body.l5decline', paymentMethod: DECLINING_CARD },
+  steps: [
+    { label: 'l5.decline.step1', tag: 'A', title: 'title.declinedLost', key: 'same', faults: [LOSE_RESPONSE] },
+    { label: 'l5.decline.step2', tag: 'B', title: 'title.retryDeclined', key: 'same' },
+    { label: 'l5.decline.step3', tag: 'C', title: 'title.otherCardSameKey', key: 'same', body: { paymentMethod: ANOTHER_CARD } },
+    { label: 'l5.decline.step4', tag: 'D', title: 'title.otherCardNewKey', key: 'fresh', body: { paymentMethod: ANOTHER_CARD } },
+  ],
+  verdict(ctx) {
+    const fresh = ctx.newCharges();
+    const failed = fresh.filter((c) => c.status === 'failed');
+    const succeeded = fresh.filter((c) => c.status === 'succeeded');
+    const { A, B, C, D } = ctx.records;
+    const declinedOnce = failed.length === 1 && B.status === 402 && B.json?.charge === failed[0].id;
+    const ok = outcomeOf(A) === LOST && outcomeOf(B) === REPLAYED && declinedOnce
+      && outcomeOf(C) === MISMATCH && outcomeOf(D) === EXECUTED && succeeded.length === 1 && fresh.length === 2;
+    return {
+      ok,
+      key: 'l5.decline.verdict',
+      params: {
+        b: `${B.status ?? '—'}${B.replayed ? ' (Idempotent-Replayed)' : ''}`,
+        code: B.json?.decline_code ?? '—',
+        c: C.status ?? '—',
+        d: D.status ?? '—',
+        failed: failed.length,
+        succeeded: succeeded.length,
+      },
+    };
   },
 });
 

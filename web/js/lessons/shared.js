@@ -16,7 +16,7 @@ import { chargeRequest, refundRequest, newKey } from '../api.js';
 import { L } from '../diagram.js';
 import { amountOf, shortKeyOf } from '../experiment.js';
 import { t, fmtAmount, fmtMs, fmtSpan } from '../i18n.js';
-import { outcomeOf, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST } from '../outcome.js';
+import { outcomeOf, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST, DECLINED } from '../outcome.js';
 import { server } from '../server.js';
 import { timeOf, nowOf } from '../tables.js';
 
@@ -42,10 +42,10 @@ export function reply(d, rec, bar) {
   } else if (outcome === LOST) {
     // What was thrown away: the 201 (or a PUT's 200); an abandoned request had no answer at all.
     const faults = rec.spec.intent?.faults ?? [];
-    const text = faults.includes('abandon') || faults.includes('abandon-after-network') ? L('d.abandonedReply') : L('d.lost', { status: rec.spec.kind === 'describe' ? 200 : 201 });
+    const text = faults.includes('abandon') || faults.includes('abandon-after-network') ? L('d.abandonedReply') : L('d.lost', { status: rec.spec.kind === 'describe' ? 200 : declines(rec.spec.intent) ? 402 : 201 });
     d.message('api', 'client', text, { tag, kind: 'lost', detail: [() => `${rec.status} ${rec.statusText} · ${ms()} ms`] });
   } else if (outcome === REPLAYED) {
-    d.message('api', 'client', L('d.replyReplayed', { ms }), { tag, kind: 'reply' });
+    d.message('api', 'client', L('d.replyReplayed', { ms, status: rec.status }), { tag, kind: 'reply' });
   } else {
     const detail = rec.problemType ? [() => rec.problemType] : [];
     const retryAfter = rec.header('Retry-After');
@@ -68,8 +68,10 @@ export function narrateCharge(d, rec, bar, { keyWas = null, holder = '…' } = {
   const key = intent.key ? shortKeyOf(intent.key) : null;
   const amount = amountOf(rec.spec);
   const outcome = outcomeOf(rec);
-  // A lost answer was charged all the same: the demo throws the answer away after the commit.
-  const charged = outcome === EXECUTED || outcome === LOST;
+  // A lost answer was charged all the same: the demo throws the answer away
+  // after the commit. A decline writes its failed charge (and stores its 402).
+  const charged = outcome === EXECUTED || outcome === LOST || outcome === DECLINED;
+  const failed = declines(intent);
   const toDb = (text) => d.message('api', 'db', text, { tag });
   const fromDb = (text) => d.message('db', 'api', text, { tag, kind: 'reply' });
   if (intent.mode === 'check-then-insert') {
@@ -83,9 +85,9 @@ export function narrateCharge(d, rec, bar, { keyWas = null, holder = '…' } = {
   } else if (charged) {
     if (key) {
       toDb(L({ expired: 'd.expiredIsNew', purged: 'd.purgedIsNew' }[keyWas] ?? 'd.insertKeyNew', { key }));
-      toDb(L('d.chargeAndSave', { amount }));
+      toDb(L(failed ? 'd.declineAndSave' : 'd.chargeAndSave', { amount }));
     } else {
-      toDb(L('d.insertCharge', { amount }));
+      toDb(L(failed ? 'd.insertDeclined' : 'd.insertCharge', { amount }));
     }
   } else if (outcome === MISMATCH) {
     toDb(L('d.readKey', { key }));
@@ -95,6 +97,14 @@ export function narrateCharge(d, rec, bar, { keyWas = null, holder = '…' } = {
     fromDb(L('d.kfInProgress', { other: holder }));
   }
   reply(d, rec, bar);
+}
+
+/**
+ * Whether a charge's test payment method declines: Stripe's declining test
+ * ids all start so (pm_card_chargeDeclined, …InsufficientFunds, …).
+ */
+export function declines(intent) {
+  return Boolean(intent?.paymentMethod?.startsWith('pm_card_chargeDeclined'));
 }
 
 export function narrateExpire(d, rec, bar) {

@@ -166,21 +166,25 @@ impl PartialSchema for KeyHeader {
 
 impl ToSchema for KeyHeader {}
 
+/// An id as the API gives them out (lowercase, hyphenated), with what
+/// another spelling gets.
+fn id(description: &str) -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Uuid)))
+        .pattern(Some(
+            "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+        ))
+        .description(Some(description))
+        .into()
+}
+
 /// A charge's id in its one URI.
 pub struct ChargeId;
 
 impl PartialSchema for ChargeId {
     fn schema() -> RefOr<Schema> {
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Uuid)))
-            .pattern(Some(
-                "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            ))
-            .description(Some(
-                "As the API gives it out: lowercase, hyphenated. Any other spelling is a 404.",
-            ))
-            .into()
+        id("As the API gives it out: lowercase, hyphenated. Any other spelling is a 404.")
     }
 }
 
@@ -191,16 +195,9 @@ pub struct ListCursor;
 
 impl PartialSchema for ListCursor {
     fn schema() -> RefOr<Schema> {
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Uuid)))
-            .pattern(Some(
-                "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-            ))
-            .description(Some(
-                "The id of a row of this list, as the API gave it (lowercase, hyphenated); any other spelling, or an id that is no row of this list for your account, is a 400.",
-            ))
-            .into()
+        id(
+            "The id of a row of this list, as the API gave it (lowercase, hyphenated); any other spelling, or an id that is no row of this list for your account, is a 400.",
+        )
     }
 }
 

@@ -104,7 +104,7 @@ export function renderState(state, { baseline = null, compact = false, context =
         <td>${idChip(c.id)}${badge(c.id)}</td>
         <td class="num">${esc(fmtAmount(c.amount, c.currency))}</td>
         ${showRefunded ? `<td class="num" data-testid="amount-refunded" data-amount="${Number(c.amount_refunded)}">${esc(fmtAmount(c.amount_refunded, c.currency))}</td>` : ''}
-        ${showStatus ? `<td class="wrap" data-testid="charge-status" data-status="${esc(c.status)}"><span class="pill pill-${esc(c.status)}">${esc(c.status)}</span>${c.failure_code ? `<code class="failure-code">${esc(c.failure_code)}</code>` : ''}</td>` : ''}
+        ${showStatus ? `<td class="wrap" data-testid="charge-status" data-status="${esc(c.status)}"><span class="pill pill-${esc(c.status)}">${esc(c.status)}</span>${c.failure_code ? `<code class="failure-code">${esc(c.failure_code).replaceAll('_', '_<wbr>')}</code>` : ''}</td>` : ''}
         ${network ? `<td data-testid="authorization-id" data-id="${esc(c.authorization_id ?? '')}">${idChip(c.authorization_id)}</td>` : ''}
         <td class="desc">${esc(c.description ?? '')}</td>
         <td class="time">${esc(fmtTime(c.created_at))}</td></tr>`,

@@ -25,7 +25,7 @@ pub struct ChargeRequestBody {
     currency: String,
     #[schema(schema_with = charge_description)]
     description: Option<String>,
-    #[schema(schema_with = payment_method_id)]
+    #[schema(schema_with = requested_payment_method)]
     payment_method: Option<String>,
 }
 
@@ -40,6 +40,15 @@ pub struct DescriptionBody {
 
 /// A test payment method's id: one of [`PAYMENT_METHODS`].
 pub(crate) fn payment_method_id() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(PAYMENT_METHODS.iter().map(|m| m.id)))
+        .description(Some("The test payment method the charge was made with."))
+        .examples([json!(methods::DEFAULT.id)])
+}
+
+/// The request's `payment_method`: one of the ids, or `null` (as absent).
+pub(crate) fn requested_payment_method() -> ObjectBuilder {
     let listed: Vec<String> = PAYMENT_METHODS
         .iter()
         .map(|m| match m.decline {
@@ -47,11 +56,12 @@ pub(crate) fn payment_method_id() -> ObjectBuilder {
             Some(d) => format!("`{}`: declined, `{}`", m.id, d.code),
         })
         .collect();
+    let ids = PAYMENT_METHODS.iter().map(|m| Some(m.id));
     ObjectBuilder::new()
-        .schema_type(Type::String)
-        .enum_values(Some(PAYMENT_METHODS.iter().map(|m| m.id)))
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .enum_values(Some(ids.chain([None])))
         .description(Some(format!(
-            "A test payment method (`{}` when absent): {}. A declining one makes a failed charge and a 402 `card-declined`. Card numbers and `card` objects are refused (400): this is a demo, it never takes a real card.",
+            "A test payment method (`{}` when absent or `null`): {}. A declining one makes a failed charge and a 402 `card-declined`. Card numbers and `card` objects are refused (400): this is a demo, it never takes a real card.",
             methods::DEFAULT.id,
             listed.join("; ")
         )))

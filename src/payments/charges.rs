@@ -120,6 +120,7 @@ impl CreateCharge {
         if self.network.is_some() {
             // The network decides whether the card declines, not we.
             self.charge.failure_code = None;
+            self.response = answer(&self.charge);
         }
         self.check_account |= self.network.is_some();
         self

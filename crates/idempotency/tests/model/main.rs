@@ -5,6 +5,7 @@
 
 mod machine;
 
+use std::io::Write as _;
 use std::time::Instant;
 
 use idempotency::Mode;
@@ -75,7 +76,9 @@ fn check_all(cfg: Config) {
     let label = name(&cfg);
     let started = Instant::now();
     let checker = Protocol(cfg).checker().threads(2).spawn_bfs().join();
-    println!(
+    // Past the harness's capture: the default run shows what it explored.
+    let _ = writeln!(
+        std::io::stderr(),
         "model, {label}: {} states ({} unique), depth {}, {:.1?}",
         checker.state_count(),
         checker.unique_state_count(),
@@ -155,21 +158,24 @@ fn faulty(mode: Mode, foreign: bool) -> Config {
 }
 
 /// With `bugs` on, the model finds a path that breaks `property`: printed
-/// as a Mermaid diagram, and returned.
+/// as a Mermaid diagram (`--nocapture` shows it), and returned.
 fn counterexample(cfg: Config, bugs: Bugs, property: &'static str) -> String {
     let label = name(&cfg);
     let model = Protocol(cfg.with(bugs));
-    // One thread: breadth first in order, so the path found is a shortest.
+    // One thread: breadth first, in order, so the path found is short.
     let checker = model
         .checker()
         .finish_when(HasDiscoveries::AnyOf([property].into()))
         .spawn_bfs()
         .join();
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("{label}, {bugs:?}: no counterexample to {property:?}"));
-    // The checker keeps the last violating state it saw: cut the path at
-    // the first state that breaks the property.
+    let path = checker.discovery(property).unwrap_or_else(|| {
+        panic!(
+            "{label}, {:?}: no counterexample to {property:?}",
+            bugs.on()
+        )
+    });
+    // The checker keeps the last violating state of the block it was
+    // checking: cut the path at the first state that breaks the property.
     let model = checker.model();
     let broken = model.property(property).condition;
     let mut steps = path.into_vec();
@@ -180,7 +186,10 @@ fn counterexample(cfg: Config, bugs: Bugs, property: &'static str) -> String {
     steps.truncate(first + 1);
     steps[first].1 = None;
     let diagram = model.diagram(&steps);
-    println!("{label}, {bugs:?} breaks {property:?}:\n```mermaid\n{diagram}\n```");
+    println!(
+        "{label}, {:?} breaks {property:?}:\n```mermaid\n{diagram}\n```",
+        bugs.on()
+    );
     diagram
 }
 
@@ -190,7 +199,8 @@ fn without_the_unique_constraint_a_key_is_charged_twice() {
         check_then_insert: true,
         ..Bugs::default()
     };
-    counterexample(faulty(Mode::Atomic, false), bugs, p::ONE_CHARGE);
+    let diagram = counterexample(faulty(Mode::Atomic, false), bugs, p::ONE_CHARGE);
+    assert_eq!(diagram.matches("INSERT k0 → ours").count(), 2, "two claims");
 }
 
 #[test]
@@ -199,7 +209,12 @@ fn without_the_lease_check_a_claim_taken_over_completes() {
         complete_without_lease: true,
         ..Bugs::default()
     };
-    counterexample(faulty(Mode::KeyFirst, false), bugs, p::FENCING);
+    let diagram = counterexample(faulty(Mode::KeyFirst, false), bugs, p::FENCING);
+    let taken = diagram.find("take over k0 → ours").expect("a takeover");
+    assert!(
+        diagram[taken..].contains("complete k0 → done"),
+        "completed after"
+    );
 }
 
 #[test]
@@ -208,7 +223,8 @@ fn a_takeover_while_the_lease_is_live_runs_one_key_twice_at_once() {
         takeover_while_live: true,
         ..Bugs::default()
     };
-    counterexample(faulty(Mode::KeyFirst, false), bugs, p::EXCLUSIVE);
+    let diagram = counterexample(faulty(Mode::KeyFirst, false), bugs, p::EXCLUSIVE);
+    assert!(diagram.contains("take over k0 → ours"), "a takeover");
 }
 
 #[test]
@@ -217,7 +233,8 @@ fn without_the_fingerprint_on_the_fast_path_another_request_gets_a_replay() {
         fast_path_skips_fingerprint: true,
         ..Bugs::default()
     };
-    counterexample(faulty(Mode::KeyFirst, false), bugs, p::DURABLE);
+    let diagram = counterexample(faulty(Mode::KeyFirst, false), bugs, p::DURABLE);
+    assert!(diagram.contains("(replay)"), "a replay");
 }
 
 #[test]
@@ -226,7 +243,11 @@ fn without_the_same_step_recovery_finishes_a_key_at_another_service() {
         recovery_any_step: true,
         ..Bugs::default()
     };
-    counterexample(faulty(Mode::KeyFirst, true), bugs, p::SAME_STEP);
+    let diagram = counterexample(faulty(Mode::KeyFirst, true), bugs, p::SAME_STEP);
+    assert!(
+        diagram.contains("R->>A: authorize"),
+        "recovery at the other service"
+    );
 }
 
 #[test]
@@ -235,5 +256,6 @@ fn a_replay_that_runs_the_operation_again_charges_twice() {
         replay_reruns: true,
         ..Bugs::default()
     };
-    counterexample(faulty(Mode::Atomic, false), bugs, p::ONE_CHARGE);
+    let diagram = counterexample(faulty(Mode::Atomic, false), bugs, p::ONE_CHARGE);
+    assert_eq!(diagram.matches("INSERT charge").count(), 2, "two charges");
 }

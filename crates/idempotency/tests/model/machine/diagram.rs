@@ -96,26 +96,38 @@ impl Protocol {
         job.log[before..].to_vec()
     }
 
-    /// `path` as a Mermaid sequence diagram.
+    /// `path` as a Mermaid sequence diagram, naming only who takes part.
     pub fn diagram(&self, path: &[(State, Option<Action>)]) -> String {
-        let mut out = vec!["sequenceDiagram".to_owned()];
-        for c in 0..self.0.clients.len() {
-            out.push(format!("    participant C{c}"));
-        }
-        for w in 0..=self.0.workers {
-            out.push(format!("    participant {}", self.worker_name(w)));
-        }
-        out.push("    participant DB".into());
-        out.push("    participant N as Network".into());
-        if self.0.foreign {
-            out.push("    participant A as Another".into());
-        }
+        let mut lines = Vec::new();
         for (s, action) in path {
             // The last state has no action.
             let Some(action) = *action else { continue };
-            let lines = self.lines(s, action);
-            out.extend(lines.into_iter().map(|l| format!("    {l}")));
+            lines.extend(self.lines(s, action));
         }
+        let mut names: Vec<(String, &str)> = (0..self.0.clients.len())
+            .map(|c| (format!("C{c}"), ""))
+            .chain((0..=self.0.workers).map(|w| (self.worker_name(w), "")))
+            .collect();
+        names.extend([
+            ("DB".into(), ""),
+            ("N".into(), " as Network"),
+            ("A".into(), " as Another"),
+        ]);
+        let takes_part = |name: &str| {
+            lines.iter().any(|l| {
+                l.starts_with(&format!("{name}-"))
+                    || l.contains(&format!(">{name}:"))
+                    || l.contains(&format!("x{name}:"))
+                    || l.starts_with(&format!("Note over {name}:"))
+            })
+        };
+        let mut out = vec!["sequenceDiagram".to_owned()];
+        for (name, alias) in &names {
+            if takes_part(name) {
+                out.push(format!("    participant {name}{alias}"));
+            }
+        }
+        out.extend(lines.into_iter().map(|l| format!("    {l}")));
         out.join("\n")
     }
 

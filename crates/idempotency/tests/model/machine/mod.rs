@@ -36,6 +36,27 @@ pub struct Bugs {
     pub replay_reruns: bool,
 }
 
+impl Bugs {
+    /// The switches that are on, by name.
+    pub fn on(&self) -> Vec<&'static str> {
+        let all = [
+            (self.check_then_insert, "check_then_insert"),
+            (self.complete_without_lease, "complete_without_lease"),
+            (self.takeover_while_live, "takeover_while_live"),
+            (
+                self.fast_path_skips_fingerprint,
+                "fast_path_skips_fingerprint",
+            ),
+            (self.recovery_any_step, "recovery_any_step"),
+            (self.replay_reruns, "replay_reruns"),
+        ];
+        all.into_iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, n)| n)
+            .collect()
+    }
+}
+
 /// One client: a key (account, key), a body, and how often it may send.
 #[derive(Clone, Copy, Debug)]
 pub struct ClientSpec {

@@ -175,20 +175,25 @@ fn counterexample(cfg: Config, bugs: Bugs, property: &'static str) -> String {
         )
     });
     // The checker keeps the last violating state of the block it was
-    // checking: cut the path at the first state that breaks the property.
+    // checking: cut the path at the first state that breaks the property
+    // (an `eventually` path ends where it must, at a state with no way on).
     let model = checker.model();
-    let broken = model.property(property).condition;
+    let property = model.property(property);
     let mut steps = path.into_vec();
-    let first = steps
-        .iter()
-        .position(|(s, _)| !broken(model, s))
-        .expect("a broken state");
-    steps.truncate(first + 1);
-    steps[first].1 = None;
+    if property.expectation == Expectation::Always {
+        let broken = |s| !(property.condition)(model, s);
+        let first = steps
+            .iter()
+            .position(|(s, _)| broken(s))
+            .expect("a broken state");
+        steps.truncate(first + 1);
+        steps[first].1 = None;
+    }
     let diagram = model.diagram(&steps);
     println!(
-        "{label}, {:?} breaks {property:?}:\n```mermaid\n{diagram}\n```",
-        bugs.on()
+        "{label}, {:?} breaks {:?}:\n```mermaid\n{diagram}\n```",
+        bugs.on(),
+        property.name
     );
     diagram
 }
@@ -258,4 +263,15 @@ fn a_replay_that_runs_the_operation_again_charges_twice() {
     };
     let diagram = counterexample(faulty(Mode::Atomic, false), bugs, p::ONE_CHARGE);
     assert_eq!(diagram.matches("INSERT charge").count(), 2, "two charges");
+}
+
+#[test]
+fn without_the_recovery_task_a_key_left_by_a_crash_stays_in_progress() {
+    let bugs = Bugs {
+        no_recovery: true,
+        ..Bugs::default()
+    };
+    let cfg = Config::new(Mode::KeyFirst, false, clients(), 2, budget(1, 0, 0, 0));
+    let diagram = counterexample(cfg, bugs, p::SETTLES);
+    assert!(diagram.contains("crash"), "a crash");
 }

@@ -34,6 +34,8 @@ pub struct Bugs {
     pub recovery_any_step: bool,
     /// A replay runs the operation again and answers that.
     pub replay_reruns: bool,
+    /// No recovery task: nothing finishes a key its worker left.
+    pub no_recovery: bool,
 }
 
 impl Bugs {
@@ -49,6 +51,7 @@ impl Bugs {
             ),
             (self.recovery_any_step, "recovery_any_step"),
             (self.replay_reruns, "replay_reruns"),
+            (self.no_recovery, "no_recovery"),
         ];
         all.into_iter()
             .filter(|(on, _)| *on)
@@ -336,7 +339,7 @@ impl Model for Protocol {
             }
         }
         let quiet = Protocol::quiet(s);
-        let recovery_idle = idle(&s.workers[self.0.recovery()]);
+        let recovery_idle = idle(&s.workers[self.0.recovery()]) && !self.0.bugs.no_recovery;
         for (key, row) in &s.world.rows {
             if row.in_progress && row.lease_live && (s.left.expiries > 0 || quiet) {
                 actions.push(Action::Expire { key: *key });

@@ -94,6 +94,9 @@ pub struct Config {
     pub workers: usize,
     pub budget: Budget,
     pub bugs: Bugs,
+    /// The charge announces its response (`Operation::known_response`, as
+    /// the app's does): atomic writes the key completed as it registers it.
+    pub known: bool,
     /// Each body's fingerprint, as the crate computes it.
     pub fingerprints: Vec<String>,
 }
@@ -121,6 +124,7 @@ impl Config {
             workers,
             budget,
             bugs: Bugs::default(),
+            known: false,
             fingerprints,
         }
     }

@@ -394,20 +394,29 @@ impl<'c, 'a> Connections for Conns<'c, 'a> {
     }
 }
 
-/// The charge: one row written, a 201 naming it and its amount.
+/// The charge: one row written, a 201 naming it and its amount. Its id is
+/// its job's, chosen first, so that its response may be known in advance.
 struct Charging<'c, 'a> {
     step: Option<Call<'c, 'a>>,
+    /// The response announced (`Config::known`), as the app's charge does.
+    known: Option<SavedResponse>,
 }
 
 struct Call<'c, 'a>(&'c RefCell<Ctx<'a>>, Service);
 
+/// The 201 of charge `id` for `body`.
+fn charged(id: u8, body: u8) -> SavedResponse {
+    let mut response = amount(body);
+    response["id"] = json!(format!("ch{id}"));
+    SavedResponse::json(201, Some(format!("/charges/ch{id}")), response)
+}
+
 impl<'c, 'a> Operation<Conn<'c, 'a>> for Charging<'c, 'a> {
     fn run(&mut self, tx: &mut Conn<'c, 'a>) -> Result<SavedResponse, Error> {
         let entry = tx.0.borrow_mut().next(false, |c| {
-            c.world.next_charge += 1;
             let charge = Charge {
                 key: c.job.key,
-                id: c.world.next_charge,
+                id: c.job.serial,
                 body: c.job.body,
                 job: c.job.serial,
                 step: c.job.step,
@@ -415,19 +424,16 @@ impl<'c, 'a> Operation<Conn<'c, 'a>> for Charging<'c, 'a> {
             let t = c.world.tx(c.worker);
             t.step = c.job.step;
             t.charges.push(charge);
-            Ok(Entry::Charge(c.world.next_charge))
+            Ok(Entry::Charge(c.job.serial))
         });
         let Some(Entry::Charge(id)) = entry else {
             return Err(halt().into());
         };
-        let body = tx.0.borrow().job.body;
-        let mut response = amount(body);
-        response["id"] = json!(format!("ch{id}"));
-        Ok(SavedResponse::json(
-            201,
-            Some(format!("/charges/ch{id}")),
-            response,
-        ))
+        Ok(charged(id, tx.0.borrow().job.body))
+    }
+
+    fn known_response(&self) -> Option<&SavedResponse> {
+        self.known.as_ref()
     }
 
     fn foreign_step(&mut self) -> Option<&mut dyn ForeignStep> {
@@ -481,9 +487,15 @@ pub fn step(
         halted: None,
         in_tx: false,
     });
-    let (key, body, step, client) = {
+    let (key, body, step, client, serial) = {
         let c = ctx.borrow();
-        (c.job.key, c.job.body, c.job.step, c.job.client)
+        (
+            c.job.key,
+            c.job.body,
+            c.job.step,
+            c.job.client,
+            c.job.serial,
+        )
     };
     let key_text = format!("k{}", key.1);
     let body_json = amount(body);
@@ -497,6 +509,7 @@ pub fn step(
     let policy = Policy::new(cfg.mode);
     let mut op = Charging {
         step: step.map(|s| Call(&ctx, s)),
+        known: cfg.known.then(|| charged(serial, body)),
     };
     let mut conns = Conns(Conn(&ctx));
     let answer = match client {

@@ -115,7 +115,6 @@ pub struct World {
     pub txs: Vec<Option<Tx>>,
     pub auths: Vec<Auth>,
     pub next_token: u8,
-    pub next_charge: u8,
     /// Ghost: each key's first stored answer, the bodies that ever held a
     /// row of it, the step its first row was written with, the tokens taken
     /// over, and whether a live lease was ever taken over.

@@ -68,9 +68,14 @@ fn name(cfg: &Config) -> String {
     let step = if cfg.foreign { "with" } else { "without" };
     let b = cfg.budget;
     let known = if cfg.known { ", response known" } else { "" };
+    let accounts = match cfg.clients.iter().any(|c| c.account > 0) {
+        true => " on two accounts",
+        false => "",
+    };
     format!(
-        "{}{known} {step} a foreign step ({} crash, {} lost answer, {} lost call, {} early expiry, {} other recovery)",
+        "{}{known} {step} a foreign step, {} clients{accounts} ({} crash, {} lost answer, {} lost call, {} early expiry, {} other recovery)",
         cfg.mode.as_str(),
+        cfg.clients.len(),
         b.crashes,
         b.lost_answers,
         b.lost_calls,

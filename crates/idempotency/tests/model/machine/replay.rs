@@ -73,7 +73,7 @@ pub enum Progress {
     Blocked,
     /// It made its statement; the run goes on at the next step.
     Paused,
-    /// The run returned; `None` for a recovery.
+    /// The run returned; `None` for a recovery that ran nothing.
     Finished(Option<Answer>),
 }
 
@@ -169,6 +169,16 @@ fn halt() -> DieselError {
     DieselError::QueryBuilderError("the model's step ends here".into())
 }
 
+/// A statement that got no entry (the step is over), or another kind of
+/// entry than it makes: the crate's code is not deterministic given its
+/// statements' answers, and the model cannot resume it.
+fn halted<T>(entry: Option<Entry>) -> QueryResult<T> {
+    match entry {
+        None => Err(halt()),
+        Some(other) => panic!("the run took another path than its log: {other:?}"),
+    }
+}
+
 fn key_id(account_id: i64, key: &str) -> KeyId {
     (account_id as u8, key[1..].parse().expect("a model key"))
 }
@@ -217,8 +227,9 @@ impl KeyStore for Conn<'_, '_> {
                 row,
             })
         });
-        let Some(Entry::Read { row, .. }) = entry else {
-            return Err(halt());
+        let row = match entry {
+            Some(Entry::Read { row, .. }) => row,
+            other => return halted(other),
         };
         let Some(seen) = row else { return Ok(None) };
         let response = seen.response.as_ref();
@@ -250,7 +261,7 @@ impl KeyStore for Conn<'_, '_> {
         });
         match entry {
             Some(Entry::Insert(t)) => Ok(t.map(|t| Claim::new(new, Uuid::from_u128(t.into())))),
-            _ => Err(halt()),
+            other => halted(other),
         }
     }
 
@@ -284,7 +295,7 @@ impl KeyStore for Conn<'_, '_> {
         });
         match entry {
             Some(Entry::TakeOver(t)) => Ok(t.map(|t| Claim::new(new, Uuid::from_u128(t.into())))),
-            _ => Err(halt()),
+            other => halted(other),
         }
     }
 
@@ -310,7 +321,7 @@ impl KeyStore for Conn<'_, '_> {
         });
         match entry {
             Some(Entry::Complete(done)) => Ok(done),
-            _ => Err(halt()),
+            other => halted(other),
         }
     }
 
@@ -325,7 +336,7 @@ impl KeyStore for Conn<'_, '_> {
         });
         match entry {
             Some(Entry::Release(done)) => Ok(usize::from(done)),
-            _ => Err(halt()),
+            other => halted(other),
         }
     }
 
@@ -368,8 +379,8 @@ impl Transactional for Conn<'_, '_> {
             }),
         };
         match end {
-            Some(_) => done,
-            None => Err(halt().into()),
+            Some(Entry::Commit | Entry::Rollback) => done,
+            other => halted(other).map_err(E::from),
         }
     }
 }
@@ -426,8 +437,9 @@ impl<'c, 'a> Operation<Conn<'c, 'a>> for Charging<'c, 'a> {
             t.charges.push(charge);
             Ok(Entry::Charge(c.job.serial))
         });
-        let Some(Entry::Charge(id)) = entry else {
-            return Err(halt().into());
+        let id = match entry {
+            Some(Entry::Charge(id)) => id,
+            other => return halted(other).map_err(Error::from),
         };
         Ok(charged(id, tx.0.borrow().job.body))
     }
@@ -461,7 +473,7 @@ impl ForeignStep for Call<'_, '_> {
             Some(Entry::Call(_, Called::Done)) => Ok(()),
             Some(Entry::Call(_, Called::Lost)) => Err(Error::Dependency("lost".into())),
             Some(Entry::Call(_, Called::Refused)) => Err(Error::DependencyKeyReused),
-            _ => Err(halt().into()),
+            other => halted(other).map_err(Error::from),
         }
     }
 }

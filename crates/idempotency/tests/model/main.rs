@@ -50,7 +50,7 @@ fn ci() -> Vec<Config> {
         (Mode::KeyFirst, false, budget(1, 0, 0, 0)),
         (Mode::KeyFirst, false, budget(0, 1, 0, 1)),
         (Mode::KeyFirst, true, budget(0, 0, 1, 0)),
-        (Mode::Atomic, true, budget(0, 1, 0, 0)),
+        (Mode::Atomic, true, budget(0, 1, 0, 1)),
     ];
     let mut all: Vec<Config> = runs
         .into_iter()

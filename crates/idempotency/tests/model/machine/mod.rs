@@ -138,12 +138,14 @@ impl Config {
         self.foreign.then_some(Service::Network)
     }
 
-    /// The step a recovery worker of another kind performs.
-    pub fn other_step(&self) -> Option<Service> {
-        Some(match self.foreign {
-            true => Service::Another,
-            false => Service::Network,
-        })
+    /// The steps a recovery worker of another kind performs: another
+    /// service's, or none (the design without a foreign step); the
+    /// network's, when the clients' requests call none.
+    pub fn other_steps(&self) -> &'static [Option<Service>] {
+        match self.foreign {
+            true => &[Some(Service::Another), None],
+            false => &[Some(Service::Network)],
+        }
     }
 
     fn recovery(&self) -> usize {
@@ -354,10 +356,9 @@ impl Model for Protocol {
                     step: self.0.step(),
                 });
                 if s.left.other_recoveries > 0 {
-                    actions.push(Action::Recover {
-                        key: *key,
-                        step: self.0.other_step(),
-                    });
+                    for &step in self.0.other_steps() {
+                        actions.push(Action::Recover { key: *key, step });
+                    }
                 }
             }
         }

@@ -131,6 +131,30 @@ where
     expired.or(in_progress.and(lease_over).and(same_request))
 }
 
+/// What a key row holds that [`takeover`] reads, each column as the
+/// predicate sees it against the database's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TakeoverRow<'a> {
+    /// `expires_at` is past.
+    pub expired: bool,
+    /// `status` is `in_progress`.
+    pub in_progress: bool,
+    /// `locked_until` is past.
+    pub lease_over: bool,
+    pub fingerprint: &'a str,
+    pub foreign_step: Option<&'a str>,
+}
+
+/// [`takeover`] in plain Rust, for a model of the protocol that cannot run
+/// SQL: whether a request with `fingerprint` and `foreign_step` may take
+/// `row` over. The SQL is the rule; this is its twin, pinned to it on every
+/// combination of the row's fields by `tests/takeover_twin.rs` on both
+/// backends, so that a change to one without the other fails there.
+pub fn may_take_over(row: TakeoverRow<'_>, fingerprint: &str, foreign_step: Option<&str>) -> bool {
+    let same_request = row.fingerprint == fingerprint && row.foreign_step == foreign_step;
+    row.expired || (row.in_progress && row.lease_over && same_request)
+}
+
 /// A key row left in progress, with the request it was registered for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StuckKey {

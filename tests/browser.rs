@@ -150,7 +150,7 @@ async fn run_lessons(backend: support::TestBackend, room: Option<u32>) {
                 settings.recovery_interval = std::time::Duration::from_millis(300);
                 if let Some(learners) = room {
                     settings.pool_size = ROOM_POOL_SIZE;
-                    settings.demo_max_delayed = learners + 2;
+                    settings.demo_max_delayed = Some(learners + 2);
                 }
             }),
         )

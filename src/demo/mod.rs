@@ -181,7 +181,8 @@ impl Sandbox {
             Backend::Postgres => (half_pool, Duration::ZERO),
             Backend::Sqlite => (1, SQLITE_DELAY_GAP),
         };
-        let max_delayed = settings.demo_max_delayed.min(ceiling);
+        let asked = asked_delayed(settings, half_pool);
+        let max_delayed = asked.min(ceiling);
         // A held transaction ends well inside the request deadline. On
         // SQLite every writer waits for it, up to the busy timeout
         // (DB_LOCK_TIMEOUT): it ends a second before that too, so that no
@@ -200,9 +201,9 @@ impl Sandbox {
         }
         // SQLite's cap of 1 is by design (and documented), not a setting
         // gone wrong: only a value beyond half the pool is worth a warning.
-        if settings.demo_max_delayed > half_pool {
+        if asked > half_pool {
             tracing::warn!(
-                requested = settings.demo_max_delayed,
+                requested = asked,
                 allowed = max_delayed,
                 "DEMO_MAX_DELAYED is capped at half of POOL_SIZE (and at 1 on SQLite)"
             );
@@ -277,6 +278,18 @@ impl Sandbox {
         client.watch(self.watcher());
         client
     }
+}
+
+/// The held transactions asked for: `DEMO_MAX_DELAYED`, or unset, sized
+/// from the demo's half of the pool when hosted for others (else 2).
+fn asked_delayed(settings: &Settings, half_pool: u32) -> u32 {
+    settings
+        .demo_max_delayed
+        .unwrap_or(if settings.demo_public {
+            crate::config::demo_max_delayed_public(half_pool)
+        } else {
+            crate::config::DEFAULT_DEMO_MAX_DELAYED
+        })
 }
 
 /// The card network's keys the sandboxes' requests used (each with its
@@ -444,16 +457,32 @@ struct Held {
     last_release: Option<Instant>,
     /// The sandboxes holding one: one each.
     holders: std::collections::HashSet<i64>,
+    /// When each slot held now is given back, as its delay said (by slot).
+    ends: std::collections::HashMap<u64, Instant>,
+    next: u64,
 }
 
-pub(crate) struct DelaySlot<'a>(&'a DelaySlots, Option<i64>);
+pub(crate) struct DelaySlot<'a> {
+    slots: &'a DelaySlots,
+    holder: Option<i64>,
+    id: u64,
+}
 
 /// Why no delay slot was given.
 pub(crate) enum NoSlot {
     /// The demo holds as many as it may (or one ended too recently).
-    Demo,
+    Demo(Busy),
     /// This sandbox holds one already.
     Sandbox,
+}
+
+/// The demo's slots all taken: how many are held, and how long until the
+/// first of them is given back (its delay's end, or SQLite's gap after it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Busy {
+    pub(crate) held: u32,
+    pub(crate) max: u32,
+    pub(crate) free_in: Duration,
 }
 
 impl DelaySlots {
@@ -469,31 +498,93 @@ impl DelaySlots {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A slot for `holder`'s request: at most one per sandbox, so that no
-    /// visitor takes another's (`None`: the shared account, the demo's cap
-    /// only).
-    pub(crate) fn take(&self, holder: Option<i64>) -> Result<DelaySlot<'_>, NoSlot> {
+    /// A slot for `holder`'s request, to hold its transaction for `delay`:
+    /// at most one per sandbox, so that no visitor takes another's (`None`:
+    /// the shared account, the demo's cap only).
+    pub(crate) fn take(
+        &self,
+        holder: Option<i64>,
+        delay: Duration,
+    ) -> Result<DelaySlot<'_>, NoSlot> {
         let mut held = self.held();
         if holder.is_some_and(|account| held.holders.contains(&account)) {
             return Err(NoSlot::Sandbox);
         }
-        let too_soon = held.last_release.is_some_and(|at| at.elapsed() < self.gap);
-        if too_soon || held.open >= self.max {
-            return Err(NoSlot::Demo);
+        let now = Instant::now();
+        let gap_left = held
+            .last_release
+            .map_or(Duration::ZERO, |at| self.gap.saturating_sub(now - at));
+        if !gap_left.is_zero() || held.open >= self.max {
+            let first_end = held
+                .ends
+                .values()
+                .map(|end| end.saturating_duration_since(now))
+                .min()
+                .unwrap_or(Duration::ZERO);
+            let free_in = if held.open >= self.max {
+                first_end + self.gap
+            } else {
+                gap_left
+            };
+            return Err(NoSlot::Demo(Busy {
+                held: held.open,
+                max: self.max,
+                free_in,
+            }));
         }
         held.open += 1;
         held.holders.extend(holder);
-        Ok(DelaySlot(self, holder))
+        held.next += 1;
+        let id = held.next;
+        held.ends.insert(id, now + delay);
+        Ok(DelaySlot {
+            slots: self,
+            holder,
+            id,
+        })
+    }
+
+    /// Whether `account`'s sandbox holds a slot now, and how many are held.
+    pub(crate) fn view(&self, account: i64) -> (bool, u32) {
+        let held = self.held();
+        (held.holders.contains(&account), held.open)
     }
 }
 
 impl Drop for DelaySlot<'_> {
     fn drop(&mut self) {
-        let mut held = self.0.held();
+        let mut held = self.slots.held();
         held.open -= 1;
-        if let Some(account) = self.1 {
+        if let Some(account) = self.holder {
             held.holders.remove(&account);
         }
+        held.ends.remove(&self.id);
         held.last_release = Some(Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_slot_says_how_many_are_held_and_when_the_first_is_given_back() {
+        let slots = DelaySlots::new(2, Duration::ZERO);
+        let _a = slots.take(Some(1), Duration::from_secs(5)).ok().unwrap();
+        let _b = slots.take(Some(2), Duration::from_secs(3)).ok().unwrap();
+        let Err(NoSlot::Demo(busy)) = slots.take(Some(3), Duration::from_secs(5)) else {
+            panic!("a third slot was given");
+        };
+        assert_eq!((busy.held, busy.max), (2, 2));
+        assert!(busy.free_in <= Duration::from_secs(3), "{busy:?}");
+        assert!(busy.free_in > Duration::from_millis(2500), "{busy:?}");
+        assert!(matches!(
+            slots.take(Some(1), Duration::from_secs(1)),
+            Err(NoSlot::Sandbox)
+        ));
+        assert_eq!(slots.view(1), (true, 2));
+        assert_eq!(slots.view(3), (false, 2));
+        drop(_b);
+        assert!(slots.take(Some(3), Duration::from_secs(5)).is_ok());
     }
 }

@@ -322,6 +322,7 @@ async fn on_your_sandbox<T: Send + 'static>(
     let settings = app.settings.clone();
     let network = sandbox.network.clone();
     let ledger = sandbox.ledger.clone();
+    let slots = sandbox.delayed.clone();
     let account_id = yours.account_id;
     let label = session_label(account_id);
     // On the demo's own connections: a /demo/* route that waits (on a key
@@ -350,6 +351,15 @@ async fn on_your_sandbox<T: Send + 'static>(
             Ok((done, snapshot(tables, &settings, locks, network, &yours)))
         })
         .await
+        .map(|(done, mut snapshot)| {
+            // The held-transaction slots as of now: whether this sandbox
+            // holds one (lesson 4 sends its retry only once it does), and
+            // how many of the demo's are held.
+            let (yours, held) = slots.view(account_id);
+            snapshot["sandbox"]["holds_transaction"] = json!(yours);
+            snapshot["held_transactions"] = json!({"held": held, "max": slots.max});
+            (done, snapshot)
+        })
 }
 
 /// Demo mode only: what the teaching page must know of this server instead

@@ -319,8 +319,13 @@ pub async fn faults(
         key,
     };
     // From here on the request is the demo's: its handler reads this state.
+    let session = match super::session_tag(req.headers()) {
+        Ok(session) => session,
+        Err(e) => return Ok(req.into_response(refusal(ApiError::invalid(e)))),
+    };
     let refused = Arc::default();
     let request = Request {
+        session,
         account,
         faults,
         mode,
@@ -479,6 +484,7 @@ struct Request {
     mode: Mode,
     asks_network: bool,
     refused: Arc<std::sync::Mutex<Option<Busy>>>,
+    session: Option<String>,
 }
 
 /// The state a sandbox's request runs with: the server's, on the demo's
@@ -495,6 +501,7 @@ fn demo_state(state: &AppState, sandbox: &Sandbox, request: Request) -> AppState
         mode,
         asks_network,
         refused,
+        session,
     } = request;
     let mut settings = (*state.settings).clone();
     settings.idempotency_mode = mode;
@@ -522,7 +529,9 @@ fn demo_state(state: &AppState, sandbox: &Sandbox, request: Request) -> AppState
     };
     AppState {
         // Named per sandbox: its view of lock waits shows a visitor their own only.
-        pool: sandbox.pool.named(super::session_label(account)),
+        pool: sandbox
+            .pool
+            .named(super::request_label(account, session.as_deref())),
         accounts: sandbox.accounts.clone(),
         network,
         settings: Arc::new(settings),

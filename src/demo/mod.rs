@@ -37,6 +37,9 @@
 //!   `lose-response`, `abandon`'s lost answer and `forget-commit` wrap the
 //!   handler from outside.
 //! - `Demo-Mode: atomic | key-first`: run this request in that design.
+//! - `Demo-Session: <tag>` (1 to 8 letters or digits): name this request's
+//!   PostgreSQL sessions `charges-demo-<account>-<tag>`, so that psql tells
+//!   lesson 4's A from B.
 //! - `Demo-Mode: check-then-insert`: the naive algorithm (look the key up,
 //!   then insert it) against a table without a unique constraint, to show
 //!   the race the constraint prevents.
@@ -72,9 +75,10 @@ pub mod openapi;
 mod queries;
 mod routes;
 pub mod sandboxes;
+mod slots;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
@@ -92,6 +96,7 @@ pub use routes::{
 };
 pub use routes::{config, create_sandbox, expire, purge, reset, state};
 pub use sandboxes::purge_periodically;
+pub(crate) use slots::{Busy, DelaySlots, NoSlot};
 
 /// The demo account's documented, public key.
 pub const DEMO_API_KEY: &str = "sk_test_demo";
@@ -102,6 +107,9 @@ pub const MODE_HEADER: &str = "demo-mode";
 pub const NETWORK_HEADER: &str = "demo-network";
 /// What the demo's own PostgreSQL sessions are called.
 pub const DEMO_APPLICATION_NAME: &str = "charges-demo";
+/// `Demo-Session: <tag>`: this request's database sessions are named
+/// `charges-demo-<account>-<tag>` (see [`request_label`]).
+pub const SESSION_HEADER: &str = "demo-session";
 /// Every header whose name starts with this is a demo header.
 pub const HEADER_PREFIX: &str = "demo-";
 pub const CHECK_THEN_INSERT: &str = "check-then-insert";
@@ -381,6 +389,33 @@ pub(crate) fn session_label(account: i64) -> Arc<str> {
     format!("{DEMO_APPLICATION_NAME}-{account}").into()
 }
 
+/// The name of one request's sessions: its sandbox's label, and its
+/// `Demo-Session` tag if it sent one (`charges-demo-<account>-B`), so that
+/// `pg_stat_activity` tells lesson 4's A from B; the demo's view of lock
+/// waits still finds them as the sandbox's (`queries::lock_waits`).
+pub(crate) fn request_label(account: i64, tag: Option<&str>) -> Arc<str> {
+    match tag {
+        Some(tag) => format!("{DEMO_APPLICATION_NAME}-{account}-{tag}").into(),
+        None => session_label(account),
+    }
+}
+
+/// `Demo-Session`'s value, if sent: 1 to 8 ASCII letters or digits (it
+/// becomes part of a PostgreSQL `application_name`).
+pub(crate) fn session_tag(
+    headers: &actix_web::http::header::HeaderMap,
+) -> Result<Option<String>, String> {
+    let Some(value) = headers.get(SESSION_HEADER) else {
+        return Ok(None);
+    };
+    let tag = value.to_str().unwrap_or("");
+    if (1..=8).contains(&tag.len()) && tag.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        Ok(Some(tag.to_owned()))
+    } else {
+        Err("Demo-Session is 1 to 8 ASCII letters or digits (the request's sessions are named for it)".to_owned())
+    }
+}
+
 /// `url` (PostgreSQL's) naming its sessions `charges-demo`.
 fn with_application_name(url: &str) -> String {
     let separator = if url.contains('?') { '&' } else { '?' };
@@ -438,153 +473,5 @@ fn seed(store: &mut dyn Store) -> Result<i64, accounts::AccountError> {
             store.find_account(&digest, true)?.ok_or(taken)
         }
         inserted => inserted,
-    }
-}
-
-/// How many transactions `delay-commit` holds open right now, and the most
-/// it may. Taken inside the transaction, by the request that really runs
-/// it: a duplicate waiting on the key's index entry holds none.
-pub(crate) struct DelaySlots {
-    pub(crate) max: u32,
-    /// After a slot is given back, no delay starts for this long (SQLite).
-    pub(crate) gap: Duration,
-    held: Mutex<Held>,
-}
-
-#[derive(Default)]
-struct Held {
-    open: u32,
-    last_release: Option<Instant>,
-    /// The sandboxes holding one: one each.
-    holders: std::collections::HashSet<i64>,
-    /// When each slot held now is given back, as its delay said (by slot).
-    ends: std::collections::HashMap<u64, Instant>,
-    next: u64,
-}
-
-pub(crate) struct DelaySlot<'a> {
-    slots: &'a DelaySlots,
-    holder: Option<i64>,
-    id: u64,
-}
-
-/// Why no delay slot was given.
-pub(crate) enum NoSlot {
-    /// The demo holds as many as it may (or one ended too recently).
-    Demo(Busy),
-    /// This sandbox holds one already.
-    Sandbox,
-}
-
-/// The demo's slots all taken: how many are held, and how long until the
-/// first of them is given back (its delay's end, or SQLite's gap after it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Busy {
-    pub(crate) held: u32,
-    pub(crate) max: u32,
-    pub(crate) free_in: Duration,
-}
-
-impl DelaySlots {
-    fn new(max: u32, gap: Duration) -> DelaySlots {
-        DelaySlots {
-            max,
-            gap,
-            held: Mutex::default(),
-        }
-    }
-
-    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A slot for `holder`'s request, to hold its transaction for `delay`:
-    /// at most one per sandbox, so that no visitor takes another's (`None`:
-    /// the shared account, the demo's cap only).
-    pub(crate) fn take(
-        &self,
-        holder: Option<i64>,
-        delay: Duration,
-    ) -> Result<DelaySlot<'_>, NoSlot> {
-        let mut held = self.held();
-        if holder.is_some_and(|account| held.holders.contains(&account)) {
-            return Err(NoSlot::Sandbox);
-        }
-        let now = Instant::now();
-        let gap_left = held
-            .last_release
-            .map_or(Duration::ZERO, |at| self.gap.saturating_sub(now - at));
-        if !gap_left.is_zero() || held.open >= self.max {
-            let first_end = held
-                .ends
-                .values()
-                .map(|end| end.saturating_duration_since(now))
-                .min()
-                .unwrap_or(Duration::ZERO);
-            let free_in = if held.open >= self.max {
-                first_end + self.gap
-            } else {
-                gap_left
-            };
-            return Err(NoSlot::Demo(Busy {
-                held: held.open,
-                max: self.max,
-                free_in,
-            }));
-        }
-        held.open += 1;
-        held.holders.extend(holder);
-        held.next += 1;
-        let id = held.next;
-        held.ends.insert(id, now + delay);
-        Ok(DelaySlot {
-            slots: self,
-            holder,
-            id,
-        })
-    }
-
-    /// Whether `account`'s sandbox holds a slot now, and how many are held.
-    pub(crate) fn view(&self, account: i64) -> (bool, u32) {
-        let held = self.held();
-        (held.holders.contains(&account), held.open)
-    }
-}
-
-impl Drop for DelaySlot<'_> {
-    fn drop(&mut self) {
-        let mut held = self.slots.held();
-        held.open -= 1;
-        if let Some(account) = self.holder {
-            held.holders.remove(&account);
-        }
-        held.ends.remove(&self.id);
-        held.last_release = Some(Instant::now());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_refused_slot_says_how_many_are_held_and_when_the_first_is_given_back() {
-        let slots = DelaySlots::new(2, Duration::ZERO);
-        let _a = slots.take(Some(1), Duration::from_secs(5)).ok().unwrap();
-        let _b = slots.take(Some(2), Duration::from_secs(3)).ok().unwrap();
-        let Err(NoSlot::Demo(busy)) = slots.take(Some(3), Duration::from_secs(5)) else {
-            panic!("a third slot was given");
-        };
-        assert_eq!((busy.held, busy.max), (2, 2));
-        assert!(busy.free_in <= Duration::from_secs(3), "{busy:?}");
-        assert!(busy.free_in > Duration::from_millis(2500), "{busy:?}");
-        assert!(matches!(
-            slots.take(Some(1), Duration::from_secs(1)),
-            Err(NoSlot::Sandbox)
-        ));
-        assert_eq!(slots.view(1), (true, 2));
-        assert_eq!(slots.view(3), (false, 2));
-        drop(_b);
-        assert!(slots.take(Some(3), Duration::from_secs(5)).is_ok());
     }
 }

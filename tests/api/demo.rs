@@ -111,6 +111,13 @@ crate::on_both_backends! {
         app.demo().charge_with("k-lease", &body, &[key_first, ("demo-fault", "lease=500")])
             .await
             .assert_problem(400, "invalid-request");
+        // Demo-Session names the request's sessions: letters and digits only, at most 8.
+        for bad in ["A'; SELECT 1", "", "ABCDEFGHI", "A-B"] {
+            app.demo().charge_with("k-session", &body, &[("demo-session", bad)])
+                .await
+                .assert_problem(400, "invalid-request");
+        }
+        assert_eq!(app.demo().charge_with("k-session", &body, &[("demo-session", "B")]).await.status, 201);
     }
 
     async fn the_page_reads_this_servers_settings_and_every_problem_type_from_demo_config() {

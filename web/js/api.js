@@ -34,8 +34,10 @@ export function newKey() {
  *    it a demo charge is the one transaction (key, charge, stored response)
  *    and its authorization_id is null.
  */
-export function chargeRequest({ apiKey, amount, currency = 'jpy', description, key, faults = [], mode, network = false } = {}) {
+export function chargeRequest({ apiKey, amount, currency = 'jpy', description, key, faults = [], mode, network = false, session } = {}) {
   const headers = apiHeaders(apiKey, { key, faults, mode, network });
+  // Demo-Session: the request's database sessions are named for it (psql's pg_stat_activity then tells A from B).
+  if (session) headers.push(['Demo-Session', session]);
   const body = { amount, currency };
   if (description !== undefined) body.description = description;
   return {

@@ -44,7 +44,8 @@
 //!   then insert it) against a table without a unique constraint, to show
 //!   the race the constraint prevents.
 //! - `GET /demo/state`, `POST /demo/reset`, `POST /demo/keys/{key}/expire`,
-//!   `POST /demo/purge`: the caller's sandbox's rows only.
+//!   `POST /demo/purge`: the caller's sandbox's rows only; `GET /demo/slot`:
+//!   whether it holds a transaction open now (from memory).
 //!
 //! Files: this one holds the demo's walls (the shared account, seeded here,
 //! and the limits); [`sandboxes`] the visitors' sandboxes; [`faults`] the `Demo-*` headers, read into the demo's own
@@ -92,9 +93,10 @@ pub use gate::gate;
 pub use routes::{check_then_insert_route, routes};
 // For the OpenAPI document.
 pub use routes::{
-    __path_config, __path_create_sandbox, __path_expire, __path_purge, __path_reset, __path_state,
+    __path_config, __path_create_sandbox, __path_expire, __path_purge, __path_reset, __path_slot,
+    __path_state,
 };
-pub use routes::{config, create_sandbox, expire, purge, reset, state};
+pub use routes::{config, create_sandbox, expire, purge, reset, slot, state};
 pub use sandboxes::purge_periodically;
 pub(crate) use slots::{Busy, DelaySlots, NoSlot};
 

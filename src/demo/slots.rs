@@ -21,8 +21,9 @@ struct Held {
     last_release: Option<Instant>,
     /// The sandboxes holding one: one each.
     holders: std::collections::HashSet<i64>,
-    /// When each slot held now is given back, as its delay said (by slot).
-    ends: std::collections::HashMap<u64, Instant>,
+    /// When each slot held now is given back, as its delay said, and whose
+    /// it is (by slot).
+    ends: std::collections::HashMap<u64, (Option<i64>, Instant)>,
     next: u64,
 }
 
@@ -82,7 +83,7 @@ impl DelaySlots {
             let first_end = held
                 .ends
                 .values()
-                .map(|end| end.saturating_duration_since(now))
+                .map(|(_, end)| end.saturating_duration_since(now))
                 .min()
                 .unwrap_or(Duration::ZERO);
             let free_in = if held.open >= self.max {
@@ -100,7 +101,7 @@ impl DelaySlots {
         held.holders.extend(holder);
         held.next += 1;
         let id = held.next;
-        held.ends.insert(id, now + delay);
+        held.ends.insert(id, (holder, now + delay));
         Ok(DelaySlot {
             slots: self,
             holder,
@@ -112,6 +113,18 @@ impl DelaySlots {
     pub(crate) fn view(&self, account: i64) -> (bool, u32) {
         let held = self.held();
         (held.holders.contains(&account), held.open)
+    }
+
+    /// How long `account`'s sandbox still holds its slot (`None`: it holds
+    /// none), and how many are held.
+    pub(crate) fn left(&self, account: i64) -> (Option<Duration>, u32) {
+        let held = self.held();
+        let left = held
+            .ends
+            .values()
+            .find(|(holder, _)| *holder == Some(account))
+            .map(|(_, end)| end.saturating_duration_since(Instant::now()));
+        (left, held.open)
     }
 }
 
@@ -148,6 +161,13 @@ mod tests {
         ));
         assert_eq!(slots.view(1), (true, 2));
         assert_eq!(slots.view(3), (false, 2));
+        let (left, held) = slots.left(1);
+        assert_eq!(held, 2);
+        assert!(
+            left.is_some_and(|l| l > Duration::from_millis(4500) && l <= Duration::from_secs(5)),
+            "{left:?}"
+        );
+        assert_eq!(slots.left(3).0, None);
         drop(_b);
         assert!(slots.take(Some(3), Duration::from_secs(5)).is_ok());
     }

@@ -354,18 +354,34 @@ async fn a_hosted_demo_sizes_its_held_transactions_from_the_pool_and_tells_a_san
             assert_eq!(before["sandbox"]["holds_transaction"], false);
             assert_eq!(before["held_transactions"], json!({"held": 0, "max": 10}));
             let held = [("demo-fault", "delay-commit=1500")];
-            let (first, (mine, theirs)) =
+            let (first, ((mine, theirs), (slot, other_slot))) =
                 tokio::join!(a.charge_with("k1", &charge_body(), &held), async {
                     app.until_held(1).await;
-                    tokio::join!(a.get_json("/demo/state"), b.get_json("/demo/state"))
+                    tokio::join!(
+                        async {
+                            tokio::join!(a.get_json("/demo/state"), b.get_json("/demo/state"))
+                        },
+                        async { tokio::join!(a.get_json("/demo/slot"), b.get_json("/demo/slot")) },
+                    )
                 });
             assert_eq!(first.status, 201);
+            // GET /demo/slot, from memory: the hold's time left too.
+            assert_eq!(slot["holds_transaction"], true, "{slot}");
+            let left = slot["left_ms"].as_u64().unwrap();
+            assert!(left > 0 && left < 1500, "{slot}");
+            assert_eq!(
+                (slot["held"].as_u64(), slot["max"].as_u64()),
+                (Some(1), Some(10))
+            );
+            assert_eq!(other_slot["holds_transaction"], false);
+            assert_eq!(other_slot["left_ms"], Value::Null);
             assert_eq!(mine["sandbox"]["holds_transaction"], true, "{mine}");
             assert_eq!(mine["held_transactions"], json!({"held": 1, "max": 10}));
             assert_eq!(theirs["sandbox"]["holds_transaction"], false);
             assert_eq!(theirs["held_transactions"]["held"], 1);
             let after = a.get_json("/demo/state").await;
             assert_eq!(after["sandbox"]["holds_transaction"], false);
+            assert_eq!(a.get_json("/demo/slot").await["holds_transaction"], false);
             assert_eq!(after["held_transactions"]["held"], 0);
         })
         .await

@@ -625,7 +625,8 @@ async function pollLocks(done) {
       seen.named ??= `${w.application_name} waits for ${w.lock_mode} (granted ${w.granted}) held by ${w.blocked_by[0].application_name}`;
     }
     if (state.locks?.write_lock_held === true) { seen.writeLock = true; seen.sample ??= 'write_lock_held'; }
-    await new Promise((r) => setTimeout(r, 250));
+    // In a room, ten learners' tests polling as often would be a load of their own.
+    await new Promise((r) => setTimeout(r, ROOM ? 1000 : 250));
   }
   return seen;
 }
@@ -745,6 +746,8 @@ async function lesson4SlotBusy(page) {
   check('axe: no violations while lesson 4 waits for a slot (en, 1280×900)', violations.length === 0, violations.join('; '));
   await screenshot(page, 'lesson-4', 'lesson-4-slot-busy-en-desktop.png');
   await setLang(page, 'ja');
+  // The countdown is redrawn every 250 ms, in the language of the moment.
+  await page.waitForFunction(() => /受講者/.test(document.querySelector('[data-testid="exp-l4"] [data-testid="progress"]')?.textContent ?? ''), null, { timeout: 2000 }).catch(() => {});
   const saidJa = await progress.innerText();
   check('lesson 4, every slot taken: the same in Japanese', /ほかの受講者が使っています/.test(saidJa) && /後に A をもう一度送ります/.test(saidJa), saidJa);
   const violationsJa = await axe(page);
@@ -871,7 +874,7 @@ async function lesson4(page) {
     { timeout: L4_B_TIMEOUT_MS },
   );
   const row = exp(page, 'l4').getByTestId('db-panel').locator('[data-testid="key-row"][data-status="in_progress"]');
-  const seen = await row.waitFor({ timeout: 2000 }).then(() => true, () => false);
+  const seen = await row.waitFor({ timeout: ROOM ? 6000 : 2000 }).then(() => true, () => false);
   const aPending = (await l4Card(page, 'A').getAttribute('data-status')) === '';
   const lease = seen ? await row.getAttribute('data-lease-live') : null;
   const leaseShown = seen ? (await row.getByTestId('lease').innerText()).trim() : '';
@@ -1321,6 +1324,10 @@ async function checkQuiz(page, i) {
 
 /** A fresh page (the self-check's state and its shuffle are per load), scrolled to the self-check. */
 async function freshSelfCheck(page) {
+  // A fresh learner: the answers this sandbox kept (localStorage) are forgotten first.
+  await page.evaluate(() => {
+    for (const k of Object.keys(localStorage)) if (k.startsWith('charges.selfcheck.')) localStorage.removeItem(k);
+  });
   await page.reload({ waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
   await page.waitForSelector('body[data-ready="true"]', { timeout: ACTION_TIMEOUT_MS });
   return page.getByTestId('self-check');
@@ -1482,7 +1489,67 @@ async function selfCheck(page) {
   }, hash.slice(1));
   check('self-check: the link goes back to the experiment that shows the answer', hash === `#${answers[6].see}` && inView, hash);
   await look(page, 'the self-check, answered', { section: 'self-check' });
+
+  // A revealed answer (the wrong option's correction, then the right one's explanation) says
+  // each fact once: question 2's ¥300 of lesson 2 once, and no sentence twice, in either language.
+  const twice = await page.evaluate(async () => {
+    const { MESSAGES } = await import('/js/messages.js');
+    const { QUESTIONS } = await import('/js/selfcheck.js');
+    const plain = (html) => html.replace(/<[^>]+>/g, '');
+    const found = [];
+    for (const lang of ['en', 'ja']) {
+      for (const q of QUESTIONS) {
+        for (let j = 0; j < q.options; j += 1) {
+          if (j === q.answer) continue;
+          const shown = `${plain(MESSAGES[lang][`${q.q}.a${j}.wrong.html`])} ${plain(MESSAGES[lang][`${q.q}.why.html`])}`;
+          const sentences = shown.split(/(?<=[.。])\s*/).map((x) => x.trim()).filter((x) => x.length > 12);
+          if (sentences.some((x, k) => sentences.indexOf(x) !== k)) found.push(`${lang} ${q.q} a${j}: a sentence twice`);
+          if (q.q === 'sc.q2' && (shown.match(/¥300|300円/g) ?? []).length > 1) found.push(`${lang} ${q.q} a${j}: ¥300 twice`);
+        }
+      }
+    }
+    return found;
+  });
+  check('self-check: a revealed answer says each fact once (question 2: lesson 2\'s ¥300 once), in English and Japanese', twice.length === 0, twice.join('; '));
+  // The closing sentence fits the score.
+  const scoreText = await page.getByTestId('self-check-score').innerText();
+  const ends = await page.evaluate(async () => {
+    const { t } = await import('/js/i18n.js');
+    const { MESSAGES } = await import('/js/messages.js');
+    return { all: t('sc.scoreEndAll', { right: 10, total: 10 }), allJa: MESSAGES.ja['sc.scoreEndAll']({ right: 10, total: 10 }) };
+  });
+  check('self-check: the closing sentence fits the score (1 of 10: the right answers shown under the misses; 10 of 10: none missed)',
+    /Your score: 1 of 10/.test(scoreText) && /every question you missed/.test(scoreText) && !/missed/.test(ends.all) && /every one right/.test(ends.all) && !/間違えた/.test(ends.allJa),
+    `${scoreText} | ${ends.all} | ${ends.allJa}`);
+  // A reload keeps the answers and the first tries (per sandbox): answering again with the
+  // answers revealed last time does not raise the score.
+  await page.reload({ waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
+  await page.waitForSelector('body[data-ready="true"]', { timeout: ACTION_TIMEOUT_MS });
+  root = page.getByTestId('self-check');
+  const kept = await scoreOf(page);
+  const restored = await root.locator('fieldset.quiz').evaluateAll((sets) => sets.map((set) => ({
+    checked: set.querySelector('input[type="radio"]:checked')?.value ?? null,
+    correct: set.querySelector('[data-testid="quiz-feedback"]').dataset.correct ?? null,
+  })));
+  check('self-check: after a reload the answers and first tries are still there (score 1 of 10, all answered, every last answer shown as right)',
+    kept.right === 1 && kept.answered === n && restored.every((r, i) => Number(r.checked) === answers[i].answer && r.correct === 'true'),
+    `${kept.right}/${kept.answered}; ${JSON.stringify(restored.slice(0, 3))}`);
+  for (let i = 1; i < n; i += 1) {
+    await option(root, i, answers[i].answer).check();
+    await root.getByTestId(`quiz-${i + 1}`).getByTestId('quiz-check').click();
+  }
+  await page.waitForTimeout(200);
+  const again = await scoreOf(page);
+  check('self-check: answering again after the reload, with the revealed answers, scores no more than the first tries did', again.right === 1 && again.answered === n, `${again.right}/${again.answered}`);
+  const other = await page.context().browser().newContext({ viewport: DESKTOP, locale: 'en-US' });
+  const otherPage = await other.newPage();
+  await otherPage.goto(`${BASE_URL}/`, { waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
+  await otherPage.waitForSelector('body[data-ready="true"]', { timeout: ACTION_TIMEOUT_MS });
+  const fresh = await scoreOf(otherPage);
+  check('self-check: another sandbox (another context) starts with no answers', fresh.answered === 0, `${fresh.right}/${fresh.answered}`);
+  await other.close();
 }
+
 
 /** The API reference at /docs: no axe violation at either size. */
 async function docs(browser) {

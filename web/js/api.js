@@ -208,6 +208,11 @@ export async function getState() {
   return sandboxCall('GET', '/demo/state');
 }
 
+/** GET /demo/slot: whether this tab's sandbox holds a transaction open now, and for how long (from memory: no tables read). */
+export async function getSlot() {
+  return sandboxCall('GET', '/demo/slot');
+}
+
 /** POST /demo/reset: empties this tab's sandbox's tables; answers the (empty) state. */
 export async function resetDemo() {
   return sandboxCall('POST', '/demo/reset');

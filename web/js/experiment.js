@@ -183,6 +183,8 @@ export class Experiment {
       progress(text, ms = null) {
         const el = experiment.el.progress;
         el.hidden = false;
+        // Kept, so that a language switch redraws it at once (renderAll), not at the next tick.
+        experiment.progressText = text;
         el.textContent = text();
         if (ms === null) delete el.dataset.ms;
         else el.dataset.ms = String(Math.round(ms));
@@ -287,6 +289,7 @@ export class Experiment {
     } finally {
       this.el.progress.hidden = true;
       this.el.progress.textContent = '';
+      this.progressText = null;
       // Its figure too: the next wait must not start from this one's.
       delete this.el.progress.dataset.ms;
       setBusy(null);
@@ -330,6 +333,7 @@ export class Experiment {
       const label = typeof step.label === 'function' ? step.label() : t(step.label);
       this.stepButtons[i].innerHTML = `<span class="num" aria-hidden="true">${i + 1}</span><span class="label">${esc(label)}</span><span class="tick" aria-hidden="true">✓</span>`;
     });
+    if (this.progressText && !this.el.progress.hidden) this.el.progress.textContent = this.progressText();
     this.renderControls();
     this.renderVerdict();
     this.renderDb();

@@ -502,7 +502,7 @@ const en = {
   'sc.q2.a1.html': '<code>POST /charges</code> with <code>{"amount": 1000}</code>',
   'sc.q2.a2.html': '<code>PUT /charges/{id}/description</code>, the new text',
   'sc.q2.a1.wrong.html': 'Every POST /charges makes a new charge; without a key nothing links the three.',
-  'sc.q2.a0.wrong.html': 'A refund names a change: each arrival refunds ¥100 more (three keyless sends refunded ¥300 in lesson 2).',
+  'sc.q2.a0.wrong.html': 'A refund names a change: each arrival refunds ¥100 more, so three sends refund three times over.',
   'sc.q2.why.html': 'The PUT names the end state, so repeating it changes nothing more. A refund names a change: three keyless sends refunded ¥300 in lesson 2, and only one key brought it back to ¥100.',
   'sc.q3.text.html': 'Two requests with the same key arrive at the same moment. What keeps it to one charge?',
   'sc.q3.a0.html': 'Looking the key up first, and inserting it only if absent.',
@@ -644,7 +644,7 @@ const en = {
   'sc.q9.a1.html': 'Calling the network under a key derived from the client’s.',
   'sc.q9.a2.html': 'Nothing can: a lost answer always leaves two authorizations.',
   'sc.q9.a2.wrong.html': 'A network that keeps keys replays a call it knows: with the derived key, lesson 7 ended with one authorization.',
-  'sc.q9.a0.wrong.html': 'Our constraint keeps our table at one charge, but the network cannot see it: with a new network key each time, it made two.',
+  'sc.q9.a0.wrong.html': 'That constraint lives in our database; the card network never sees it, so it cannot stop a second authorization there.',
   'sc.q9.why.html': 'Our constraint keeps our table at one charge, but the network cannot see it. Only a key that is passed on, the same for every retry, lets the network replay its authorization. In lesson 7, with a new network key each time, our table held one charge and the network two authorizations.',
   'sc.q10.text.html': 'In <strong>key-first</strong> mode the process died after the network authorized, before our charge was committed. Nobody retries. What happens?',
   'sc.q10.a0.html': 'The authorization stays orphaned until the client retries.',
@@ -723,6 +723,7 @@ const en = {
   'card.explain.recoveredFirst': 'The server’s recovery task took the key over once the lease ran out and made the charge A never made; C got that stored 201 (a replay), the only charge for this key.',
   'locks.pg.waitTagged': p => `PostgreSQL: ${p.who}’s INSERT (session ${p.pid}, ${p.name}) waits for a ${p.mode} on ${p.holder}’s transaction id (lock type ${p.event}), not granted, for ${p.ms}. ${p.holder} (session ${p.by}, ${p.byName}) holds it: ${p.state}, its transaction open for ${p.tx}.`,
   'locks.queryCut': p => `(the first ${p.shown} of its ${p.all} characters; GET /demo/state shows the same)`,
+  'sc.scoreEndAll': p => `Your score: ${p.right} of ${p.total}, counting your first answer to each question: every one right at the first try.`,
   'exp.noAnswer': 'No answer from the server: it may be stopped, or the network between you and it is down. Run the step again once it answers.',
 };
 
@@ -1197,7 +1198,7 @@ const ja = {
   'sc.q2.a1.html': '<code>POST /charges</code>、本文は <code>{"amount": 1000}</code>',
   'sc.q2.a2.html': '<code>PUT /charges/{id}/description</code>、新しい文',
   'sc.q2.a1.wrong.html': 'POST /charges は届くたびに新しい課金を作ります。キーがなければ、3通を結び付けるものはありません。',
-  'sc.q2.a0.wrong.html': '返金は変化を指します。届くたびに 100円ずつ返金が増えます（レッスン 2 では、キーなしの 3回で 300円になりました）。',
+  'sc.q2.a0.wrong.html': '返金は変化を指します。届くたびに 100円ずつ返金が増えるので、3回届けば 3回分返金されます。',
   'sc.q2.why.html': 'PUT は行き着く状態を指すので、繰り返しても何も変わりません。返金は変化を指します。レッスン 2 では、キーなしの 3回で 300円が返金され、キーを 1つ付けると 100円に収まりました。',
   'sc.q3.text.html': '同じキーの 2通が同時に届きました。課金を 1回に収めているのは何ですか。',
   'sc.q3.a0.html': '先にキーを探し、無いときだけ記録すること。',
@@ -1338,7 +1339,7 @@ const ja = {
   'sc.q9.a1.html': 'クライアントのキーから導いたキーで、ネットワークを呼ぶこと。',
   'sc.q9.a2.html': '何もない。返事が失われれば、オーソリは必ず 2件になってしまう。',
   'sc.q9.a2.wrong.html': 'キーを覚えているネットワークは、知っている呼び出しには前の結果を返します。導いたキーを使うと、レッスン 7 のオーソリは 1件で終わりました。',
-  'sc.q9.a0.wrong.html': 'こちらの制約はこちらのテーブルを課金 1件に保ちますが、ネットワークからは見えません。毎回新しいキーで呼ぶと、オーソリは 2件になりました。',
+  'sc.q9.a0.wrong.html': 'その制約はこちらのデータベースの中にあり、カードネットワークからは見えません。だから、ネットワークでの 2件目のオーソリは止められません。',
   'sc.q9.why.html': 'こちらの制約はこちらのテーブルを課金 1件に保ちますが、ネットワークからは見えません。再送のたびに同じキーが引き継がれて初めて、ネットワークは前のオーソリを返せます。レッスン 7 で毎回新しいキーを使うと、こちらの課金は 1件、ネットワークのオーソリは 2件になりました。',
   'sc.q10.text.html': '<strong>key-first</strong> で、ネットワークがオーソリした後、こちらの課金がコミットされる前にプロセスが落ちました。誰も再送しません。どうなりますか。',
   'sc.q10.a0.html': 'クライアントが再送するまで、オーソリは取り残される。',
@@ -1417,6 +1418,7 @@ const ja = {
   'card.explain.recoveredFirst': 'リースが切れた後、サーバーの回収タスクがキーを引き継ぎ、A が作らなかった課金を作っていました。C はその保存済みの 201（保存済みの応答）を受け取りました。このキーの課金はこれだけです。',
   'locks.pg.waitTagged': p => `PostgreSQL: ${p.who} の INSERT（セッション ${p.pid}、${p.name}）が、${p.holder} のトランザクション ID への ${p.mode}（ロックの種類 ${p.event}）を待っています。まだ与えられておらず、${p.ms}経過しました。持っているのは ${p.holder}（セッション ${p.by}、${p.byName}）で、状態は ${p.state}、トランザクションを開いてから ${p.tx}です。`,
   'locks.queryCut': p => `（全 ${p.all}文字のうち最初の ${p.shown}文字。GET /demo/state も同じです）`,
+  'sc.scoreEndAll': p => `点数: ${p.total}問中 ${p.right}問（各問の最初の答えで数えています）。すべて最初の答えで正解でした。`,
   'exp.noAnswer': 'サーバーから返事がありません。停止しているか、サーバーまでのネットワークが切れています。返事が来るようになったら、もう一度この手順を実行してください。',
 };
 

@@ -6,6 +6,7 @@ import { t, tHtml, fmtMs, fmtDuration, fmtSpan } from '../i18n.js';
 import { lockWaitOf, describeLockWait } from '../tables.js';
 import { outcomeOf, problemFor, EXECUTED, REPLAYED, IN_FLIGHT } from '../outcome.js';
 import { server, serverOrNull } from '../server.js';
+import { getSlot } from '../api.js';
 import { charge, reply, narrateCharge, T, experiment, setText, setHtml } from './shared.js';
 
 // Lesson 4's timing is one constant: A holds its transaction open for HOLD_MS
@@ -50,18 +51,19 @@ const SLOT_RETRY_MIN_MS = 3000;
 const SLOT_RETRY_JITTER_MS = 1000;
 /** After this long of refusals, the run gives up and says so. */
 const SLOT_GIVE_UP_MS = 120_000;
-/** While A is sent and not yet holding its slot, the page asks the server this often. */
-const SLOT_POLL_MS = 150;
+/** While A is sent and not yet holding its slot, the page asks the server (GET /demo/slot, from memory) this often. */
+const SLOT_POLL_MS = 100;
 
 /**
  * Sends A (`sendA()` starts it) until the server gives it a slot: resolves
- * { a, held: true } once GET /demo/state says this sandbox holds its
- * transaction, no sooner than `after` ms after A was sent; { a, held: false }
- * if A was answered without holding one (refused for good, or another answer).
- * Each refusal keeps its card (retitled), is drawn as it went, and is waited
- * out with a live countdown.
+ * { a, held: true } once GET /demo/slot says this sandbox holds its
+ * transaction, `after` ms after A was sent (sooner if A's hold of `hold` ms
+ * began earlier than the page heard of it, so that B still meets the rest of
+ * it); { a, held: false } if A was answered without holding one (refused for
+ * good, or another answer). Each refusal keeps its card (retitled), is drawn
+ * as it went, and is waited out with a live countdown.
  */
-async function holdA(ctx, sendA, { after = SEND_B_AFTER_MS } = {}) {
+async function holdA(ctx, sendA, { after = SEND_B_AFTER_MS, hold = HOLD_MS } = {}) {
   const d = ctx.diagram;
   const firstSent = performance.now();
   ctx.vars.slotRefusals = 0;
@@ -70,13 +72,14 @@ async function holdA(ctx, sendA, { after = SEND_B_AFTER_MS } = {}) {
     const sent = performance.now();
     let answered = false;
     a.answered.then(() => { answered = true; });
-    await Promise.race([ctx.sleep(Math.min(after, 500)), a.answered]);
+    await Promise.race([ctx.sleep(Math.min(after, 300)), a.answered]);
     while (!answered) {
-      const state = await ctx.refresh().catch(() => null);
+      const slot = await getSlot().catch(() => null);
       if (answered) break;
-      if (state?.sandbox?.holds_transaction === true) {
-        const left = after - (performance.now() - sent);
-        if (left > 0) await Promise.race([ctx.sleep(left), a.answered]);
+      if (slot?.holds_transaction === true) {
+        // B is sent `after` into A's hold: at the time planned, or at once if the hold is further on.
+        const wait = Math.min(after - (performance.now() - sent), (slot.left_ms ?? hold) - (hold - after));
+        if (wait > 0) await Promise.race([ctx.sleep(wait), a.answered]);
         if (!answered) return { a, held: true };
         break;
       }
@@ -269,7 +272,7 @@ async function runLesson4Rollback(ctx) {
   const body = ctx.vars.body;
   const mode = 'atomic';
   checkHold(ROLLBACK_HOLD_MS);
-  const { a, held, drawn } = await holdA(ctx, () => ctx.start(charge({ ...body, key, mode, session: 'A', faults: [`delay-commit=${ROLLBACK_HOLD_MS}`, 'fail-before-commit'] }), { tag: 'A', title: T('title.firstRollsBack', ROLLBACK) }));
+  const { a, held, drawn } = await holdA(ctx, () => ctx.start(charge({ ...body, key, mode, session: 'A', faults: [`delay-commit=${ROLLBACK_HOLD_MS}`, 'fail-before-commit'] }), { tag: 'A', title: T('title.firstRollsBack', ROLLBACK) }), { hold: ROLLBACK_HOLD_MS });
   if (!held) {
     if (!drawn) reply(d, await a.answered, a.bar);
     await a.done;

@@ -58,8 +58,18 @@ pub const LEASE_SLACK: Duration = Duration::from_secs(1);
 /// The in-process network answers at once unless told otherwise.
 pub const DEFAULT_NETWORK_LATENCY: Duration = Duration::ZERO;
 pub const DEFAULT_RECOVERY_INTERVAL: Duration = Duration::from_secs(5);
-/// Demo mode: transactions held open by `Demo-Fault: delay-commit` at once.
+/// Demo mode: transactions held open by `Demo-Fault: delay-commit` at once
+/// (the loopback demo's; hosted for others, see [`demo_max_delayed_public`]).
 pub const DEFAULT_DEMO_MAX_DELAYED: u32 = 2;
+
+/// Hosted for others (`--public`) without `DEMO_MAX_DELAYED`: a third of
+/// the demo's connections (`demo_half`, half of POOL_SIZE), at least one.
+/// Lesson 4 takes two of them while it holds its transaction (A's, and B's
+/// waiting on it); the third is left for every other learner's steps and
+/// the pages' reads of their tables.
+pub fn demo_max_delayed_public(demo_half: u32) -> u32 {
+    (demo_half / 3).max(1)
+}
 /// Demo mode: sandboxes (one per visitor of the page) alive at once.
 pub const DEFAULT_DEMO_MAX_SANDBOXES: u32 = 100;
 /// Demo mode: a sandbox unused this long is deleted with all its rows.
@@ -156,9 +166,9 @@ pub struct Settings {
     #[arg(long, env = "DEMO_ALLOW_CRASH", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub demo_allow_crash: bool,
 
-    /// Demo mode: transactions `delay-commit` may hold open at once (at most half of POOL_SIZE; 1 on SQLite).
-    #[arg(long, env = "DEMO_MAX_DELAYED", default_value_t = DEFAULT_DEMO_MAX_DELAYED)]
-    pub demo_max_delayed: u32,
+    /// Demo mode: transactions `delay-commit` may hold open at once (at most half of POOL_SIZE; 1 on SQLite). Unset: 2, or hosted for others (`--public`) a third of the demo's half of POOL_SIZE (see docs/deploy.md).
+    #[arg(long, env = "DEMO_MAX_DELAYED")]
+    pub demo_max_delayed: Option<u32>,
 
     /// Demo mode hosted for others (`charges demo --public`): PostgreSQL
     /// only, no crash faults, no shared `sk_test_demo` account: every
@@ -300,7 +310,7 @@ impl Settings {
             demo: None,
             no_demo: false,
             demo_allow_crash: false,
-            demo_max_delayed: DEFAULT_DEMO_MAX_DELAYED,
+            demo_max_delayed: None,
             demo_public: false,
             demo_max_sandboxes: DEFAULT_DEMO_MAX_SANDBOXES,
             demo_sandbox_idle_expiry: DEFAULT_DEMO_SANDBOX_IDLE_EXPIRY,

@@ -21,8 +21,8 @@ use actix_web::{HttpResponse, web};
 
 use super::sandboxes::{Admission, SANDBOX_KEY_PREFIX};
 use super::{
-    CHECK_THEN_INSERT, DelaySlots, FAULT_HEADER, HEADER_PREFIX, MAX_LEASE, MIN_LEASE, MODE_HEADER,
-    NETWORK_HEADER, NoSlot, Sandbox,
+    Busy, CHECK_THEN_INSERT, DelaySlots, FAULT_HEADER, HEADER_PREFIX, MAX_LEASE, MIN_LEASE,
+    MODE_HEADER, NETWORK_HEADER, NoSlot, Sandbox,
 };
 use crate::http::accounts;
 use crate::http::problem::{self, ApiError, DEMO_ACCOUNT_ONLY, SIMULATED_LOST_RESPONSE};
@@ -129,21 +129,41 @@ impl DemoHooks {
     /// takes a delay slot too.
     fn network_delay(&self) -> Result<(), HookFailure> {
         if let Some(delay) = self.faults.network_delay {
-            let _slot = match self.delayed.take(self.holder) {
+            let _slot = match self.delayed.take(self.holder, delay) {
                 Ok(slot) => slot,
                 Err(NoSlot::Sandbox) => return Err(one_per_sandbox("network-delay")),
-                Err(NoSlot::Demo) => {
-                    return Err(HookFailure::Overloaded(format!(
-                        "Demo-Fault: network-delay: {} transaction(s) held open by the demo are already in flight, the most this server allows at once. Nothing was done; retry after Retry-After.",
-                        self.delayed.max
-                    )));
-                }
+                Err(NoSlot::Demo(busy)) => return Err(self.busy("network-delay", busy)),
             };
             std::thread::sleep(delay);
         }
         Ok(())
     }
+
+    /// Every slot taken: said in the answer's detail, and kept for its
+    /// headers (see [`SLOTS_HEADER`]).
+    fn busy(&self, fault: &str, busy: Busy) -> HookFailure {
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(busy);
+        let gap = if self.delayed.gap.is_zero() {
+            String::new()
+        } else {
+            format!(
+                ", or one ended less than {} ms ago (SQLite's write lock is every account's: the writes a delay held go first)",
+                self.delayed.gap.as_millis()
+            )
+        };
+        HookFailure::Overloaded(format!(
+            "Demo-Fault: {fault}: {} of the {} transactions the demo may hold open at once are held by other sandboxes{gap}, so that the demo cannot take the database from other accounts. Nothing was done (this transaction rolled back); the first slot is given back in about {} ms: retry after Retry-After.",
+            busy.held,
+            busy.max,
+            busy.free_in.as_millis()
+        ))
+    }
 }
+
+/// On an answer refused because every held-transaction slot was taken:
+/// `held=<n>, max=<m>` (and `Retry-After` is the time until the first is
+/// given back), so that the page can tell this refusal from an outage.
+pub const SLOTS_HEADER: &str = "demo-slots";
 
 /// A sandbox holds one transaction open at a time, so that one visitor
 /// cannot take the demo's held transactions from the others.
@@ -171,6 +191,8 @@ struct DemoHooks {
     /// The sandbox whose request this is, as its held transaction counts:
     /// one each (`None`: the shared account, bounded by the demo's cap only).
     holder: Option<i64>,
+    /// Set when every slot was taken: the middleware says so in headers.
+    refused: Arc<std::sync::Mutex<Option<Busy>>>,
 }
 
 impl TxHooks for DemoHooks {
@@ -179,23 +201,10 @@ impl TxHooks for DemoHooks {
     /// on the key holds none.
     fn before_commit(&self) -> Result<(), HookFailure> {
         if let Some(delay) = self.faults.delay_commit {
-            let taken = self.delayed.take(self.holder);
-            if let Err(NoSlot::Sandbox) = taken {
-                return Err(one_per_sandbox("delay-commit"));
-            }
-            let Ok(_slot) = taken else {
-                let gap = if self.delayed.gap.is_zero() {
-                    String::new()
-                } else {
-                    format!(
-                        ", or one ended less than {} ms ago (SQLite's write lock is every account's: the writes a delay held go first)",
-                        self.delayed.gap.as_millis()
-                    )
-                };
-                return Err(HookFailure::Overloaded(format!(
-                    "Demo-Fault: delay-commit: {} transaction(s) held open by the demo are already in flight, the most this server allows at once{gap}, so that the demo cannot take the database from other accounts. Nothing was done; retry after Retry-After.",
-                    self.delayed.max
-                )));
+            let _slot = match self.delayed.take(self.holder, delay) {
+                Ok(slot) => slot,
+                Err(NoSlot::Sandbox) => return Err(one_per_sandbox("delay-commit")),
+                Err(NoSlot::Demo(busy)) => return Err(self.busy("delay-commit", busy)),
             };
             std::thread::sleep(delay);
         }
@@ -310,18 +319,43 @@ pub async fn faults(
         key,
     };
     // From here on the request is the demo's: its handler reads this state.
+    let session = match super::session_tag(req.headers()) {
+        Ok(session) => session,
+        Err(e) => return Ok(req.into_response(refusal(ApiError::invalid(e)))),
+    };
+    let refused = Arc::default();
     let request = Request {
+        session,
         account,
         faults,
         mode,
         asks_network: network,
+        refused: Arc::clone(&refused),
     };
     let state = web::Data::new(demo_state(&state, &sandbox, request));
     let mut container = Extensions::new();
     container.insert(state.clone());
     req.add_data_container(Rc::new(container));
     let response = next.call(req).await?;
-    after.apply(response, &state, account).await
+    let mut response = after.apply(response, &state, account).await?;
+    let busy = *refused.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(busy) = busy {
+        say_busy(response.headers_mut(), busy);
+    }
+    Ok(response)
+}
+
+/// A refusal for want of a slot says how many are held, and its
+/// `Retry-After` is when the first is given back (at least 1 s), not the
+/// generic 503's 1 s.
+fn say_busy(headers: &mut header::HeaderMap, busy: Busy) {
+    let secs = busy.free_in.as_millis().div_ceil(1000).max(1) as u64;
+    headers.insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+    if let Ok(value) =
+        header::HeaderValue::from_str(&format!("held={}, max={}", busy.held, busy.max))
+    {
+        headers.insert(header::HeaderName::from_static(SLOTS_HEADER), value);
+    }
 }
 
 /// A place among the sandbox's own requests in flight, taken before one of
@@ -449,6 +483,8 @@ struct Request {
     faults: Faults,
     mode: Mode,
     asks_network: bool,
+    refused: Arc<std::sync::Mutex<Option<Busy>>>,
+    session: Option<String>,
 }
 
 /// The state a sandbox's request runs with: the server's, on the demo's
@@ -464,6 +500,8 @@ fn demo_state(state: &AppState, sandbox: &Sandbox, request: Request) -> AppState
         faults,
         mode,
         asks_network,
+        refused,
+        session,
     } = request;
     let mut settings = (*state.settings).clone();
     settings.idempotency_mode = mode;
@@ -486,11 +524,14 @@ fn demo_state(state: &AppState, sandbox: &Sandbox, request: Request) -> AppState
             faults,
             delayed: sandbox.delayed.clone(),
             holder: (sandbox.shared_account != Some(account)).then_some(account),
+            refused,
         }))
     };
     AppState {
         // Named per sandbox: its view of lock waits shows a visitor their own only.
-        pool: sandbox.pool.named(super::session_label(account)),
+        pool: sandbox
+            .pool
+            .named(super::request_label(account, session.as_deref())),
         accounts: sandbox.accounts.clone(),
         network,
         settings: Arc::new(settings),

@@ -37,11 +37,15 @@
 //!   `lose-response`, `abandon`'s lost answer and `forget-commit` wrap the
 //!   handler from outside.
 //! - `Demo-Mode: atomic | key-first`: run this request in that design.
+//! - `Demo-Session: <tag>` (1 to 8 letters or digits): name this request's
+//!   PostgreSQL sessions `charges-demo-<account>-<tag>`, so that psql tells
+//!   lesson 4's A from B.
 //! - `Demo-Mode: check-then-insert`: the naive algorithm (look the key up,
 //!   then insert it) against a table without a unique constraint, to show
 //!   the race the constraint prevents.
 //! - `GET /demo/state`, `POST /demo/reset`, `POST /demo/keys/{key}/expire`,
-//!   `POST /demo/purge`: the caller's sandbox's rows only.
+//!   `POST /demo/purge`: the caller's sandbox's rows only; `GET /demo/slot`:
+//!   whether it holds a transaction open now (from memory).
 //!
 //! Files: this one holds the demo's walls (the shared account, seeded here,
 //! and the limits); [`sandboxes`] the visitors' sandboxes; [`faults`] the `Demo-*` headers, read into the demo's own
@@ -72,9 +76,10 @@ pub mod openapi;
 mod queries;
 mod routes;
 pub mod sandboxes;
+mod slots;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
@@ -88,10 +93,12 @@ pub use gate::gate;
 pub use routes::{check_then_insert_route, routes};
 // For the OpenAPI document.
 pub use routes::{
-    __path_config, __path_create_sandbox, __path_expire, __path_purge, __path_reset, __path_state,
+    __path_config, __path_create_sandbox, __path_expire, __path_purge, __path_reset, __path_slot,
+    __path_state,
 };
-pub use routes::{config, create_sandbox, expire, purge, reset, state};
+pub use routes::{config, create_sandbox, expire, purge, reset, slot, state};
 pub use sandboxes::purge_periodically;
+pub(crate) use slots::{Busy, DelaySlots, NoSlot};
 
 /// The demo account's documented, public key.
 pub const DEMO_API_KEY: &str = "sk_test_demo";
@@ -102,6 +109,9 @@ pub const MODE_HEADER: &str = "demo-mode";
 pub const NETWORK_HEADER: &str = "demo-network";
 /// What the demo's own PostgreSQL sessions are called.
 pub const DEMO_APPLICATION_NAME: &str = "charges-demo";
+/// `Demo-Session: <tag>`: this request's database sessions are named
+/// `charges-demo-<account>-<tag>` (see [`request_label`]).
+pub const SESSION_HEADER: &str = "demo-session";
 /// Every header whose name starts with this is a demo header.
 pub const HEADER_PREFIX: &str = "demo-";
 pub const CHECK_THEN_INSERT: &str = "check-then-insert";
@@ -181,7 +191,8 @@ impl Sandbox {
             Backend::Postgres => (half_pool, Duration::ZERO),
             Backend::Sqlite => (1, SQLITE_DELAY_GAP),
         };
-        let max_delayed = settings.demo_max_delayed.min(ceiling);
+        let asked = asked_delayed(settings, half_pool);
+        let max_delayed = asked.min(ceiling);
         // A held transaction ends well inside the request deadline. On
         // SQLite every writer waits for it, up to the busy timeout
         // (DB_LOCK_TIMEOUT): it ends a second before that too, so that no
@@ -200,9 +211,9 @@ impl Sandbox {
         }
         // SQLite's cap of 1 is by design (and documented), not a setting
         // gone wrong: only a value beyond half the pool is worth a warning.
-        if settings.demo_max_delayed > half_pool {
+        if asked > half_pool {
             tracing::warn!(
-                requested = settings.demo_max_delayed,
+                requested = asked,
                 allowed = max_delayed,
                 "DEMO_MAX_DELAYED is capped at half of POOL_SIZE (and at 1 on SQLite)"
             );
@@ -277,6 +288,18 @@ impl Sandbox {
         client.watch(self.watcher());
         client
     }
+}
+
+/// The held transactions asked for: `DEMO_MAX_DELAYED`, or unset, sized
+/// from the demo's half of the pool when hosted for others (else 2).
+fn asked_delayed(settings: &Settings, half_pool: u32) -> u32 {
+    settings
+        .demo_max_delayed
+        .unwrap_or(if settings.demo_public {
+            crate::config::demo_max_delayed_public(half_pool)
+        } else {
+            crate::config::DEFAULT_DEMO_MAX_DELAYED
+        })
 }
 
 /// The card network's keys the sandboxes' requests used (each with its
@@ -368,6 +391,33 @@ pub(crate) fn session_label(account: i64) -> Arc<str> {
     format!("{DEMO_APPLICATION_NAME}-{account}").into()
 }
 
+/// The name of one request's sessions: its sandbox's label, and its
+/// `Demo-Session` tag if it sent one (`charges-demo-<account>-B`), so that
+/// `pg_stat_activity` tells lesson 4's A from B; the demo's view of lock
+/// waits still finds them as the sandbox's (`queries::lock_waits`).
+pub(crate) fn request_label(account: i64, tag: Option<&str>) -> Arc<str> {
+    match tag {
+        Some(tag) => format!("{DEMO_APPLICATION_NAME}-{account}-{tag}").into(),
+        None => session_label(account),
+    }
+}
+
+/// `Demo-Session`'s value, if sent: 1 to 8 ASCII letters or digits (it
+/// becomes part of a PostgreSQL `application_name`).
+pub(crate) fn session_tag(
+    headers: &actix_web::http::header::HeaderMap,
+) -> Result<Option<String>, String> {
+    let Some(value) = headers.get(SESSION_HEADER) else {
+        return Ok(None);
+    };
+    let tag = value.to_str().unwrap_or("");
+    if (1..=8).contains(&tag.len()) && tag.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        Ok(Some(tag.to_owned()))
+    } else {
+        Err("Demo-Session is 1 to 8 ASCII letters or digits (the request's sessions are named for it)".to_owned())
+    }
+}
+
 /// `url` (PostgreSQL's) naming its sessions `charges-demo`.
 fn with_application_name(url: &str) -> String {
     let separator = if url.contains('?') { '&' } else { '?' };
@@ -425,75 +475,5 @@ fn seed(store: &mut dyn Store) -> Result<i64, accounts::AccountError> {
             store.find_account(&digest, true)?.ok_or(taken)
         }
         inserted => inserted,
-    }
-}
-
-/// How many transactions `delay-commit` holds open right now, and the most
-/// it may. Taken inside the transaction, by the request that really runs
-/// it: a duplicate waiting on the key's index entry holds none.
-pub(crate) struct DelaySlots {
-    pub(crate) max: u32,
-    /// After a slot is given back, no delay starts for this long (SQLite).
-    pub(crate) gap: Duration,
-    held: Mutex<Held>,
-}
-
-#[derive(Default)]
-struct Held {
-    open: u32,
-    last_release: Option<Instant>,
-    /// The sandboxes holding one: one each.
-    holders: std::collections::HashSet<i64>,
-}
-
-pub(crate) struct DelaySlot<'a>(&'a DelaySlots, Option<i64>);
-
-/// Why no delay slot was given.
-pub(crate) enum NoSlot {
-    /// The demo holds as many as it may (or one ended too recently).
-    Demo,
-    /// This sandbox holds one already.
-    Sandbox,
-}
-
-impl DelaySlots {
-    fn new(max: u32, gap: Duration) -> DelaySlots {
-        DelaySlots {
-            max,
-            gap,
-            held: Mutex::default(),
-        }
-    }
-
-    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A slot for `holder`'s request: at most one per sandbox, so that no
-    /// visitor takes another's (`None`: the shared account, the demo's cap
-    /// only).
-    pub(crate) fn take(&self, holder: Option<i64>) -> Result<DelaySlot<'_>, NoSlot> {
-        let mut held = self.held();
-        if holder.is_some_and(|account| held.holders.contains(&account)) {
-            return Err(NoSlot::Sandbox);
-        }
-        let too_soon = held.last_release.is_some_and(|at| at.elapsed() < self.gap);
-        if too_soon || held.open >= self.max {
-            return Err(NoSlot::Demo);
-        }
-        held.open += 1;
-        held.holders.extend(holder);
-        Ok(DelaySlot(self, holder))
-    }
-}
-
-impl Drop for DelaySlot<'_> {
-    fn drop(&mut self) {
-        let mut held = self.0.held();
-        held.open -= 1;
-        if let Some(account) = self.1 {
-            held.holders.remove(&account);
-        }
-        held.last_release = Some(Instant::now());
     }
 }

@@ -17,6 +17,7 @@ use idempotency::key::{MAX_LEN, VALUE_PATTERN};
         super::routes::config,
         super::routes::create_sandbox,
         super::routes::state,
+        super::routes::slot,
         super::routes::reset,
         super::routes::expire,
         super::routes::purge,

@@ -39,6 +39,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(resource("/demo/config").route(get().to(config)));
     cfg.service(resource("/demo/sandboxes").route(web::post().to(create_sandbox)));
     cfg.service(resource("/demo/state").route(get().to(state)));
+    cfg.service(resource("/demo/slot").route(get().to(slot)));
     cfg.service(resource("/demo/reset").route(web::post().to(reset)));
     cfg.service(resource("/demo/keys/{key}/expire").route(web::post().to(expire)));
     cfg.service(resource("/demo/purge").route(web::post().to(purge)));
@@ -329,6 +330,7 @@ async fn on_your_sandbox<T: Send + 'static>(
     let settings = app.settings.clone();
     let network = sandbox.network.clone();
     let ledger = sandbox.ledger.clone();
+    let slots = sandbox.delayed.clone();
     let account_id = yours.account_id;
     let label = session_label(account_id);
     // On the demo's own connections: a /demo/* route that waits (on a key
@@ -357,6 +359,15 @@ async fn on_your_sandbox<T: Send + 'static>(
             Ok((done, snapshot(tables, &settings, locks, network, &yours)))
         })
         .await
+        .map(|(done, mut snapshot)| {
+            // The held-transaction slots as of now: whether this sandbox
+            // holds one (lesson 4 sends its retry only once it does), and
+            // how many of the demo's are held.
+            let (yours, held) = slots.view(account_id);
+            snapshot["sandbox"]["holds_transaction"] = json!(yours);
+            snapshot["held_transactions"] = json!({"held": held, "max": slots.max});
+            (done, snapshot)
+        })
 }
 
 /// Demo mode only: what the teaching page must know of this server instead
@@ -421,6 +432,26 @@ pub async fn state(
 ) -> Result<HttpResponse, ApiError> {
     let ((), snapshot) = on_your_sandbox(&req, app, sandbox, |_, _, _| Ok(())).await?;
     Ok(HttpResponse::Ok().json(snapshot))
+}
+
+/// Whether the caller's sandbox holds a held-transaction slot now, how long
+/// it still holds it, and how many of the demo's are held: read from
+/// memory, no database (lesson 4 asks it while A is being sent, and sends
+/// B only once A holds its transaction, with time left to wait on it).
+#[utoipa::path(get, path = "/demo/slot", tag = "demo", responses((status = 200, description = "`{\"holds_transaction\": bool, \"left_ms\": ms or null, \"held\": n, \"max\": m}`: the caller's sandbox's held transaction, and the demo's")))]
+pub async fn slot(
+    req: HttpRequest,
+    app: web::Data<AppState>,
+    sandbox: web::Data<Sandbox>,
+) -> Result<HttpResponse, ApiError> {
+    let yours = yours(&req, &app, &sandbox).await?;
+    let (left, held) = sandbox.delayed.left(yours.account_id);
+    Ok(HttpResponse::Ok().json(json!({
+        "holds_transaction": left.is_some(),
+        "left_ms": left.map(|l| l.as_millis() as u64),
+        "held": held,
+        "max": sandbox.delayed.max,
+    })))
 }
 
 /// Deletes the caller's sandbox's rows (keys first: they point at charges).

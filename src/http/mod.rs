@@ -46,6 +46,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("/demo/config", "GET, HEAD"),
     ("/demo/sandboxes", "POST"),
     ("/demo/state", "GET, HEAD"),
+    ("/demo/slot", "GET, HEAD"),
     ("/demo/reset", "POST"),
     ("/demo/keys/{key}/expire", "POST"),
     ("/demo/purge", "POST"),

@@ -205,7 +205,7 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
     let mut provoked = Provoked::default();
     let app = spawn_app_with(|s| {
         s.body_timeout = Duration::from_millis(500);
-        s.demo_max_delayed = 1;
+        s.demo_max_delayed = Some(1);
         s.demo_max_sandboxes = 1;
     })
     .await;

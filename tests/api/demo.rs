@@ -111,13 +111,20 @@ crate::on_both_backends! {
         app.demo().charge_with("k-lease", &body, &[key_first, ("demo-fault", "lease=500")])
             .await
             .assert_problem(400, "invalid-request");
+        // Demo-Session names the request's sessions: letters and digits only, at most 8.
+        for bad in ["A'; SELECT 1", "", "ABCDEFGHI", "A-B"] {
+            app.demo().charge_with("k-session", &body, &[("demo-session", bad)])
+                .await
+                .assert_problem(400, "invalid-request");
+        }
+        assert_eq!(app.demo().charge_with("k-session", &body, &[("demo-session", "B")]).await.status, 201);
     }
 
     async fn the_page_reads_this_servers_settings_and_every_problem_type_from_demo_config() {
         let app = spawn_app_with(|s| {
             s.idempotency_lease = Duration::from_secs(7);
             s.idempotency_ttl = Duration::from_secs(600);
-            s.demo_max_delayed = 3;
+            s.demo_max_delayed = Some(3);
         })
         .await;
         let config = app.demo().get_json("/demo/config").await;
@@ -473,7 +480,7 @@ crate::on_both_backends! {
 async fn delayed_transactions_beyond_the_cap_get_503_and_other_accounts_do_not_wait() {
     crate::support::BACKEND
         .scope(crate::support::TestBackend::Postgres, async {
-            let app = spawn_app_with(|s| s.demo_max_delayed = 2).await;
+            let app = spawn_app_with(|s| s.demo_max_delayed = Some(2)).await;
             app.create_account("Shop", SHOP_KEY);
             let held = [("demo-fault", "delay-commit=1500")];
             let body = charge_body();
@@ -511,7 +518,11 @@ async fn delayed_transactions_beyond_the_cap_get_503_and_other_accounts_do_not_w
             );
             assert_eq!((a.status, b.status), (201, 201));
             c.assert_problem(503, "service-unavailable");
-            assert_eq!(c.header("retry-after"), Some("1"));
+            // It says that every slot is held, and Retry-After is when the
+            // first is given back (the 1.5 s holds began before it was sent).
+            assert_eq!(c.header("demo-slots"), Some("held=2, max=2"));
+            let retry_after: u64 = c.header("retry-after").unwrap().parse().unwrap();
+            assert!((1..=2).contains(&retry_after), "Retry-After: {retry_after}");
             assert!(
                 c.json()["detail"]
                     .as_str()
@@ -540,7 +551,7 @@ async fn delayed_transactions_beyond_the_cap_get_503_and_other_accounts_do_not_w
 /// however many the demo sends, and is never refused for it.
 #[tokio::test]
 async fn on_sqlite_delays_go_one_at_a_time_and_another_account_waits_for_one_at_most() {
-    let app = spawn_app_with(|s| s.demo_max_delayed = 2).await;
+    let app = spawn_app_with(|s| s.demo_max_delayed = Some(2)).await;
     assert_eq!(app.backend(), crate::support::TestBackend::Sqlite);
     app.create_account("Shop", SHOP_KEY);
     const HOLD_MS: u64 = 2500;

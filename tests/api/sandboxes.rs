@@ -329,6 +329,64 @@ async fn a_hosted_demo_has_no_shared_key_and_refuses_sqlite_and_crash_faults() {
     }
 }
 
+/// Hosted for others without `DEMO_MAX_DELAYED`, the held transactions are
+/// capped at a third of the demo's half of `POOL_SIZE` (docs/deploy.md's
+/// arithmetic: lesson 4 takes two connections while it holds one), and
+/// `/demo/state` tells a sandbox whether it holds one now, which lesson 4
+/// waits for before it sends its retry.
+#[cfg(postgres_tests)]
+#[tokio::test]
+async fn a_hosted_demo_sizes_its_held_transactions_from_the_pool_and_tells_a_sandbox_it_holds_one()
+{
+    crate::support::BACKEND
+        .scope(crate::support::TestBackend::Postgres, async {
+            let app = spawn_app_with(|s| {
+                s.demo_public = true;
+                s.pool_size = 60;
+            })
+            .await;
+            assert_eq!(
+                app.get_json("/demo/config").await["max_delayed_transactions"],
+                10
+            );
+            let (a, b) = two_sandboxes(&app).await;
+            let before = a.get_json("/demo/state").await;
+            assert_eq!(before["sandbox"]["holds_transaction"], false);
+            assert_eq!(before["held_transactions"], json!({"held": 0, "max": 10}));
+            let held = [("demo-fault", "delay-commit=1500")];
+            let (first, ((mine, theirs), (slot, other_slot))) =
+                tokio::join!(a.charge_with("k1", &charge_body(), &held), async {
+                    app.until_held(1).await;
+                    tokio::join!(
+                        async {
+                            tokio::join!(a.get_json("/demo/state"), b.get_json("/demo/state"))
+                        },
+                        async { tokio::join!(a.get_json("/demo/slot"), b.get_json("/demo/slot")) },
+                    )
+                });
+            assert_eq!(first.status, 201);
+            // GET /demo/slot, from memory: the hold's time left too.
+            assert_eq!(slot["holds_transaction"], true, "{slot}");
+            let left = slot["left_ms"].as_u64().unwrap();
+            assert!(left > 0 && left < 1500, "{slot}");
+            assert_eq!(
+                (slot["held"].as_u64(), slot["max"].as_u64()),
+                (Some(1), Some(10))
+            );
+            assert_eq!(other_slot["holds_transaction"], false);
+            assert_eq!(other_slot["left_ms"], Value::Null);
+            assert_eq!(mine["sandbox"]["holds_transaction"], true, "{mine}");
+            assert_eq!(mine["held_transactions"], json!({"held": 1, "max": 10}));
+            assert_eq!(theirs["sandbox"]["holds_transaction"], false);
+            assert_eq!(theirs["held_transactions"]["held"], 1);
+            let after = a.get_json("/demo/state").await;
+            assert_eq!(after["sandbox"]["holds_transaction"], false);
+            assert_eq!(a.get_json("/demo/slot").await["holds_transaction"], false);
+            assert_eq!(after["held_transactions"]["held"], 0);
+        })
+        .await
+}
+
 /// PostgreSQL (SQLite holds one for the whole demo, by design): one held
 /// transaction per sandbox: a second from the same one is refused, while
 /// another sandbox still holds one of its own.
@@ -337,7 +395,7 @@ async fn a_hosted_demo_has_no_shared_key_and_refuses_sqlite_and_crash_faults() {
 async fn a_sandbox_holds_one_transaction_at_a_time_and_another_still_gets_its_own() {
     crate::support::BACKEND
         .scope(crate::support::TestBackend::Postgres, async {
-            let app = spawn_app_with(|s| s.demo_max_delayed = 3).await;
+            let app = spawn_app_with(|s| s.demo_max_delayed = Some(3)).await;
             let (a, b) = two_sandboxes(&app).await;
             let held = [("demo-fault", "delay-commit=1500")];
             let body = charge_body();

@@ -44,6 +44,10 @@ async function sandboxKeyOf(page) {
 
 const RUN_TIMEOUT_MS = 480_000; // the whole script (it takes about 2½–4 minutes)
 const STEP_TIMEOUT_MS = 20_000; // one step of an experiment (lesson 4 needs ~5 s)
+// Lesson 4 in a room: a learner refused a slot waits for one (the page tries again every
+// few seconds, up to two minutes), so its step may take longer than one hold.
+const L4_STEP_TIMEOUT_MS = ROOM ? 150_000 : STEP_TIMEOUT_MS;
+const L4_B_TIMEOUT_MS = ROOM ? 150_000 : 4000;
 const ACTION_TIMEOUT_MS = 10_000; // a click, a locator, an API call
 
 /** axe-core, pinned in package.json, injected from node_modules: nothing is fetched from a CDN. */
@@ -150,7 +154,7 @@ async function freshRun(page, id) {
 }
 
 /** Clicks step `n` of experiment `id` and waits until that step has finished. */
-async function clickStep(page, id, n, { keyboard = false } = {}) {
+async function clickStep(page, id, n, { keyboard = false, timeout = STEP_TIMEOUT_MS } = {}) {
   const button = exp(page, id).getByTestId(`step-${n}`);
   if (keyboard) {
     await button.focus({ timeout: ACTION_TIMEOUT_MS });
@@ -165,7 +169,7 @@ async function clickStep(page, id, n, { keyboard = false } = {}) {
       return root && root.dataset.state !== 'running' && b?.classList.contains('done');
     },
     [`exp-${id}`, n],
-    { timeout: STEP_TIMEOUT_MS },
+    { timeout },
   );
 }
 
@@ -592,7 +596,12 @@ async function watchL4(page, id) {
       if (panel.querySelector('[data-testid="key-row"][data-status="in_progress"]')) seen.inProgress = true;
       const wait = panel.querySelector('[data-testid="wait-panel"]');
       if (wait) seen.panels += 1;
-      if (wait?.dataset.waitEventType === 'Lock' && wait.querySelector('[data-testid="lock-wait"][data-blocked-by]:not([data-blocked-by=""])')) seen.lock = true;
+      if (wait?.dataset.waitEventType === 'Lock' && wait.querySelector('[data-testid="lock-wait"][data-blocked-by]:not([data-blocked-by=""])')) {
+        seen.lock = true;
+        const line = wait.querySelector('[data-testid="lock-wait"]');
+        seen.lockText = line.textContent;
+        seen.queryWhole = line.querySelector('[data-testid="lock-query"]')?.dataset.whole ?? null;
+      }
       if (wait?.dataset.writeLock === 'true') seen.writeLock = true;
     };
     new MutationObserver(look).observe(root, { childList: true, subtree: true });
@@ -610,9 +619,14 @@ async function pollLocks(done) {
     const state = await api('GET', '/demo/state');
     seen.reads += 1;
     const w = state.locks?.waiting?.find((x) => x.wait_event_type === 'Lock' && (x.blocked_by ?? []).length);
-    if (w) { seen.lock = true; seen.sample ??= `${w.wait_event_type}/${w.wait_event} ${w.waiting_ms} ms, blocked by ${w.blocked_by[0].pid} (${w.blocked_by[0].state})`; }
+    if (w) {
+      seen.lock = true;
+      seen.sample ??= `${w.wait_event_type}/${w.wait_event} ${w.waiting_ms} ms, blocked by ${w.blocked_by[0].pid} (${w.blocked_by[0].state})`;
+      seen.named ??= `${w.application_name} waits for ${w.lock_mode} (granted ${w.granted}) held by ${w.blocked_by[0].application_name}`;
+    }
     if (state.locks?.write_lock_held === true) { seen.writeLock = true; seen.sample ??= 'write_lock_held'; }
-    await new Promise((r) => setTimeout(r, 250));
+    // In a room, ten learners' tests polling as often would be a load of their own.
+    await new Promise((r) => setTimeout(r, ROOM ? 1000 : 250));
   }
   return seen;
 }
@@ -626,6 +640,135 @@ async function checkWaitShown(page, id, name, fromApi) {
   check(`lesson 4 ${name}: the page's wait panel showed it, read from the database (${sqlite ? 'the write lock held' : 'a Lock wait, with the blocking session'})`,
     w.panels > 0 && (sqlite ? w.writeLock : w.lock), JSON.stringify(w));
   check(`lesson 4 ${name}: the page's tables never showed an in_progress key row during the run (A's row is invisible until it commits)`, !w.inProgress, JSON.stringify(w));
+  if (!sqlite) {
+    check(`lesson 4 ${name}: GET /demo/state names the sessions for A and B (application_name …-A, …-B) and the lock B asked for: ShareLock, not granted`,
+      /^charges-demo-\d+-B waits for ShareLock \(granted false\) held by charges-demo-\d+-A$/.test(fromApi.named ?? ''), fromApi.named ?? 'no wait seen');
+    check(`lesson 4 ${name}: the page says B's INSERT waits for a ShareLock on A's transaction id, not granted, naming both sessions, and shows B's statement whole`,
+      /B’s INSERT \(session \d+, charges-demo-\d+-B\) waits for a ShareLock on A’s transaction id \(lock type transactionid\), not granted/.test(w.lockText ?? '')
+        && /A \(session \d+, charges-demo-\d+-A\) holds it/.test(w.lockText ?? '') && w.queryWhole === 'true' && /INSERT/.test(w.lockText ?? ''),
+      `${(w.lockText ?? '').slice(0, 400)} (whole: ${w.queryWhole})`);
+  }
+}
+
+/** Learners' refused tries in lesson 4 (a slot for A's held transaction was not free), by learner. */
+const slotRefusals = new Map();
+
+/**
+ * After a lesson 4 run: every refused try of A (no slot free) is a 503 with
+ * Demo-Slots and Retry-After, drawn as a refusal; the hold (`held`, the
+ * diagram's line for A's open transaction) is drawn once, for the A that
+ * held it, and B was sent once, after it.
+ */
+async function checkSlotStory(page, id, name, held) {
+  const refused = exp(page, id).locator('[data-testid="request"][data-refused="true"]');
+  const n = await refused.count();
+  const who = WHO.getStore()?.tag ?? 'tour';
+  slotRefusals.set(who, (slotRefusals.get(who) ?? 0) + n);
+  const answers = await refused.evaluateAll((cards) => cards.map((c) => ({
+    status: c.dataset.status,
+    response: c.querySelector('[data-testid="raw-response"]').innerText,
+    explain: c.querySelector('[data-testid="explain"]').innerText,
+  })));
+  const truthful = answers.every((a) => a.status === '503' && /Demo-Slots: held=\d+, max=\d+/i.test(a.response) && /Retry-After: \d+/i.test(a.response)
+    && /Refused before anything was kept/.test(a.explain));
+  const rows = await diagramRows(page, id);
+  const holds = rows.filter((r) => held.test(r)).length;
+  const refusalsDrawn = rows.filter((r) => /slots for a held transaction are taken by other learners/.test(r)).length;
+  const bs = await exp(page, id).locator('[data-testid="request"][data-tag="B"]').count();
+  check(`lesson 4 ${name}: ${n ? `A was refused a slot ${n} time(s); each refusal is a 503 with Demo-Slots and Retry-After, told as such, drawn as a refusal, and` : 'A got its slot at once;'} the diagram draws A's hold once and B was sent once, after it`,
+    truthful && refusalsDrawn === n && holds === 1 && bs === 1, `${n} refused, ${refusalsDrawn} drawn, holds drawn ${holds}, B cards ${bs}`);
+}
+
+/** A sandbox of another learner's (POST /demo/sandboxes, as a page does): its key. */
+async function otherSandbox() {
+  const response = await fetch(`${BASE_URL}/demo/sandboxes`, { method: 'POST', signal: AbortSignal.timeout(ACTION_TIMEOUT_MS) });
+  const made = await response.json();
+  if (response.status !== 201) throw new Error(`POST /demo/sandboxes answered ${response.status}: ${JSON.stringify(made)}`);
+  return made.api_key;
+}
+
+/**
+ * Lesson 4 in a class whose other learners hold every slot: other sandboxes
+ * hold all of the server's held transactions (Demo-Fault: delay-commit)
+ * when A is sent. The page must say so truthfully (no outage, no B sent,
+ * no hold drawn), count down, send A again, and then run the lesson as
+ * usual. PostgreSQL only: SQLite holds one transaction for the whole demo,
+ * and the demo hosted for a class refuses SQLite.
+ */
+async function lesson4SlotBusy(page) {
+  if (/SQLite/.test(String(BACKEND_NAME))) {
+    console.log('# skip - lesson 4 with every slot taken: PostgreSQL only (SQLite holds one transaction for the whole demo); not run on SQLite');
+    return;
+  }
+  const root = page.getByTestId('lesson-4');
+  await root.getByTestId('l4-mode-atomic').check({ timeout: ACTION_TIMEOUT_MS });
+  await freshRun(page, 'l4');
+  await resetViaPage(page);
+  const config = await api('GET', '/demo/config');
+  const max = config.max_delayed_transactions;
+  const holdMs = Math.min(7000, config.max_delay_commit_ms - 500);
+  const keys = [];
+  for (let i = 0; i < max; i += 1) keys.push(await otherSandbox());
+  const holds = keys.map((key, i) => fetch(`${BASE_URL}/charges`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', 'Idempotency-Key': `"other-learner-${i}"`, 'Demo-Fault': `delay-commit=${holdMs}` },
+    body: JSON.stringify({ amount: 100, currency: 'jpy' }),
+  }).then((r) => r.status));
+  const heldAt = Date.now();
+  let held = 0;
+  while (held < max && Date.now() - heldAt < 3000) {
+    held = (await dbState()).held_transactions?.held ?? -1;
+    if (held < max) await delay(50);
+  }
+  check(`lesson 4, every slot taken: the other learners hold all ${max} of the server's held transactions (GET /demo/state's held_transactions)`, held === max, `${held} of ${max}`);
+  const stepDone = clickStep(page, 'l4', 1, { timeout: 40_000 });
+  const refused = exp(page, 'l4').locator('[data-testid="request"][data-refused="true"]');
+  await refused.first().waitFor({ timeout: 4000 });
+  const progress = exp(page, 'l4').getByTestId('progress');
+  await page.waitForFunction(() => /Trying A again in/.test(document.querySelector('[data-testid="exp-l4"] [data-testid="progress"]')?.textContent ?? ''), null, { timeout: 2000 });
+  const said1 = await progress.innerText();
+  await delay(1200);
+  const said2 = await progress.innerText();
+  const secs = (text) => Number(/again in (\d+) s/.exec(text)?.[1] ?? NaN);
+  check('lesson 4, every slot taken: the page says another learner holds each slot, that nothing was kept and B not sent, and counts down whole seconds',
+    new RegExp(`Another learner holds each of this server’s ${max} slots for a held transaction, so A was refused \\(503\\) and nothing was kept; B has not been sent\\. Trying A again in \\d+ s…`).test(said1)
+      && secs(said2) < secs(said1), `"${said1}" then "${said2}"`);
+  const bCards = await exp(page, 'l4').locator('[data-testid="request"][data-tag="B"]').count();
+  const rows = await diagramRows(page, 'l4');
+  check('lesson 4, every slot taken: while A waits for a slot, no B was sent and the diagram draws no hold and no wait, only the refusal',
+    bCards === 0 && !rows.some((r) => /keeps its transaction open|must wait|waits/.test(r)) && rows.some((r) => /slots for a held transaction are taken by other learners/.test(r)),
+    `${bCards} B cards; ${rows.join(' / ').slice(0, 400)}`);
+  const refusedCard = await refused.first().evaluate((c) => ({ status: c.dataset.status, title: c.querySelector('.card-title').innerText, response: c.querySelector('[data-testid="raw-response"]').innerText }));
+  check('lesson 4, every slot taken: the refused A\'s card is a 503 with Demo-Slots and a Retry-After of when a slot is given back, titled as refused',
+    refusedCard.status === '503' && new RegExp(`Demo-Slots: held=${max}, max=${max}`, 'i').test(refusedCard.response) && /Retry-After: [1-9]/i.test(refusedCard.response) && /refused/.test(refusedCard.title),
+    JSON.stringify(refusedCard).slice(0, 300));
+  const violations = await axe(page);
+  check('axe: no violations while lesson 4 waits for a slot (en, 1280×900)', violations.length === 0, violations.join('; '));
+  await screenshot(page, 'lesson-4', 'lesson-4-slot-busy-en-desktop.png');
+  await setLang(page, 'ja');
+  // The countdown is redrawn every 250 ms, in the language of the moment.
+  await page.waitForFunction(() => /受講者/.test(document.querySelector('[data-testid="exp-l4"] [data-testid="progress"]')?.textContent ?? ''), null, { timeout: 2000 }).catch(() => {});
+  const saidJa = await progress.innerText();
+  check('lesson 4, every slot taken: the same in Japanese', /ほかの受講者が使っています/.test(saidJa) && /後に A をもう一度送ります/.test(saidJa), saidJa);
+  const violationsJa = await axe(page);
+  check('axe: no violations while lesson 4 waits for a slot (ja, 1280×900)', violationsJa.length === 0, violationsJa.join('; '));
+  await screenshot(page, 'lesson-4', 'lesson-4-slot-busy-ja-desktop.png');
+  await setLang(page, 'en');
+  axeCounts.push({ state: 'lesson 4 waiting for a slot', counts: [violations.length, violationsJa.length, '-', '-'] });
+  await stepDone;
+  const others = await Promise.all(holds);
+  check('lesson 4, every slot taken: the other learners\' held charges were answered 201', others.every((x) => x === 201), others.join(', '));
+  const a = await card(page, 'l4', 'A');
+  const b = await card(page, 'l4', 'B');
+  check('lesson 4, every slot taken: then A got a slot and held it (201 after ~5 s), and B waited and replayed it',
+    a.status === 201 && !a.replayed && a.ms >= 4500 && b.status === 201 && b.replayed && b.ms >= 3000 && responseId(a.response) === responseId(b.response),
+    `A ${a.status} ${a.ms} ms, B ${b.status}${b.replayed ? ' replayed' : ''} ${b.ms} ms`);
+  await checkSlotStory(page, 'l4', 'after every slot was taken', /keeps its transaction open for 5 s/);
+  const v = await verdict(page, 'l4');
+  check('lesson 4, every slot taken: the result box confirms the lesson and says A was refused first', v.ok && /was refused 1 time: all \d+ were held by other learners/.test(v.text), said(v));
+  const state = await dbState();
+  check('lesson 4, every slot taken: one charge in the sandbox', state.charges.length === 1, `${state.charges.length} charges`);
+  await clear(page, ['l4']);
 }
 
 async function lesson4(page) {
@@ -641,10 +784,10 @@ async function lesson4(page) {
   check('lesson 4: the mode switch starts on "atomic"', await atomic.isChecked());
   check('lesson 4: the lesson says the experiment runs in "atomic" mode', /“atomic” mode/.test(await page.getByTestId('l4-backend').innerText()));
   await watchL4(page, 'l4');
-  const atomicDone = clickStep(page, 'l4', 1);
+  const atomicDone = clickStep(page, 'l4', 1, { timeout: L4_STEP_TIMEOUT_MS });
   const atomicLocks = pollLocks(atomicDone);
   // While A and B are both running, each has its own live timer, and the two never overlap.
-  await exp(page, 'l4').locator('[data-testid="request"][data-tag="B"]').waitFor({ timeout: 4000 });
+  await exp(page, 'l4').locator('[data-testid="request"][data-tag="B"]').waitFor({ timeout: L4_B_TIMEOUT_MS });
   await page.waitForTimeout(600);
   const timers = await exp(page, 'l4').locator('svg text').evaluateAll((texts) =>
     texts.filter((el) => /ms…$/.test(el.textContent)).map((el) => {
@@ -679,6 +822,7 @@ async function lesson4(page) {
   check('lesson 4 atomic: the page shows 1 charge', (await shownCharges(page, 'l4')).count === 1);
   check('lesson 4 atomic: the result box confirms the wait and one charge', (await verdict(page, 'l4')).ok);
   console.log(`# lesson 4 atomic: A took ${a.ms} ms, the retry B waited ${b.ms} ms`);
+  await checkSlotStory(page, 'l4', 'atomic', /keeps its transaction open for 5 s/);
   await checkWaitShown(page, 'l4', 'atomic', await atomicLocks);
   const av = await verdict(page, 'l4');
   check('lesson 4 atomic: the result box says what the page read while B waited (the tables, and the wait as the database reported it)',
@@ -687,7 +831,7 @@ async function lesson4(page) {
   // ---- the rollback path: A fails before COMMIT while B waits; B runs as the first ----------
   await resetViaPage(page);
   await watchL4(page, 'l4-rollback');
-  const rollbackDone = clickStep(page, 'l4-rollback', 1);
+  const rollbackDone = clickStep(page, 'l4-rollback', 1, { timeout: L4_STEP_TIMEOUT_MS });
   const rollbackLocks = pollLocks(rollbackDone);
   await rollbackDone;
   const ra = await card(page, 'l4-rollback', 'A');
@@ -698,10 +842,14 @@ async function lesson4(page) {
     /Demo-Fault: delay-commit=4000, fail-before-commit/.test(ra.request) && ra.status >= 400 && ra.ms >= 3500, `${ra.status}, ${ra.ms} ms`);
   check('lesson 4 rollback: B, with the same key and body, waited and then charged as the first: 201, not a replay',
     rb.status === 201 && !rb.replayed && rb.ms >= 2000 && bodyOf(rb.request) === bodyOf(ra.request), `${rb.status}${rb.replayed ? ' replayed' : ''}, ${rb.ms} ms`);
+  const raExplain = await exp(page, 'l4-rollback').locator('[data-testid="request"][data-tag="A"]').getByTestId('explain').innerText();
+  check('lesson 4 rollback: A\'s card says the failure was the planned one, before COMMIT, and that everything rolled back',
+    /planned failure \(Demo-Fault: fail-before-commit\)/.test(raExplain) && /before COMMIT/.test(raExplain) && /rolled back/.test(raExplain), raExplain);
   check('lesson 4 rollback: the database holds one charge, B\'s, and the key row holds it',
     rState.charges.length === 1 && rState.charges[0].id === responseId(rb.response) && rState.idempotency_keys.length === 1 && rKey?.status === 'completed'
       && rKey?.charge_id === responseId(rb.response), `${rState.charges.length} charges, key ${rKey?.status}`);
   check('lesson 4 rollback: the page shows 1 charge', (await shownCharges(page, 'l4-rollback')).count === 1);
+  await checkSlotStory(page, 'l4-rollback', 'rollback', /keeps its transaction open for 4 s, then fails before COMMIT/);
   await checkWaitShown(page, 'l4-rollback', 'rollback', await rollbackLocks);
   const rv = await verdict(page, 'l4-rollback');
   check('lesson 4 rollback: the result box agrees (A rolled back, B a fresh 201, one charge), shown as safe', rv.ok && (await tone(page, 'l4-rollback')) === 'good'
@@ -718,15 +866,15 @@ async function lesson4(page) {
   check('lesson 4: the lesson says the experiment runs in "key-first" mode',
     /“key-first” mode/.test(await page.getByTestId('l4-backend').innerText()) && /409/.test(await root.getByTestId('l4-explain').innerText()));
   await resetViaPage(page);
-  const stepDone = clickStep(page, 'l4', 1);
+  const stepDone = clickStep(page, 'l4', 1, { timeout: L4_STEP_TIMEOUT_MS });
   // B is sent 1 s after A and answered within milliseconds; the page then reads the state.
   await page.waitForFunction(
     () => document.querySelector('[data-testid="exp-l4"] [data-testid="request"][data-tag="B"]')?.dataset.status,
     null,
-    { timeout: 4000 },
+    { timeout: L4_B_TIMEOUT_MS },
   );
   const row = exp(page, 'l4').getByTestId('db-panel').locator('[data-testid="key-row"][data-status="in_progress"]');
-  const seen = await row.waitFor({ timeout: 2000 }).then(() => true, () => false);
+  const seen = await row.waitFor({ timeout: ROOM ? 6000 : 2000 }).then(() => true, () => false);
   const aPending = (await l4Card(page, 'A').getAttribute('data-status')) === '';
   const lease = seen ? await row.getAttribute('data-lease-live') : null;
   const leaseShown = seen ? (await row.getByTestId('lease').innerText()).trim() : '';
@@ -738,6 +886,7 @@ async function lesson4(page) {
     await screenshot(page, 'lesson-4', 'lesson-4-key-first-in-progress.png');
   }
   await stepDone;
+  await checkSlotStory(page, 'l4', 'key-first', /the work takes 5 s/);
   const ka = await card(page, 'l4', 'A');
   const kb = await card(page, 'l4', 'B');
   const kc = await card(page, 'l4', 'C');
@@ -926,6 +1075,12 @@ async function lesson6(page) {
     `status ${ka.status}, key ${row?.status}, ${state.charges.length} charges`);
   check('lesson 6 (abandoned): the retry B while the lease holds gets 409 and charges nothing',
     kb.status === 409 && /idempotency-key-in-flight/.test(kb.response) && state.charges.length === 0, `status ${kb.status}`);
+  const bExplain = await exp(page, 'l6-abandon').locator('[data-testid="request"][data-tag="B"]').getByTestId('explain').innerText();
+  const bLeft = Number(/its lease has about (\d+(?:\.\d)?) s left/.exec(bExplain)?.[1] ?? NaN);
+  const bRetryAfter = Number(/Retry-After: (\d+)/i.exec(kb.response)?.[1] ?? NaN);
+  check('lesson 6 (abandoned): B\'s card tells the lease\'s time left (about the 5 s lease less A\'s and B\'s time), that A may be dead, and why its Retry-After is shorter than the wait',
+    bLeft >= 3.5 && bLeft <= 5 && /may be dead/.test(bExplain) && bRetryAfter < bLeft && /Retry-After: \d+ says when to ask again, not when a result will be ready/.test(bExplain)
+      && !/still being processed/.test(bExplain), `${bExplain} (Retry-After ${bRetryAfter})`);
   check('lesson 6 (abandoned): the page shows the key row in_progress with its lease', (await exp(page, 'l6-abandon').getByTestId('db-panel')
     .locator('[data-testid="key-row"][data-status="in_progress"]').getByTestId('lease-relative').count()) === 1);
   await look(page, 'lesson 6, a key abandoned in progress', { section: 'lesson-6', shot: 'lesson-6-abandoned' });
@@ -941,6 +1096,15 @@ async function lesson6(page) {
   const v2 = await verdict(page, 'l6-abandon');
   check('lesson 6 (abandoned): the result box agrees, shown as safe', v2.ok && (await tone(page, 'l6-abandon')) === 'good', said(v2));
   await l6BoxAgrees(page, kc, v2);
+  const cExplain = await exp(page, 'l6-abandon').locator('[data-testid="request"][data-tag="C"]').getByTestId('explain').innerText();
+  const l6Rows = await diagramRows(page, 'l6-abandon');
+  const drawnTakeover = l6Rows.some((r) => /lease over: take/i.test(r) || /takes? (the row|it) over/i.test(r));
+  const drawnRecovery = l6Rows.some((r) => /recovery task/.test(r));
+  check('lesson 6 (abandoned): C\'s card, the diagram and the box tell the same story (C took the key over, or the recovery task did)',
+    kc.replayed ? /recovery task took the key over/.test(cExplain) && drawnRecovery : /C took the key over/.test(cExplain) && drawnTakeover && !drawnRecovery,
+    `${kc.replayed ? 'replayed' : 'fresh'}: ${cExplain} | ${l6Rows.filter((r) => /C:/.test(r)).join(' / ').slice(0, 300)}`);
+  check('lesson 6 (abandoned): the box says B\'s Retry-After was shorter than the lease it had left, and that A may be dead',
+    /Retry-After: \d+ was shorter than the \d+(\.\d)? s its lease still had: A may be dead/.test(v2.text), said(v2));
   // The box in both of its outcomes, from the boolean the lesson passes: C's takeover (false) and the recovery task's (true).
   const rendered = await page.evaluate(async () => {
     const { tHtml } = await import('/js/i18n.js');
@@ -1190,6 +1354,10 @@ async function checkQuiz(page, i) {
 
 /** A fresh page (the self-check's state and its shuffle are per load), scrolled to the self-check. */
 async function freshSelfCheck(page) {
+  // A fresh learner: the answers this sandbox kept (localStorage) are forgotten first.
+  await page.evaluate(() => {
+    for (const k of Object.keys(localStorage)) if (k.startsWith('charges.selfcheck.')) localStorage.removeItem(k);
+  });
   await page.reload({ waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
   await page.waitForSelector('body[data-ready="true"]', { timeout: ACTION_TIMEOUT_MS });
   return page.getByTestId('self-check');
@@ -1351,7 +1519,67 @@ async function selfCheck(page) {
   }, hash.slice(1));
   check('self-check: the link goes back to the experiment that shows the answer', hash === `#${answers[6].see}` && inView, hash);
   await look(page, 'the self-check, answered', { section: 'self-check' });
+
+  // A revealed answer (the wrong option's correction, then the right one's explanation) says
+  // each fact once: question 2's ¥300 of lesson 2 once, and no sentence twice, in either language.
+  const twice = await page.evaluate(async () => {
+    const { MESSAGES } = await import('/js/messages.js');
+    const { QUESTIONS } = await import('/js/selfcheck.js');
+    const plain = (html) => html.replace(/<[^>]+>/g, '');
+    const found = [];
+    for (const lang of ['en', 'ja']) {
+      for (const q of QUESTIONS) {
+        for (let j = 0; j < q.options; j += 1) {
+          if (j === q.answer) continue;
+          const shown = `${plain(MESSAGES[lang][`${q.q}.a${j}.wrong.html`])} ${plain(MESSAGES[lang][`${q.q}.why.html`])}`;
+          const sentences = shown.split(/(?<=[.。])\s*/).map((x) => x.trim()).filter((x) => x.length > 12);
+          if (sentences.some((x, k) => sentences.indexOf(x) !== k)) found.push(`${lang} ${q.q} a${j}: a sentence twice`);
+          if (q.q === 'sc.q2' && (shown.match(/¥300|300円/g) ?? []).length > 1) found.push(`${lang} ${q.q} a${j}: ¥300 twice`);
+        }
+      }
+    }
+    return found;
+  });
+  check('self-check: a revealed answer says each fact once (question 2: lesson 2\'s ¥300 once), in English and Japanese', twice.length === 0, twice.join('; '));
+  // The closing sentence fits the score.
+  const scoreText = await page.getByTestId('self-check-score').innerText();
+  const ends = await page.evaluate(async () => {
+    const { t } = await import('/js/i18n.js');
+    const { MESSAGES } = await import('/js/messages.js');
+    return { all: t('sc.scoreEndAll', { right: 10, total: 10 }), allJa: MESSAGES.ja['sc.scoreEndAll']({ right: 10, total: 10 }) };
+  });
+  check('self-check: the closing sentence fits the score (1 of 10: the right answers shown under the misses; 10 of 10: none missed)',
+    /Your score: 1 of 10/.test(scoreText) && /every question you missed/.test(scoreText) && !/missed/.test(ends.all) && /every one right/.test(ends.all) && !/間違えた/.test(ends.allJa),
+    `${scoreText} | ${ends.all} | ${ends.allJa}`);
+  // A reload keeps the answers and the first tries (per sandbox): answering again with the
+  // answers revealed last time does not raise the score.
+  await page.reload({ waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
+  await page.waitForSelector('body[data-ready="true"]', { timeout: ACTION_TIMEOUT_MS });
+  root = page.getByTestId('self-check');
+  const kept = await scoreOf(page);
+  const restored = await root.locator('fieldset.quiz').evaluateAll((sets) => sets.map((set) => ({
+    checked: set.querySelector('input[type="radio"]:checked')?.value ?? null,
+    correct: set.querySelector('[data-testid="quiz-feedback"]').dataset.correct ?? null,
+  })));
+  check('self-check: after a reload the answers and first tries are still there (score 1 of 10, all answered, every last answer shown as right)',
+    kept.right === 1 && kept.answered === n && restored.every((r, i) => Number(r.checked) === answers[i].answer && r.correct === 'true'),
+    `${kept.right}/${kept.answered}; ${JSON.stringify(restored.slice(0, 3))}`);
+  for (let i = 1; i < n; i += 1) {
+    await option(root, i, answers[i].answer).check();
+    await root.getByTestId(`quiz-${i + 1}`).getByTestId('quiz-check').click();
+  }
+  await page.waitForTimeout(200);
+  const again = await scoreOf(page);
+  check('self-check: answering again after the reload, with the revealed answers, scores no more than the first tries did', again.right === 1 && again.answered === n, `${again.right}/${again.answered}`);
+  const other = await page.context().browser().newContext({ viewport: DESKTOP, locale: 'en-US' });
+  const otherPage = await other.newPage();
+  await otherPage.goto(`${BASE_URL}/`, { waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
+  await otherPage.waitForSelector('body[data-ready="true"]', { timeout: ACTION_TIMEOUT_MS });
+  const fresh = await scoreOf(otherPage);
+  check('self-check: another sandbox (another context) starts with no answers', fresh.answered === 0, `${fresh.right}/${fresh.answered}`);
+  await other.close();
 }
+
 
 /** The API reference at /docs: no axe violation at either size. */
 async function docs(browser) {
@@ -1418,9 +1646,144 @@ async function phoneLessons(page) {
   }
 }
 
+// ---- refusals in plain words ---------------------------------------------------------------
+
+/** A page in a context of its own, in `lang`, with `prepare(context)` done before it loads. */
+async function pageWith(browser, lang, prepare = async () => {}) {
+  const context = await browser.newContext({ viewport: DESKTOP, locale: lang === 'ja' ? 'ja-JP' : 'en-US', reducedMotion: 'reduce' });
+  context.setDefaultTimeout(ACTION_TIMEOUT_MS);
+  await prepare(context);
+  const page = await context.newPage();
+  await page.goto(`${BASE_URL}/`, { waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
+  await page.waitForSelector('body[data-ready="true"]', { timeout: ACTION_TIMEOUT_MS });
+  return { context, page };
+}
+
+const headerOf = async (page) => ({
+  server: (await page.getByTestId('server-status').innerText()).trim(),
+  sandbox: (await page.getByTestId('sandbox-status').innerText()).trim(),
+  db: (await page.getByTestId('db-status').innerText()).trim(),
+});
+
+/** The countdown's seconds in "m:ss", or NaN. */
+const countdownSecs = (text) => {
+  const m = /(\d+):(\d\d)/.exec(text);
+  return m ? Number(m[1]) * 60 + Number(m[2]) : NaN;
+};
+
+/**
+ * Each way the page can be refused, told as what it is, with a live
+ * countdown, in English and Japanese: the room full (503 demo-room-full,
+ * Retry-After of about 2 h) and too many sandboxes from one address (429),
+ * both the server's problem bodies, answered here by intercepting POST
+ * /demo/sandboxes (this server's room is not full); the server not answering
+ * (its connections refused, at load and after it); and a sandbox the server
+ * deleted (a real 401 for a key it no longer knows). Then each recovers on
+ * its own when its countdown ends.
+ */
+async function refusals(browser) {
+  const problem = (slug, status, detail) => JSON.stringify({ type: `/problems/${slug}`, title: slug, status, detail });
+  const refuse = (status, retryAfter, slug) => async (context) => {
+    await context.route('**/demo/sandboxes', (route) => route.fulfill({
+      status,
+      headers: { 'Content-Type': 'application/problem+json', 'Retry-After': String(retryAfter) },
+      body: problem(slug, status, 'refused'),
+    }));
+  };
+  const WORDS = {
+    en: {
+      roomFull: /The server is up, and every one of its sandboxes is in use by other learners/, roomWait: /expected to free up in about 2 h; this page tries again then/,
+      tooMany: /makes no more new sandboxes for your address this minute/, tooManyWait: /Trying again in 0:\d\d, on its own/,
+      down: /^No answer from the server: it may be stopped/, downWait: /Trying again in 0:0\d…/,
+      expired: /Your earlier sandbox went unused for 2 hours and was deleted with its rows; this is a new one/,
+    },
+    ja: {
+      roomFull: /サンドボックスはすべてほかの受講者が使っている/, roomWait: /約2時間後の見込み/,
+      tooMany: /この 1分はもう作りません/, tooManyWait: /0:\d\d後に自動でもう一度試します/,
+      down: /^サーバーから返事がありません/, downWait: /0:0\d後にもう一度試します/,
+      expired: /前のサンドボックスは 2時間使われなかったので、行ごと削除されました/,
+    },
+  };
+  const outage = /Cannot reach|Is it running|接続できません|Database:|データベース:/;
+  for (const lang of ['en', 'ja']) {
+    const w = WORDS[lang];
+    // The room full: the server's answer, not an outage, and "about 2 h", not "7198 s".
+    {
+      const { context, page } = await pageWith(browser, lang, refuse(503, 7198, 'demo-room-full'));
+      const h = await headerOf(page);
+      check(`refusals (${lang}): a full room says so (the server is up), with "about 2 h" to go, not seconds`,
+        w.roomFull.test(h.server) && w.roomWait.test(h.sandbox) && !outage.test(h.server) && !/7198|7 ?19\d/.test(h.sandbox), `${h.server} | ${h.sandbox}`);
+      const violations = await axe(page);
+      check(`axe: no violations with the room full (${lang}, 1280×900)`, violations.length === 0, violations.join('; '));
+      await page.screenshot({ path: path.join(ARTIFACTS_DIR, `refusal-room-full-${lang}-desktop.png`) });
+      await context.close();
+    }
+    // Too many sandboxes from this address: its own sentence and a countdown that moves.
+    {
+      const { context, page } = await pageWith(browser, lang, refuse(429, 42, 'rate-limited'));
+      const first = await headerOf(page);
+      await delay(2100);
+      const then = await headerOf(page);
+      check(`refusals (${lang}): a rate limit says that this address made too many sandboxes, and counts down live (m:ss)`,
+        w.tooMany.test(first.server) && w.tooManyWait.test(first.sandbox) && countdownSecs(then.sandbox) < countdownSecs(first.sandbox) && !outage.test(first.server),
+        `${first.server} | ${first.sandbox} → ${then.sandbox}`);
+      const violations = await axe(page);
+      check(`axe: no violations when rate limited (${lang}, 1280×900)`, violations.length === 0, violations.join('; '));
+      await context.close();
+    }
+    // The server not answering at load, then answering again: the page comes back by itself.
+    {
+      let down = true;
+      const { context, page } = await pageWith(browser, lang, async (context) => {
+        await context.route(/\/demo\/(config|state|sandboxes)$/, (route) => (down ? route.abort('connectionrefused') : route.fallback()));
+      });
+      const h = await headerOf(page);
+      check(`refusals (${lang}): a server that does not answer is told as no answer, without the database's name, with a countdown`,
+        w.down.test(h.server) && w.downWait.test(h.sandbox) && h.db === '' && !/Database:|データベース:/.test(h.server), `${h.server} | ${h.sandbox} | ${h.db}`);
+      const violations = await axe(page);
+      check(`axe: no violations with the server not answering (${lang}, 1280×900)`, violations.length === 0, violations.join('; '));
+      await page.screenshot({ path: path.join(ARTIFACTS_DIR, `refusal-down-${lang}-desktop.png`) });
+      down = false;
+      const back = await page.waitForFunction(() => /Database:|データベース:/.test(document.querySelector('[data-testid="server-status"]').textContent), null, { timeout: 9000 }).then(() => true, () => false);
+      check(`refusals (${lang}): once the server answers again, the page reads it by itself (no reload)`, back, (await headerOf(page)).server);
+      // And stopping after load: the header stops naming a database it cannot read.
+      down = true;
+      const lost = await page.waitForFunction(() => document.querySelector('[data-testid="server-status"]').dataset.trouble === 'down', null, { timeout: 9000 }).then(() => true, () => false);
+      const after = await headerOf(page);
+      check(`refusals (${lang}): a server that stops answering after load is told as no answer within one header refresh`, lost && w.down.test(after.server) && after.db === '', `${after.server} | ${after.db}`);
+      await context.close();
+    }
+    // A sandbox the server deleted: a real 401 for its key; a new one, said so.
+    {
+      const { context, page } = await pageWith(browser, lang, async (context) => {
+        await context.addInitScript(() => {
+          if (!sessionStorage.getItem('charges.sandbox')) sessionStorage.setItem('charges.sandbox', JSON.stringify({ api_key: 'sk_test_deleted_long_ago', account_id: 0, expires_at: null }));
+        });
+      });
+      const h = await headerOf(page);
+      const key = await sandboxKeyOf(page);
+      check(`refusals (${lang}): a sandbox the server deleted is replaced, and the header says the earlier one was deleted`,
+        w.expired.test(h.sandbox) && key !== 'sk_test_deleted_long_ago' && /^sk_test_/.test(key ?? ''), `${h.sandbox} (${key?.slice(0, 12)}…)`);
+      const violations = await axe(page);
+      check(`axe: no violations after a sandbox expired (${lang}, 1280×900)`, violations.length === 0, violations.join('; '));
+      await context.close();
+    }
+  }
+}
+
 // ---- a room of learners (ROOM=N) ----------------------------------------------------------
 
 const LEARNER_GAP_MS = 700;
+
+/** The room's learners wait here until all have reached lesson 4 (at most 90 s), then start it together. */
+let atLesson4 = 0;
+let startLesson4;
+const lesson4Together = new Promise((resolve) => { startLesson4 = resolve; });
+function allAtLesson4() {
+  atLesson4 += 1;
+  if (atLesson4 >= ROOM) startLesson4();
+  return Promise.race([lesson4Together, delay(90_000)]);
+}
 const delay = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** One learner of the room: a context (a sandbox) of its own, lessons 1, 3 and 4; what its page and its sandbox hold. */
@@ -1439,6 +1802,8 @@ async function learner(browser, i) {
         && /Your sandbox/.test(await page.getByTestId('sandbox-status').innerText()));
       await lesson(`learner ${i}: lesson 1`, () => lesson1(page));
       await lesson(`learner ${i}: lesson 3`, () => lesson3(page));
+      // The teacher says "now": everyone presses lesson 4's button at once.
+      await allAtLesson4();
       await lesson(`learner ${i}: lesson 4`, () => lesson4(page));
       const state = await dbState();
       const own = new Set([...state.charges.map((c) => c.id), ...state.idempotency_keys.map((k) => `key:${k.key}`)]);
@@ -1468,6 +1833,12 @@ async function room(browser) {
   })));
   const done = learners.filter(Boolean);
   check(`all ${ROOM} learners ran`, done.length === ROOM, `${done.length}`);
+  const refusedLearners = [...slotRefusals.entries()].filter(([, n]) => n > 0);
+  const slots = config.max_delayed_transactions;
+  console.log(`# room: lesson 4 on a server with ${slots} held-transaction slots: ${refusedLearners.length} of ${ROOM} learners were refused a slot at least once (${refusedLearners.map(([w, n]) => `${w}: ${n}`).join(', ') || 'none'}), and waited for one`);
+  // All started lesson 4 at once: more learners than slots means some were refused, and the checks above saw each of them end as the lesson expects.
+  check(`the room: with ${ROOM} learners starting lesson 4 together and ${slots} slots, at least ${Math.max(0, ROOM - slots)} were refused a slot first, and every one's lesson 4 still ended as expected`,
+    refusedLearners.length >= Math.max(0, ROOM - slots), `${refusedLearners.length} refused`);
   for (const l of done) {
     const others = new Set(done.filter((o) => o !== l).flatMap((o) => [...o.own].filter((id) => !id.startsWith('key:'))));
     const foreign = l.shown.filter((id) => !l.own.has(id) && !id.startsWith('key:'));
@@ -1565,6 +1936,7 @@ async function tour(browser) {
   await lesson('lesson 2: a change needs a key, a whole new value does not', () => lesson2(page));
   await lesson('lesson 3: the idempotency key', () => lesson3(page));
   await lesson('lesson 4: a retry while the first is still running', () => lesson4(page));
+  await lesson('lesson 4 in a class: every slot for a held transaction taken', () => lesson4SlotBusy(page));
   await lesson('lesson 5: key lifetime and reuse', () => lesson5(page));
   await lesson('lesson 6: what a key cannot promise', () => lesson6(page));
   await lesson('lesson 7: the charge reaches the card network', () => lesson7(page));
@@ -1574,4 +1946,5 @@ async function tour(browser) {
   await context.close();
   await lesson('/docs', () => docs(browser));
   await lesson('phone', () => phone(browser));
+  await lesson('refusals in plain words', () => refusals(browser));
 }

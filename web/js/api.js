@@ -34,8 +34,10 @@ export function newKey() {
  *    it a demo charge is the one transaction (key, charge, stored response)
  *    and its authorization_id is null.
  */
-export function chargeRequest({ apiKey, amount, currency = 'jpy', description, paymentMethod, key, faults = [], mode, network = false } = {}) {
+export function chargeRequest({ apiKey, amount, currency = 'jpy', description, paymentMethod, key, faults = [], mode, network = false, session } = {}) {
   const headers = apiHeaders(apiKey, { key, faults, mode, network });
+  // Demo-Session: the request's database sessions are named for it (psql's pg_stat_activity then tells A from B).
+  if (session) headers.push(['Demo-Session', session]);
   const body = { amount, currency };
   if (description !== undefined) body.description = description;
   if (paymentMethod !== undefined) body.payment_method = paymentMethod;
@@ -205,6 +207,11 @@ export async function getConfig() {
 /** GET /demo/state: this tab's sandbox's tables as they are now. */
 export async function getState() {
   return sandboxCall('GET', '/demo/state');
+}
+
+/** GET /demo/slot: whether this tab's sandbox holds a transaction open now, and for how long (from memory: no tables read). */
+export async function getSlot() {
+  return sandboxCall('GET', '/demo/slot');
 }
 
 /** POST /demo/reset: empties this tab's sandbox's tables; answers the (empty) state. */

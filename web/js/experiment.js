@@ -176,9 +176,15 @@ export class Experiment {
        * `ms` is kept as data-ms for the test. Not a live region: it changes
        * several times a second. Cleared when the step ends.
        */
+      /** Tells a screen reader once (the progress line below is not a live region). */
+      announce(text) {
+        experiment.el.announce.textContent = text;
+      },
       progress(text, ms = null) {
         const el = experiment.el.progress;
         el.hidden = false;
+        // Kept, so that a language switch redraws it at once (renderAll), not at the next tick.
+        experiment.progressText = text;
         el.textContent = text();
         if (ms === null) delete el.dataset.ms;
         else el.dataset.ms = String(Math.round(ms));
@@ -192,13 +198,13 @@ export class Experiment {
    * what the server did (or leaves that to the caller when narrate is false),
    * then reads the state.
    */
-  _start(spec, { tag, title, narrate = null, detail = [], harm = null }) {
+  _start(spec, { tag, title, narrate = null, detail = [], harm = null, explain: explainer = null }) {
     const { record, done: answeredRaw } = startRequest(spec);
     this.ctx.records[tag] = record;
     const call = CALLS[spec.kind] ?? L('d.callCharge');
     this.diagram.message('client', 'api', call, { tag, kind: 'call', detail: detail.length ? detail : callDetail(spec) });
     const bar = this.diagram.openBar(tag, 'api', { record });
-    const card = new RequestCard(record, { tag, title, harm, level: Math.min(6, this.level + 1), context: () => this.contextName() });
+    const card = new RequestCard(record, { tag, title, harm, explainer, level: Math.min(6, this.level + 1), context: () => this.contextName() });
     this.cards.push(card);
     this.el.cards.append(card.el);
     this.el['log-section'].hidden = false;
@@ -221,7 +227,20 @@ export class Experiment {
       }
       return rec;
     });
-    return { record, bar, answered, done };
+    /**
+     * A request the server refused before it did anything (lesson 4: no
+     * slot for a held transaction), to be sent again: its card stays, under
+     * a title that says so, and no longer stands for `tag` in the records
+     * (data-tag "<tag>-refused", data-refused).
+     */
+    const retire = (newTitle) => {
+      card.title = newTitle;
+      card.el.dataset.tag = `${tag}-refused`;
+      card.el.dataset.refused = 'true';
+      if (this.ctx.records[tag] === record) delete this.ctx.records[tag];
+      card.render();
+    };
+    return { record, bar, answered, done, retire };
   }
 
   /**
@@ -270,6 +289,7 @@ export class Experiment {
     } finally {
       this.el.progress.hidden = true;
       this.el.progress.textContent = '';
+      this.progressText = null;
       // Its figure too: the next wait must not start from this one's.
       delete this.el.progress.dataset.ms;
       setBusy(null);
@@ -313,6 +333,7 @@ export class Experiment {
       const label = typeof step.label === 'function' ? step.label() : t(step.label);
       this.stepButtons[i].innerHTML = `<span class="num" aria-hidden="true">${i + 1}</span><span class="label">${esc(label)}</span><span class="tick" aria-hidden="true">✓</span>`;
     });
+    if (this.progressText && !this.el.progress.hidden) this.el.progress.textContent = this.progressText();
     this.renderControls();
     this.renderVerdict();
     this.renderDb();
@@ -338,7 +359,7 @@ export class Experiment {
     this.host.dataset.state = finished ? 'done' : this.nextStep === 0 ? 'idle' : 'ready';
     let status = '';
     if (unavailable) status = unavailable;
-    else if (this.failure) status = t('exp.error', { message: this.failure });
+    else if (this.failure) status = NO_ANSWER.test(this.failure) ? t('exp.noAnswer') : t('exp.error', { message: this.failure });
     else if (busy) status = t('exp.busyElsewhere');
     else if (this.nextStep === 0) status = t('exp.idle');
     else if (!finished) status = t('exp.next', { n: this.nextStep + 1 });
@@ -413,8 +434,10 @@ export class Experiment {
 
 /** One request as sent and as answered. */
 class RequestCard {
-  constructor(record, { tag, title, harm = null, level = 5, context = () => '' }) {
+  constructor(record, { tag, title, harm = null, explainer = null, level = 5, context = () => '' }) {
     this.record = record;
+    // A lesson's own account of the answer (what it knows that the answer alone does not), or null: explain().
+    this.explainer = explainer;
     this.tag = tag;
     this.title = title;
     this.harm = harm;
@@ -473,7 +496,7 @@ class RequestCard {
         <span class="elapsed${pending ? ' pending' : ''}" data-testid="elapsed" ${pending ? '' : `data-ms="${r.elapsedMs}"`}
           title="${esc(t('card.elapsedLabel'))}"><span class="ms">${fmtMs(r.elapsedNow())}</span> ms</span>
       </header>
-      <p class="card-explain" data-testid="explain">${esc(pending ? t('card.waiting') : explain(r))}${
+      <p class="card-explain" data-testid="explain">${esc(pending ? t('card.waiting') : this.explainer?.(r) ?? explain(r))}${
         harmed ? `${sentenceGap()}<strong class="harm-note" data-testid="harm">${esc(t(`card.harm.${harm}`))}</strong>` : ''
       }</p>
       <div class="raw">
@@ -509,6 +532,9 @@ class RequestCard {
     updateScrollHints(this.el);
   }
 }
+
+/** How a browser says that fetch() got no answer at all (Chromium, Firefox, Safari). */
+const NO_ANSWER = /Failed to fetch|NetworkError|Load failed/;
 
 /** The colour of a card's status, by what came of the request. */
 const STATUS_CLASS = { [EXECUTED]: 'good', [REPLAYED]: 'good', [LOST]: 'lost', [UNAVAILABLE]: 'lost' };
@@ -571,7 +597,10 @@ function explain(r) {
       if (r.spec.intent?.paymentMethod?.startsWith('pm_card_chargeDeclined')) return t('card.explain.lostDecline');
       return t('card.explain.lost');
     default:
+      if (r.error && NO_ANSWER.test(r.error)) return t('card.explain.noAnswer');
       if (r.error) return t('card.explain.failed', { message: r.error });
+      if (slotRefusalOf(r)) return t('card.explain.slotBusy', slotRefusalOf(r));
+      if (r.status === 500 && r.spec.intent?.faults?.includes('fail-before-commit')) return t('card.explain.plannedFailure', { status: `${r.status} ${r.statusText}` });
       if (r.spec.kind === 'lookup' && r.status === 404) return t('card.explain.notFound');
       return t('card.explain.other', { status: `${r.status} ${r.statusText}` });
   }
@@ -592,7 +621,7 @@ function rawResponse(r) {
   if (r.error) return esc(t('card.noResponse'));
   const lines = [`<span class="start-line">${r.status} ${esc(r.statusText)}</span>`];
   for (const [name, value] of r.headers) {
-    const cls = /^(idempotent-replayed|location|retry-after)$/i.test(name) ? ' class="hl"' : '';
+    const cls = /^(idempotent-replayed|location|retry-after|demo-slots)$/i.test(name) ? ' class="hl"' : '';
     lines.push(`<span${cls}>${esc(name)}: ${highlightIds(esc(value))}</span>`);
   }
   if (r.bodyText) {
@@ -635,6 +664,18 @@ function callDetail(spec) {
     lines.push(() => `key ${shortKeyOf(i.key)}`);
   }
   return lines;
+}
+
+/**
+ * The demo's refusal for want of a slot to hold a transaction open (a 503
+ * with Demo-Slots: held=<n>, max=<m>; Retry-After is when the first is
+ * given back), or null: { held, max, retryAfter } (seconds).
+ */
+export function slotRefusalOf(r) {
+  if (r.status !== 503) return null;
+  const m = /held=(\d+),\s*max=(\d+)/.exec(r.header('Demo-Slots') ?? '');
+  if (!m) return null;
+  return { held: Number(m[1]), max: Number(m[2]), retryAfter: Math.max(1, Number(r.header('Retry-After')) || 1) };
 }
 
 export function shortKeyOf(key) {

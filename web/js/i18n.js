@@ -161,6 +161,21 @@ export function fmtSpan(ms) {
   return `${(abs / 1000).toFixed(1)}${u.s}`;
 }
 
+/**
+ * Time left before something happens, as a live countdown shows it: m:ss
+ * under an hour ("0:42", "59:59"), "about 2 h" / "約2時間" beyond (never
+ * "7198 s").
+ */
+export function fmtCountdown(ms) {
+  const ja = current === 'ja';
+  const secs = Math.max(0, Math.ceil(ms / 1000));
+  if (secs >= 3600) {
+    const h = Math.max(1, Math.round(secs / 3600));
+    return ja ? `約${h}時間` : `about ${h} h`;
+  }
+  return `${Math.floor(secs / 60)}:${String(secs % 60).padStart(2, '0')}`;
+}
+
 /** A duration as the page shows it, e.g. 4009 → "4,009". */
 export function fmtMs(ms) {
   return fmtInt(ms);

@@ -2,20 +2,27 @@
 // of the database, and the lessons. At start-up it reads the server's
 // settings (GET /demo/config) once, and the tables (GET /demo/state).
 
-import { t, lang, setLang, applyStatic, onLangChange } from './i18n.js';
+import { t, lang, setLang, applyStatic, onLangChange, fmtCountdown, fmtDuration } from './i18n.js';
 import { getState, resetDemo } from './api.js';
-import { loadServer, server } from './server.js';
+import { loadServer, server, serverOrNull } from './server.js';
 import { mountExperiments, renderServerFacts } from './lessons/index.js';
 import { mountSelfCheck } from './selfcheck.js';
 import { rerenderAll, onBusyChange, onState, isBusy, afterReset } from './experiment.js';
 import { updateScrollHints } from './tables.js';
-import { sandboxOrNull, SandboxRefused } from './sandbox.js';
+import { sandboxOrNull, SandboxRefused, sandboxWasRenewed } from './sandbox.js';
 
 const $ = (selector) => document.querySelector(selector);
 
 let lastState = null;
-/** Why this page has no sandbox (a refused POST /demo/sandboxes), if it has none. */
-let refused = null;
+/**
+ * Why the page cannot work now, with a live countdown to its next try:
+ * { kind: 'roomFull' | 'tooMany' | 'down', until } (performance.now() ms), or
+ * null. The sentence is in the header's live line (said once), the
+ * countdown on the line below it (not live: it changes every second).
+ */
+let trouble = null;
+/** A server that does not answer is asked again this often. */
+const DOWN_RETRY_MS = 5000;
 
 /** How often the header re-reads the tables while no experiment is running… */
 const HEADER_REFRESH_MS = 5000;
@@ -25,14 +32,14 @@ const HEADER_REFRESH_BUSY_MS = 1000;
 /** "Your sandbox", and when the server deletes it unless it is used again, in local time. */
 function renderSandbox() {
   const line = $('[data-testid="sandbox-status"]');
-  if (refused) {
-    const secs = refused.retryAfter ?? '?';
-    line.textContent = refused.status === 503 ? t('status.roomFull', { secs })
-      : refused.status === 429 ? t('status.tooMany', { secs })
-      : t('status.noSandbox', { reason: refused.message });
+  if (trouble) {
+    const left = fmtCountdown(trouble.until - performance.now());
+    line.textContent = trouble.until <= performance.now() ? t('status.trying') : t(`status.${trouble.kind === 'answered' ? 'down' : trouble.kind}.wait`, { left });
+    line.dataset.trouble = trouble.kind;
     line.classList.add('offline');
     return;
   }
+  delete line.dataset.trouble;
   line.classList.remove('offline');
   const sandbox = sandboxOrNull();
   if (!sandbox) {
@@ -45,7 +52,8 @@ function renderSandbox() {
     return;
   }
   const time = new Date(expires).toLocaleTimeString(lang() === 'ja' ? 'ja-JP' : 'en-GB', { hour: '2-digit', minute: '2-digit' });
-  line.textContent = t('status.sandbox', { time });
+  const idle = serverOrNull()?.sandboxes?.idle_expiry_seconds;
+  line.textContent = sandboxWasRenewed() && idle ? t('status.expired', { time, idle: fmtDuration(idle) }) : t('status.sandbox', { time });
   line.dataset.expiresAt = expires;
 }
 
@@ -53,12 +61,15 @@ function renderHeader() {
   renderSandbox();
   const backend = $('[data-testid="server-status"]');
   const db = $('[data-testid="db-status"]');
-  if (lastState === 'offline') {
-    backend.textContent = t('status.offline');
+  if (trouble || lastState === 'offline') {
+    // What the server said (or that it said nothing), not a guess that it is down.
+    backend.textContent = t(`status.${trouble?.kind ?? 'down'}.head`, { status: trouble?.status ?? '' });
+    backend.dataset.trouble = trouble?.kind ?? 'down';
     backend.classList.add('offline');
     db.textContent = '';
     return;
   }
+  delete backend.dataset.trouble;
   backend.classList.remove('offline');
   if (!lastState) {
     backend.textContent = t('status.loading');
@@ -72,8 +83,23 @@ function renderHeader() {
   db.dataset.readAt = lastState.now ?? '';
 }
 
+/** The page cannot work now: says why, and when it tries again. */
+function troubleFrom(error) {
+  if (error instanceof SandboxRefused && (error.status === 503 || error.status === 429)) {
+    const secs = error.retryAfter ?? 60;
+    return { kind: error.status === 503 ? 'roomFull' : 'tooMany', until: performance.now() + secs * 1000 };
+  }
+  // An answer that is an error (a proxy's 502, a database outage's 503): the server said so.
+  if (error?.status) return { kind: 'answered', status: error.status, until: performance.now() + DOWN_RETRY_MS };
+  return { kind: 'down', until: performance.now() + DOWN_RETRY_MS };
+}
+
+/** When the page last showed a state it read (its own read, or an experiment's). */
+let lastShown = 0;
+
 function showState(state) {
   lastState = state;
+  lastShown = performance.now();
   renderHeader();
 }
 
@@ -137,31 +163,56 @@ async function start() {
   $('[data-testid="reset"]').addEventListener('click', onReset);
   renderHeader();
   renderServerFacts(document);
+  await connect();
+  updateScrollHints(document);
+  // The header's count follows the database even when no lesson runs: a
+  // transaction held open before a reload still commits after it. While the
+  // page cannot work, the countdown ticks instead, and at its end the page
+  // tries again on its own.
+  let lastRead = 0;
+  let connecting = false;
+  setInterval(() => {
+    if (trouble) {
+      renderSandbox();
+      if (trouble.until <= performance.now() && !connecting) {
+        connecting = true;
+        connect().finally(() => { connecting = false; });
+      }
+      return;
+    }
+    if (document.hidden) return;
+    const every = isBusy() ? HEADER_REFRESH_BUSY_MS : HEADER_REFRESH_MS;
+    // An experiment that reads the tables itself (lesson 4 while B waits) keeps the count fresh:
+    // no read of the header's own beside it, so a class's pages ask the server half as often.
+    if (performance.now() - lastRead < every - 100 || performance.now() - lastShown < every - 100) return;
+    lastRead = performance.now();
+    getState().then(showState, (error) => {
+      // No answer at all: the server stopped (or the way to it). An HTTP error is a step's business.
+      if (error?.status) return;
+      trouble = troubleFrom(error);
+      lastState = 'offline';
+      renderHeader();
+    });
+  }, HEADER_REFRESH_BUSY_MS);
+  document.body.dataset.ready = 'true';
+}
+
+/** Reads the server's settings and this sandbox's tables; on a refusal or no answer, says which. */
+async function connect() {
   try {
     const [, state] = await Promise.all([loadServer(), getState()]);
+    trouble = null;
     renderServerFacts(document);
     // An experiment this server cannot run (lesson 7 without a network) says so, its buttons disabled.
     rerenderAll();
     showState(state);
   } catch (error) {
     // A full room or a rate limit is the server's clear answer, not an outage.
-    if (error instanceof SandboxRefused) refused = error;
-    else console.error(error);
+    if (!(error instanceof SandboxRefused)) console.error(error);
+    trouble = troubleFrom(error);
     lastState = 'offline';
     renderHeader();
   }
-  updateScrollHints(document);
-  // The header's count follows the database even when no lesson runs: a
-  // transaction held open before a reload still commits after it.
-  let lastRead = 0;
-  setInterval(() => {
-    if (document.hidden || lastState === 'offline') return;
-    const every = isBusy() ? HEADER_REFRESH_BUSY_MS : HEADER_REFRESH_MS;
-    if (performance.now() - lastRead < every - 100) return;
-    lastRead = performance.now();
-    getState().then(showState, () => {});
-  }, HEADER_REFRESH_BUSY_MS);
-  document.body.dataset.ready = 'true';
 }
 
 start();

@@ -125,13 +125,13 @@ const en = {
   'l4.step1.atomic': 'Send A (holds {s} s), then B with the same key {after} s later',
   'l4.step1.keyFirst': 'Send A (holds {s} s), B with the same key {after} s later, then C once A has finished',
   'l4.verdict.ok.html': p =>
-    `B waited <strong>${p.ms} ms</strong>, then got the stored <code>201</code> with <code>Idempotent-Replayed: true</code> and A’s charge id. While it waited, the page read the tables ${p.reads} times and never saw the key: A’s rows were not visible before its commit. The database’s last report of the wait: ${p.lock} The table gained <strong>${p.n}</strong> charge.`,
+    `B waited <strong>${p.ms} ms</strong>, then got the stored <code>201</code> with <code>Idempotent-Replayed: true</code> and A’s charge id. While it waited, the page read the tables ${p.reads} times and never saw the key: A’s rows were not visible before its commit. The database’s last report of the wait: ${p.lock} The table gained <strong>${p.n}</strong> charge.${p.slots ? ` ${p.slots}` : ''}`,
   'l4.verdict.bad.html': p =>
-    `Expected B to wait about ${p.expectMs} ms and get the stored 201 replayed, with one new charge, and no read to show the key in progress. B took ${p.ms} ms and was answered ${p.status}, ${yes(p.replayed) ? 'as a replay' : 'not as a replay'}; this run made ${plural(p.n, 'charge', 'charges')}; ${yes(p.inProgress) ? 'a read showed the key in_progress' : 'no read showed the key in progress'}.`,
+    `Expected B to wait about ${p.expectMs} ms and get the stored 201 replayed, with one new charge, and no read to show the key in progress. B took ${p.ms} ms and was answered ${p.status}, ${yes(p.replayed) ? 'as a replay' : 'not as a replay'}; this run made ${plural(p.n, 'charge', 'charges')}; ${yes(p.inProgress) ? 'a read showed the key in_progress' : 'no read showed the key in progress'}.${p.slots ? ` ${p.slots}` : ''}`,
   'l4.kf.verdict.ok.html': p =>
-    `B got <code>409 Conflict</code> after <strong>${p.ms} ms</strong> (<code>Retry-After: ${p.retryAfter}</code>): the key row was already committed as <code>in_progress</code>, so the server did not wait for A. Once A had finished, C with the same key got the stored <code>201</code> with <code>Idempotent-Replayed: true</code> and A’s charge id. The table gained <strong>${p.n}</strong> charge.`,
+    `B got <code>409 Conflict</code> after <strong>${p.ms} ms</strong> (<code>Retry-After: ${p.retryAfter}</code>): the key row was already committed as <code>in_progress</code>, so the server did not wait for A. Once A had finished, C with the same key got the stored <code>201</code> with <code>Idempotent-Replayed: true</code> and A’s charge id. The table gained <strong>${p.n}</strong> charge.${p.slots ? ` ${p.slots}` : ''}`,
   'l4.kf.verdict.bad.html': p =>
-    `Expected B to get 409 idempotency-key-in-flight within ${p.maxMs} ms, the key row to be in_progress right after it, and C to get the stored 201 with A’s id, with one new charge. B: ${p.bStatus} after ${p.ms} ms; the key row after B: ${p.rowStatus}; C: ${p.cStatus}, ${yes(p.replayed) ? 'a replay' : 'not a replay'}, ${yes(p.same) ? 'with A’s id' : 'not with A’s id'}; this run made ${plural(p.n, 'charge', 'charges')}.`,
+    `Expected B to get 409 idempotency-key-in-flight within ${p.maxMs} ms, the key row to be in_progress right after it, and C to get the stored 201 with A’s id, with one new charge. B: ${p.bStatus} after ${p.ms} ms; the key row after B: ${p.rowStatus}; C: ${p.cStatus}, ${yes(p.replayed) ? 'a replay' : 'not a replay'}, ${yes(p.same) ? 'with A’s id' : 'not with A’s id'}; this run made ${plural(p.n, 'charge', 'charges')}.${p.slots ? ` ${p.slots}` : ''}`,
   'l4.p3': 
     'Whether B gives up while waiting or stops at the 409, the client still does not know whether it was charged. A key promises at most one charge, not an answer: sending the same key again later fetches the stored answer.',
   'l4.tradeoff.title': 'Waiting or 409: what each design costs',
@@ -479,7 +479,7 @@ const en = {
   'l6.abandon.step1': p => `Send A (stops after its key, lease ${p.s} s), then retry at once (B)`,
   'l6.abandon.step2': 'Wait for the lease to end, then retry (C)',
   'l6.abandon.verdict.ok.html': p =>
-    `A got <code>${p.a}</code> and left its key <code>${p.row}</code> with no charge. B, while the lease held, got <code>${p.b}</code> and charged nothing. After the lease (the client waited ${p.waited}), ${yes(p.recovered) ? `the server’s recovery task had already taken the key over and charged, and C got the stored <code>${p.c}</code> (<code>Idempotent-Replayed: true</code>)` : `C took the key over and got <code>${p.c}</code>`}: <strong>${p.n}</strong> charge in all.`,
+    `A got <code>${p.a}</code> and left its key <code>${p.row}</code> with no charge. B, while the lease held, got <code>${p.b}</code> and charged nothing. After the lease (the client waited ${p.waited}), ${yes(p.recovered) ? `the server’s recovery task had already taken the key over and charged, and C got the stored <code>${p.c}</code> (<code>Idempotent-Replayed: true</code>)` : `C took the key over and got <code>${p.c}</code>`}: <strong>${p.n}</strong> charge in all. B’s <code>Retry-After: ${p.retryAfter}</code> was shorter than the ${p.left} its lease still had: A may be dead (here it was), so a client obeying it would have heard <code>409</code> again until the lease ended.`,
   'l6.abandon.verdict.bad.html': p => `Expected A 504 with its key in_progress, B 409, C 201 (taking the key over, or replaying the recovery task’s charge) and one charge; A ${p.a} (key ${p.row}), B ${p.b}, C ${p.c}, ${p.n} new charge(s).`,
   'l6.abandon.p2': 'A client that gives up at the 409 never learns whether it was charged; one that keeps retrying gets the charge once the lease is over. The atomic design has no such stuck key: a crash rolls the key back with the charge.',
   'l6.retention.title': 'The retention ends before the retries do',
@@ -524,7 +524,7 @@ const en = {
   'sc.q2.a1.html': '<code>POST /charges</code> with <code>{"amount": 1000}</code>',
   'sc.q2.a2.html': '<code>PUT /charges/{id}/description</code>, the new text',
   'sc.q2.a1.wrong.html': 'Every POST /charges makes a new charge; without a key nothing links the three.',
-  'sc.q2.a0.wrong.html': 'A refund names a change: each arrival refunds ¥100 more (three keyless sends refunded ¥300 in lesson 2).',
+  'sc.q2.a0.wrong.html': 'A refund names a change: each arrival refunds ¥100 more, so three sends refund three times over.',
   'sc.q2.why.html': 'The PUT names the end state, so repeating it changes nothing more. A refund names a change: three keyless sends refunded ¥300 in lesson 2, and only one key brought it back to ¥100.',
   'sc.q3.text.html': 'Two requests with the same key arrive at the same moment. What keeps it to one charge?',
   'sc.q3.a0.html': 'Looking the key up first, and inserting it only if absent.',
@@ -666,7 +666,7 @@ const en = {
   'sc.q9.a1.html': 'Calling the network under a key derived from the client’s.',
   'sc.q9.a2.html': 'Nothing can: a lost answer always leaves two authorizations.',
   'sc.q9.a2.wrong.html': 'A network that keeps keys replays a call it knows: with the derived key, lesson 7 ended with one authorization.',
-  'sc.q9.a0.wrong.html': 'Our constraint keeps our table at one charge, but the network cannot see it: with a new network key each time, it made two.',
+  'sc.q9.a0.wrong.html': 'That constraint lives in our database; the card network never sees it, so it cannot stop a second authorization there.',
   'sc.q9.why.html': 'Our constraint keeps our table at one charge, but the network cannot see it. Only a key that is passed on, the same for every retry, lets the network replay its authorization. In lesson 7, with a new network key each time, our table held one charge and the network two authorizations.',
   'sc.q10.text.html': 'In <strong>key-first</strong> mode the process died after the network authorized, before our charge was committed. Nobody retries. What happens?',
   'sc.q10.a0.html': 'The authorization stays orphaned until the client retries.',
@@ -685,7 +685,7 @@ const en = {
   'progress.recovery': p => `${p.ms > 0 ? `Waiting: the lease ends in ${p.span}, by the database’s clock; then the server’s recovery task (every ${p.every}) may take the key over.` : `The lease ended ${p.span} ago, by the database’s clock: now waiting for the server’s recovery task (every ${p.every}) to take the key over and finish A.`} Waited ${p.waited} so far.`,
   'd.mustWaitSqlite': p => `BEGIN IMMEDIATE → waits for the write lock ${p.other} holds (SQLite’s busy handler); key ${p.key} not yet asked for`,
   'd.unblockedSqlite': p => `${p.other} committed, the write lock is free → INSERT returns no row (the key exists) → read the stored response`,
-  'd.lockSeenPg': p => `the database: ${p.tag}’s session (pid ${p.pid}) waits on a Lock (${p.event}) held by pid ${p.by}, ${p.other}’s open transaction`,
+  'd.lockSeenPg': p => `the database: ${p.tag}’s INSERT (pid ${p.pid}) waits for a ${p.mode} on ${p.other}’s transaction id (${p.event}), not granted; ${p.other}’s open transaction (pid ${p.by}) holds it`,
   'd.lockSeenSqlite': p => `the database: the write lock is held (${p.other}’s open transaction); ${p.tag} waits for it`,
   'd.holdThenFail': p => `keeps its transaction open for ${p.s} s, then fails before COMMIT`,
   'd.rollbackNow': 'ROLLBACK (the {s} s are over, then the failure): its key and charge are gone',
@@ -707,9 +707,9 @@ const en = {
     `B waits for A’s transaction to <em>end</em>, and a transaction can end without a commit. Here A holds its transaction for ${p.s} s and then fails before COMMIT (<code>Demo-Fault: delay-commit=${p.ms}, fail-before-commit</code>), so everything it wrote rolls back, its key row included. B, sent ${p.after} s after A with the same key and body (atomic design), waits as before. When A’s transaction is gone, B’s <code>INSERT … ON CONFLICT DO NOTHING RETURNING id</code> returns a row: nothing conflicts any more, and B runs as the first request. The client’s retry is then the charge: one charge, and B’s answer is a fresh <code>201</code>, not a replay.`,
   'l4.rollback.step1': 'Send A (holds {s} s, then fails and rolls back), then B with the same key {after} s later',
   'l4.rollback.verdict.ok.html': p =>
-    `A was answered <code>${p.a}</code> (<code>${p.aType}</code>): it failed before COMMIT and rolled back, leaving nothing. B waited <strong>${p.ms} ms</strong>, then ran as the first request: a fresh <code>${p.b}</code>, not a replay, and the key row now holds B’s charge. The database’s last report of the wait: ${p.lock} The table gained <strong>${p.n}</strong> charge.`,
+    `A was answered <code>${p.a}</code> (<code>${p.aType}</code>): it failed before COMMIT and rolled back, leaving nothing. B waited <strong>${p.ms} ms</strong>, then ran as the first request: a fresh <code>${p.b}</code>, not a replay, and the key row now holds B’s charge. The database’s last report of the wait: ${p.lock} The table gained <strong>${p.n}</strong> charge.${p.slots ? ` ${p.slots}` : ''}`,
   'l4.rollback.verdict.bad.html': p =>
-    `Expected A to fail (an error status) and roll back, and B to wait and then charge as the first: a 201 that is not a replay, with one new charge, the key holding B’s charge. A: ${p.a} (${p.aType}); B: ${p.b} after ${p.ms} ms, ${yes(p.replayed) ? 'a replay' : 'not a replay'}; this run made ${plural(p.n, 'charge', 'charges')}; the key row ${yes(p.same) ? 'holds' : 'does not hold'} B’s charge.`,
+    `Expected A to fail (an error status) and roll back, and B to wait and then charge as the first: a 201 that is not a replay, with one new charge, the key holding B’s charge. A: ${p.a} (${p.aType}); B: ${p.b} after ${p.ms} ms, ${yes(p.replayed) ? 'a replay' : 'not a replay'}; this run made ${plural(p.n, 'charge', 'charges')}; the key row ${yes(p.same) ? 'holds' : 'does not hold'} B’s charge.${p.slots ? ` ${p.slots}` : ''}`,
   'l2.quantity.caption': 'What is left to refund of a ¥500 charge, as the same request arrives three times',
   'l2.quantity.written': 'Written as',
   'l2.quantity.before': 'before',
@@ -724,6 +724,36 @@ const en = {
     'The header comes from an IETF <strong>Internet-Draft</strong>, not an RFC: “The Idempotency-Key HTTP Header Field” of the HTTPAPI working group, whose latest version, draft-07 (October 2025), expired in April 2026 without becoming an RFC. From it this page takes the <code>409</code> for a key whose first request is still running (lesson 4), the <code>422</code> for a key reused with another request, and the rule that the server decides and documents how long a key lives (lesson 5). Storing the response, the <code>in_progress</code> and <code>completed</code> states, and how long a key lives here (24 hours by default) are this server’s own choices.',
   'l3.when.html': 
     '<strong>When not to use a key.</strong> A key costs a row per request and a transaction around the work, so it belongs where a repeat would do harm. A read (<code>GET</code>) changes nothing, so its retry is harmless as it is. A request that can be written as an end state (lesson 2) needs none. And a request meant to make something new every time, where two identical sends should make two (a second identical order, placed on purpose), must not carry one key for both.',
+  // ---- lesson 4 in a class: a slot to hold a transaction in (#50) ----------------------
+  'title.slotRefused': 'A, try {n}: refused, no slot free to hold its transaction',
+  'd.slotRefused': p => `503 before anything was kept: all ${p.max} of this server’s slots for a held transaction are taken by other learners; A’s transaction rolled back, and B is not sent`,
+  'progress.slotBusy': p => `Another learner holds each of this server’s ${p.max} slots for a held transaction, so A was refused (503) and nothing was kept; B has not been sent. Trying A again in ${p.left}…`,
+  'progress.slotAgain': 'Sending A again (try {n})…',
+  'card.explain.slotBusy': p => `Refused before anything was kept: all ${p.max} of this server’s slots for a held transaction are taken by other learners (one each). The page sends A again after Retry-After (${p.retryAfter} s), when the first is given back.`,
+  'card.explain.plannedFailure': p => `The planned failure (Demo-Fault: fail-before-commit): after holding its transaction, A failed before COMMIT, so everything it wrote rolled back. Answered ${p.status}.`,
+  'l4.slotWaited': p => `Before A got its slot it was refused ${plural(p.n, 'time', 'times')}: all ${p.max} were held by other learners, and the page waited and sent it again.`,
+  'l4.notHeld.verdict.bad.html': p =>
+    yes(p.gaveUp)
+      ? `A was refused ${plural(Number(p.tries), 'time', 'times')} over two minutes: all ${p.max} of this server’s slots for a held transaction stayed taken by other learners. B was never sent (it would have had nothing to wait on), and this run made ${plural(Number(p.n), 'charge', 'charges')}. Run it again in a minute.`
+      : `A was answered ${p.status} without holding its transaction open, so B was not sent: there was nothing for it to wait on. This run made ${plural(Number(p.n), 'charge', 'charges')}.`,
+  // ---- refusals in plain words (#50) --------------------------------------------------
+  'status.roomFull.head': 'The server is up, and every one of its sandboxes is in use by other learners, so this page has none yet.',
+  'status.roomFull.wait': p => `The next one is expected to free up in ${p.left}; this page tries again then, on its own.`,
+  'status.tooMany.head': 'The server is up, but it makes no more new sandboxes for your address this minute (learners behind one address, as in a school, share this limit).',
+  'status.tooMany.wait': p => `Trying again in ${p.left}, on its own.`,
+  'status.down.head': 'No answer from the server: it may be stopped, or the network between you and it is down.',
+  'status.down.wait': p => `Trying again in ${p.left}…`,
+  'status.trying': 'Trying again…',
+  'status.answered.head': 'The server answered {status} instead of this page’s tables: it is up, and something behind it (its database, or a proxy in front of it) is not.',
+  'status.expired': p => `Your earlier sandbox went unused for ${p.idle} and was deleted with its rows; this is a new one: the tables show its rows only · deleted at ${p.time} if unused`,
+  'card.explain.noAnswer': 'No answer came back: the server may be stopped, or the network between you and it is down. Nothing is known about what the server did.',
+  'card.explain.inFlightLease': p => `409: the key’s row is in_progress, and its lease has about ${p.left} left. The request that holds it (A) may be dead, as it is here: from outside nobody can tell. Retry-After: ${p.retryAfter} says when to ask again, not when a result will be ready: until the lease ends every retry gets this 409; after it, a retry takes the key over. This request charged nothing.`,
+  'card.explain.tookOver': 'The lease had run out, so C took the key over: it claimed A’s abandoned in_progress row and made the charge A never made. A new charge (201), the only one for this key.',
+  'card.explain.recoveredFirst': 'The server’s recovery task took the key over once the lease ran out and made the charge A never made; C got that stored 201 (a replay), the only charge for this key.',
+  'locks.pg.waitTagged': p => `PostgreSQL: ${p.who}’s INSERT (session ${p.pid}, ${p.name}) waits for a ${p.mode} on ${p.holder}’s transaction id (lock type ${p.event}), not granted, for ${p.ms}. ${p.holder} (session ${p.by}, ${p.byName}) holds it: ${p.state}, its transaction open for ${p.tx}.`,
+  'locks.queryCut': p => `(the first ${p.shown} of its ${p.all} characters; GET /demo/state shows the same)`,
+  'sc.scoreEndAll': p => `Your score: ${p.right} of ${p.total}, counting your first answer to each question: every one right at the first try.`,
+  'exp.noAnswer': 'No answer from the server: it may be stopped, or the network between you and it is down. Run the step again once it answers.',
 };
 
 const ja = {
@@ -841,13 +871,13 @@ const ja = {
   'l4.step1.atomic': 'A を送り（{s}秒保持）、{after}秒後に同じキーで B を送る',
   'l4.step1.keyFirst': 'A を送り（{s}秒保持）、{after}秒後に同じキーで B を、A の完了後に C を送る',
   'l4.verdict.ok.html': p =>
-    `B は <strong>${p.ms} ms</strong> 待たされた後、<code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。待っている間にページはテーブルを ${p.reads}回読みましたが、このキーの行は一度も見えませんでした。A の行はコミットまで見えないからです。待ちについてのデータベースの最後の報告: ${p.lock}課金は <strong>${p.n}件</strong>だけ増えました。`,
+    `B は <strong>${p.ms} ms</strong> 待たされた後、<code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。待っている間にページはテーブルを ${p.reads}回読みましたが、このキーの行は一度も見えませんでした。A の行はコミットまで見えないからです。待ちについてのデータベースの最後の報告: ${p.lock}課金は <strong>${p.n}件</strong>だけ増えました。${p.slots ?? ''}`,
   'l4.verdict.bad.html': p =>
-    `B が約 ${p.expectMs} ms 待って保存済みの 201 を受け取り、課金が 1件増え、処理中のキーがどの読み取りにも見えないことを期待していました。実際は B が ${p.ms} ms かかってステータス ${p.status} を受け取り（${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}）、この実験で増えた課金は ${p.n}件、${yes(p.inProgress) ? '読み取りに in_progress のキーが見えました' : '処理中のキーは見えませんでした'}。`,
+    `B が約 ${p.expectMs} ms 待って保存済みの 201 を受け取り、課金が 1件増え、処理中のキーがどの読み取りにも見えないことを期待していました。実際は B が ${p.ms} ms かかってステータス ${p.status} を受け取り（${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}）、この実験で増えた課金は ${p.n}件、${yes(p.inProgress) ? '読み取りに in_progress のキーが見えました' : '処理中のキーは見えませんでした'}。${p.slots ?? ''}`,
   'l4.kf.verdict.ok.html': p =>
-    `B は <strong>${p.ms} ms</strong> で <code>409 Conflict</code>（<code>Retry-After: ${p.retryAfter}</code>）を受け取りました。キーの行は <code>in_progress</code> として確定済みだったので、サーバーは A を待たなかったのです。A が終わった後、同じキーの C は <code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。課金は <strong>${p.n}件</strong>だけ増えました。`,
+    `B は <strong>${p.ms} ms</strong> で <code>409 Conflict</code>（<code>Retry-After: ${p.retryAfter}</code>）を受け取りました。キーの行は <code>in_progress</code> として確定済みだったので、サーバーは A を待たなかったのです。A が終わった後、同じキーの C は <code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。課金は <strong>${p.n}件</strong>だけ増えました。${p.slots ?? ''}`,
   'l4.kf.verdict.bad.html': p =>
-    `B が ${p.maxMs} ms 以内に 409 idempotency-key-in-flight を受け取り、その直後のキーの行が in_progress で、C が A と同じ id の保存済みの 201 を受け取り、課金が 1件だけ増えることを期待していました。実際は B: ${p.bStatus}（${p.ms} ms）、B 直後のキーの行: ${p.rowStatus}、C: ${p.cStatus}（${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}、id は A と${yes(p.same) ? '同じ' : '違う'}）、増えた課金 ${p.n}件でした。`,
+    `B が ${p.maxMs} ms 以内に 409 idempotency-key-in-flight を受け取り、その直後のキーの行が in_progress で、C が A と同じ id の保存済みの 201 を受け取り、課金が 1件だけ増えることを期待していました。実際は B: ${p.bStatus}（${p.ms} ms）、B 直後のキーの行: ${p.rowStatus}、C: ${p.cStatus}（${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}、id は A と${yes(p.same) ? '同じ' : '違う'}）、増えた課金 ${p.n}件でした。${p.slots ?? ''}`,
   'l4.p3': 
     'B が待ちきれずに諦めても、409 を受けたところでやめても、クライアントは課金されたかどうか分からないままです。冪等キーが約束するのは「課金は多くても 1回」までで、答えを返すことまでは約束しません。後で同じキーを送り直せば、保存された答えを受け取れます。',
   'l4.tradeoff.title': '待たせるか、すぐ 409 を返すか',
@@ -1175,7 +1205,7 @@ const ja = {
   'l6.abandon.step1': p => `A を送り（キーの後で止まる、リース ${p.s}秒）、すぐに再送する（B）`,
   'l6.abandon.step2': 'リースが切れるのを待って再送する（C）',
   'l6.abandon.verdict.ok.html': p =>
-    `A は <code>${p.a}</code> を受け取り、課金の無いままキーを <code>${p.row}</code> で残しました。リースが有効な間の B は <code>${p.b}</code> を受け取り、何も課金していません。リースが切れた後（クライアントは ${p.waited}待ちました）、${yes(p.recovered) ? `サーバーの回収タスクがすでにキーを引き継いで課金しており、C は保存済みの <code>${p.c}</code>（<code>Idempotent-Replayed: true</code>）を受け取りました` : `C がキーを引き継いで <code>${p.c}</code> を受け取りました`}。課金は全部で <strong>${p.n}件</strong>です。`,
+    `A は <code>${p.a}</code> を受け取り、課金の無いままキーを <code>${p.row}</code> で残しました。リースが有効な間の B は <code>${p.b}</code> を受け取り、何も課金していません。リースが切れた後（クライアントは ${p.waited}待ちました）、${yes(p.recovered) ? `サーバーの回収タスクがすでにキーを引き継いで課金しており、C は保存済みの <code>${p.c}</code>（<code>Idempotent-Replayed: true</code>）を受け取りました` : `C がキーを引き継いで <code>${p.c}</code> を受け取りました`}。課金は全部で <strong>${p.n}件</strong>です。B の <code>Retry-After: ${p.retryAfter}</code> は、リースの残り ${p.left}より短いものでした。A は落ちているかもしれず（ここでは落ちていました）、これに従うクライアントはリースが切れるまで <code>409</code> を受け取り続けます。`,
   'l6.abandon.verdict.bad.html': p => `A が 504 でキーが in_progress、B が 409、C が 201（キーの引き継ぎか、回収タスクが済ませた課金の保存済みの応答）で課金 1件を期待していました。実際は A ${p.a}（キー ${p.row}）、B ${p.b}、C ${p.c}、増えた課金 ${p.n}件でした。`,
   'l6.abandon.p2': '409 で諦めたクライアントは、課金されたかどうかを知らないままです。再送を続けたクライアントは、リースが切れた後に 1回だけ課金されます。atomic にはこのように止まったキーはありません。落ちればキーも課金と一緒にロールバックされるからです。',
   'l6.retention.title': '再送より先に保持期間が終わる',
@@ -1219,7 +1249,7 @@ const ja = {
   'sc.q2.a1.html': '<code>POST /charges</code>、本文は <code>{"amount": 1000}</code>',
   'sc.q2.a2.html': '<code>PUT /charges/{id}/description</code>、新しい文',
   'sc.q2.a1.wrong.html': 'POST /charges は届くたびに新しい課金を作ります。キーがなければ、3通を結び付けるものはありません。',
-  'sc.q2.a0.wrong.html': '返金は変化を指します。届くたびに 100円ずつ返金が増えます（レッスン 2 では、キーなしの 3回で 300円になりました）。',
+  'sc.q2.a0.wrong.html': '返金は変化を指します。届くたびに 100円ずつ返金が増えるので、3回届けば 3回分返金されます。',
   'sc.q2.why.html': 'PUT は行き着く状態を指すので、繰り返しても何も変わりません。返金は変化を指します。レッスン 2 では、キーなしの 3回で 300円が返金され、キーを 1つ付けると 100円に収まりました。',
   'sc.q3.text.html': '同じキーの 2通が同時に届きました。課金を 1回に収めているのは何ですか。',
   'sc.q3.a0.html': '先にキーを探し、無いときだけ記録すること。',
@@ -1360,7 +1390,7 @@ const ja = {
   'sc.q9.a1.html': 'クライアントのキーから導いたキーで、ネットワークを呼ぶこと。',
   'sc.q9.a2.html': '何もない。返事が失われれば、オーソリは必ず 2件になってしまう。',
   'sc.q9.a2.wrong.html': 'キーを覚えているネットワークは、知っている呼び出しには前の結果を返します。導いたキーを使うと、レッスン 7 のオーソリは 1件で終わりました。',
-  'sc.q9.a0.wrong.html': 'こちらの制約はこちらのテーブルを課金 1件に保ちますが、ネットワークからは見えません。毎回新しいキーで呼ぶと、オーソリは 2件になりました。',
+  'sc.q9.a0.wrong.html': 'その制約はこちらのデータベースの中にあり、カードネットワークからは見えません。だから、ネットワークでの 2件目のオーソリは止められません。',
   'sc.q9.why.html': 'こちらの制約はこちらのテーブルを課金 1件に保ちますが、ネットワークからは見えません。再送のたびに同じキーが引き継がれて初めて、ネットワークは前のオーソリを返せます。レッスン 7 で毎回新しいキーを使うと、こちらの課金は 1件、ネットワークのオーソリは 2件になりました。',
   'sc.q10.text.html': '<strong>key-first</strong> で、ネットワークがオーソリした後、こちらの課金がコミットされる前にプロセスが落ちました。誰も再送しません。どうなりますか。',
   'sc.q10.a0.html': 'クライアントが再送するまで、オーソリは取り残される。',
@@ -1379,7 +1409,7 @@ const ja = {
   'progress.recovery': p => `${p.ms > 0 ? `待っています。リースはあと ${p.span}で切れます（データベースの時計で）。切れた後、サーバーの回収タスク（${p.every}ごと）がキーを引き継げます。` : `リースは ${p.span}前に切れました（データベースの時計で）。いまは、サーバーの回収タスク（${p.every}ごと）がキーを引き継いで A を仕上げるのを待っています。`}ここまで ${p.waited}待ちました。`,
   'd.mustWaitSqlite': p => `BEGIN IMMEDIATE → ${p.other} が持つ書き込みロックを待つ（SQLite のビジーハンドラ）。キー ${p.key} の登録はその後`,
   'd.unblockedSqlite': p => `${p.other} が確定し、書き込みロックが空く → INSERT は 0行（キーは登録済み）→ 保存済みの応答を読む`,
-  'd.lockSeenPg': p => `データベースの報告: ${p.tag} のセッション（pid ${p.pid}）が、${p.other} の開いたトランザクション（pid ${p.by}）のロック（Lock: ${p.event}）を待っている`,
+  'd.lockSeenPg': p => `データベースの報告: ${p.tag} の INSERT（pid ${p.pid}）が、${p.other} のトランザクション ID への ${p.mode}（${p.event}）を待っていて、まだ与えられていない。持っているのは ${p.other} の開いたトランザクション（pid ${p.by}）`,
   'd.lockSeenSqlite': p => `データベースの報告: 書き込みロックは使用中（${p.other} の開いたトランザクション）。${p.tag} はそれを待っている`,
   'd.holdThenFail': p => `トランザクションを ${p.s}秒開いたまま、COMMIT の前に失敗する`,
   'd.rollbackNow': 'ROLLBACK（{s}秒が経過した後に失敗）: キーも課金も残らない',
@@ -1401,9 +1431,9 @@ const ja = {
     `B が待っているのは A のトランザクションが<em>終わる</em>ことで、トランザクションはコミットせずに終わることもあります。ここでは A がトランザクションを ${p.s}秒保持した後、COMMIT の前に失敗します（<code>Demo-Fault: delay-commit=${p.ms}, fail-before-commit</code>）。A の書き込みは、キーの行も含めてすべてロールバックされます。A の ${p.after}秒後に同じキー・同じ本文で送った B（atomic）は、前と同じように待ちます。A のトランザクションが消えると、B の <code>INSERT … ON CONFLICT DO NOTHING RETURNING id</code> は 1行を返します。もう衝突する相手がいないので、B は初回のリクエストとして進みます。つまりクライアントの再送がそのまま課金になり、課金は 1件、B への応答は保存済みの応答ではなく、新しい <code>201</code> です。`,
   'l4.rollback.step1': 'A を送り（{s}秒保持した後に失敗してロールバック）、{after}秒後に同じキーで B を送る',
   'l4.rollback.verdict.ok.html': p =>
-    `A への応答は <code>${p.a}</code>（<code>${p.aType}</code>）でした。COMMIT の前に失敗してロールバックされ、何も残していません。B は <strong>${p.ms} ms</strong> 待った後、初回のリクエストとして進みました。応答は保存済みの応答ではない新しい <code>${p.b}</code> で、キーの行はいま B の課金を指しています。待ちについてのデータベースの最後の報告: ${p.lock}課金は <strong>${p.n}件</strong>だけ増えました。`,
+    `A への応答は <code>${p.a}</code>（<code>${p.aType}</code>）でした。COMMIT の前に失敗してロールバックされ、何も残していません。B は <strong>${p.ms} ms</strong> 待った後、初回のリクエストとして進みました。応答は保存済みの応答ではない新しい <code>${p.b}</code> で、キーの行はいま B の課金を指しています。待ちについてのデータベースの最後の報告: ${p.lock}課金は <strong>${p.n}件</strong>だけ増えました。${p.slots ?? ''}`,
   'l4.rollback.verdict.bad.html': p =>
-    `A が失敗して（エラーのステータス）ロールバックし、待っていた B が初回として課金すること（保存済みの応答ではない 201、課金 1件、キーの行は B の課金を指す）を期待していました。実際は A: ${p.a}（${p.aType}）、B: ${p.b}（${p.ms} ms、${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}）、この実験で増えた課金 ${p.n}件で、キーの行は B の課金を${yes(p.same) ? '指しています' : '指していません'}。`,
+    `A が失敗して（エラーのステータス）ロールバックし、待っていた B が初回として課金すること（保存済みの応答ではない 201、課金 1件、キーの行は B の課金を指す）を期待していました。実際は A: ${p.a}（${p.aType}）、B: ${p.b}（${p.ms} ms、${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}）、この実験で増えた課金 ${p.n}件で、キーの行は B の課金を${yes(p.same) ? '指しています' : '指していません'}。${p.slots ?? ''}`,
   'l2.quantity.caption': '500円の課金の返金できる残り額（同じリクエストが 3回届いたとき）',
   'l2.quantity.written': '書き方',
   'l2.quantity.before': '届く前',
@@ -1418,6 +1448,36 @@ const ja = {
     'このヘッダは RFC ではなく、IETF の <strong>Internet-Draft</strong>（草案）で定義されています。HTTPAPI ワーキンググループの「The Idempotency-Key HTTP Header Field」で、最新の draft-07（2025年10月）は RFC にならないまま 2026年4月に失効しました。このページはこの草案から、1通目がまだ処理中のキーへの <code>409</code>（レッスン 4）、別のリクエストに使い回されたキーへの <code>422</code>、キーの有効期限はサーバーが決めて文書にするという決まり（レッスン 5）を借りています。応答の保存、<code>in_progress</code> と <code>completed</code> の状態、キーの保持期間（既定は 24時間）は、このサーバーが自分で選んだものです。',
   'l3.when.html': 
     '<strong>キーを使わない場面。</strong>キーを使うと、リクエストごとに 1行と、処理を包むトランザクションが要ります。繰り返すと害が出るところにだけ使うものです。読み取り（<code>GET</code>）は何も変えないので、そのまま再試行して構いません。行き着く状態として書けるリクエスト（レッスン 2）にもキーは要りません。そして、送るたびに新しいものを作るのが目的で、同じ内容を 2回送ったら 2件できるべきリクエスト（わざと同じ注文をもう 1回するなど）に、2回分で 1つのキーを付けてはいけません。',
+  // ---- レッスン 4（教室で）: トランザクションを保持する枠 (#50) ------------------------
+  'title.slotRefused': 'A、{n}回目: 断られた（トランザクションを保持する枠が空いていない）',
+  'd.slotRefused': p => `何も残さずに 503: このサーバーでトランザクションを保持できる ${p.max}枠は、すべてほかの受講者が使用中。A のトランザクションはロールバックされ、B は送らない`,
+  'progress.slotBusy': p => `このサーバーでトランザクションを保持できる ${p.max}枠は、どれもほかの受講者が使っています。そのため A は断られ（503）、何も残っていません。B はまだ送っていません。${p.left}後に A をもう一度送ります…`,
+  'progress.slotAgain': 'A をもう一度送っています（{n}回目）…',
+  'card.explain.slotBusy': p => `何も残さずに断られました。このサーバーでトランザクションを保持できる ${p.max}枠は、すべてほかの受講者が 1つずつ使っています。最初の枠が空く Retry-After（${p.retryAfter}秒）の後に、ページが A をもう一度送ります。`,
+  'card.explain.plannedFailure': p => `予定どおりの失敗です（Demo-Fault: fail-before-commit）。A はトランザクションを保持した後、COMMIT の前に失敗したので、書いたものはすべてロールバックされました。応答は ${p.status} です。`,
+  'l4.slotWaited': p => `A は枠を得るまでに ${p.n}回断られました。${p.max}枠すべてをほかの受講者が使っていたので、ページが待ってから送り直しました。`,
+  'l4.notHeld.verdict.bad.html': p =>
+    yes(p.gaveUp)
+      ? `A は 2分の間に ${p.tries}回断られました。このサーバーでトランザクションを保持できる ${p.max}枠が、ずっとほかの受講者で埋まっていたからです。B は送っていません（待つ相手がいないからです）。この実験で増えた課金は ${p.n}件です。1分ほどしてから、もう一度実行してください。`
+      : `A はトランザクションを保持しないまま ${p.status} を受け取ったので、B は送りませんでした。待つ相手がいないからです。この実験で増えた課金は ${p.n}件です。`,
+  // ---- 断られたときの言葉 (#50) ---------------------------------------------------------
+  'status.roomFull.head': 'サーバーは動いていますが、サンドボックスはすべてほかの受講者が使っているので、このページにはまだありません。',
+  'status.roomFull.wait': p => `次の 1つが空くのは ${p.left}後の見込みです。そのときにこのページが自動でもう一度試します。`,
+  'status.tooMany.head': 'サーバーは動いていますが、あなたのアドレスからの新しいサンドボックスは、この 1分はもう作りません（学校のように 1つのアドレスの後ろにいる受講者は、この上限を共有します）。',
+  'status.tooMany.wait': p => `${p.left}後に自動でもう一度試します。`,
+  'status.down.head': 'サーバーから返事がありません。停止しているか、サーバーまでのネットワークが切れています。',
+  'status.down.wait': p => `${p.left}後にもう一度試します…`,
+  'status.trying': 'もう一度試しています…',
+  'status.answered.head': 'サーバーはこのページの表の代わりに {status} を返しました。サーバーは動いていますが、その後ろ（データベース、または前に置いたプロキシ）が動いていません。',
+  'status.expired': p => `前のサンドボックスは ${p.idle}使われなかったので、行ごと削除されました。これは新しいサンドボックスです。表にはその行だけが表示されます ・ 使わなければ ${p.time} に削除`,
+  'card.explain.noAnswer': '返事が届きませんでした。サーバーが停止しているか、サーバーまでのネットワークが切れています。サーバーが何をしたかは分かりません。',
+  'card.explain.inFlightLease': p => `409: キーの行は in_progress で、リースの残りは約 ${p.left}です。キーを持っているリクエスト（A）は落ちているかもしれません（ここでは落ちています）。外からは見分けられません。Retry-After: ${p.retryAfter} は次に問い合わせる時期で、結果が出る時期ではありません。リースが切れるまでは、再送するたびにこの 409 が返ります。切れた後は、再送がキーを引き継ぎます。このリクエストでは何も課金されていません。`,
+  'card.explain.tookOver': 'リースが切れていたので、C がキーを引き継ぎました。A が残した in_progress の行を取り、A が作らなかった課金を作りました。新しい課金（201）で、このキーの課金はこれだけです。',
+  'card.explain.recoveredFirst': 'リースが切れた後、サーバーの回収タスクがキーを引き継ぎ、A が作らなかった課金を作っていました。C はその保存済みの 201（保存済みの応答）を受け取りました。このキーの課金はこれだけです。',
+  'locks.pg.waitTagged': p => `PostgreSQL: ${p.who} の INSERT（セッション ${p.pid}、${p.name}）が、${p.holder} のトランザクション ID への ${p.mode}（ロックの種類 ${p.event}）を待っています。まだ与えられておらず、${p.ms}経過しました。持っているのは ${p.holder}（セッション ${p.by}、${p.byName}）で、状態は ${p.state}、トランザクションを開いてから ${p.tx}です。`,
+  'locks.queryCut': p => `（全 ${p.all}文字のうち最初の ${p.shown}文字。GET /demo/state も同じです）`,
+  'sc.scoreEndAll': p => `点数: ${p.total}問中 ${p.right}問（各問の最初の答えで数えています）。すべて最初の答えで正解でした。`,
+  'exp.noAnswer': 'サーバーから返事がありません。停止しているか、サーバーまでのネットワークが切れています。返事が来るようになったら、もう一度この手順を実行してください。',
 };
 
 /** A boolean parameter (tHtml passes it as text) as a yes or no. */

@@ -74,10 +74,18 @@ export function ensureSandbox() {
   return making;
 }
 
+let renewed = false;
+
 /** The server said the key is gone (401): forget it and make a new sandbox. */
 export function renewSandbox() {
+  renewed = true;
   save(null);
   return ensureSandbox();
+}
+
+/** Whether this tab's earlier sandbox was deleted by the server (unused too long) and a new one made. */
+export function sandboxWasRenewed() {
+  return renewed;
 }
 
 /** The expiry the server reported last (each use moves it later). */

@@ -12,6 +12,44 @@
 // first answer.
 
 import { t, tHtml, escapeHtml as esc, onLangChange, sentenceGap } from './i18n.js';
+import { sandboxOrNull, onSandboxChange } from './sandbox.js';
+
+// The answers are kept per sandbox (localStorage): a reload shows them
+// again, first tries included, so reloading cannot buy a second first try.
+// A new sandbox (another tab, or one made after the old expired) starts afresh.
+const STORAGE_PREFIX = 'charges.selfcheck.';
+
+function storageKey(sandbox = sandboxOrNull()) {
+  return sandbox?.account_id !== undefined && sandbox?.account_id !== null ? `${STORAGE_PREFIX}${sandbox.account_id}` : null;
+}
+
+/** The kept results for this sandbox, checked against the questions (anything else is dropped). */
+function loadResults() {
+  const key = storageKey();
+  if (!key) return null;
+  try {
+    const saved = JSON.parse(localStorage.getItem(key) ?? 'null');
+    if (!Array.isArray(saved) || saved.length !== QUESTIONS.length) return null;
+    return saved.map((r, i) => {
+      const valid = (j) => Number.isInteger(j) && j >= 0 && j < QUESTIONS[i].options;
+      if (!r || !valid(r.first) || !Number.isInteger(r.tries) || r.tries < 1) return null;
+      const choice = valid(r.choice) ? r.choice : null;
+      return { first: r.first, tries: r.tries, choice, correct: choice === QUESTIONS[i].answer };
+    });
+  } catch {
+    return null;
+  }
+}
+
+function saveResults(results) {
+  const key = storageKey();
+  if (!key) return;
+  try {
+    localStorage.setItem(key, JSON.stringify(results.map((r) => (r && r.first !== null ? { first: r.first, tries: r.tries, choice: r.choice } : null))));
+  } catch {
+    // Not kept across a reload; still scored in this page.
+  }
+}
 
 /**
  * The questions, as data: `q` is the i18n prefix (q.text, q.a0…q.aN,
@@ -41,6 +79,13 @@ export function mountSelfCheck(root) {
   // Per question: null until checked, then { first, tries, choice, correct }:
   // the first answer checked (scored), how many checks, the last one.
   const results = QUESTIONS.map(() => null);
+  const restore = () => {
+    const saved = loadResults() ?? QUESTIONS.map(() => null);
+    saved.forEach((r, i) => { results[i] = r; });
+    fieldsets.forEach((fieldset, i) => {
+      for (const input of fieldset.querySelectorAll('input[type="radio"]')) input.checked = results[i]?.choice === Number(input.value);
+    });
+  };
 
   host.innerHTML = QUESTIONS.map(
     (question, i) => `
@@ -101,8 +146,10 @@ export function mountSelfCheck(root) {
   const renderScore = () => {
     const answered = results.filter((r) => r && r.first !== null);
     const right = answered.filter((r) => r.first === QUESTIONS[results.indexOf(r)].answer).length;
+    // The closing sentence fits the score: all right at once, or the right answers shown under the misses.
+    const end = right === QUESTIONS.length ? 'sc.scoreEndAll' : 'sc.scoreEnd';
     score.textContent = answered.length
-      ? t(allAnswered() ? 'sc.scoreEnd' : 'sc.score', { right, total: QUESTIONS.length, checked: answered.length })
+      ? t(allAnswered() ? end : 'sc.score', { right, total: QUESTIONS.length, checked: answered.length })
       : t('sc.scoreNone', { total: QUESTIONS.length });
     score.dataset.right = String(right);
     score.dataset.answered = String(answered.length);
@@ -132,6 +179,7 @@ export function mountSelfCheck(root) {
       results[i] = choice === null
         ? { ...before, choice: null, correct: false }
         : { first: before.first ?? choice, tries: before.tries + 1, choice, correct: choice === QUESTIONS[i].answer };
+      saveResults(results);
       requestAnimationFrame(() => {
         // The last first answer reveals the right answers of every question still wrong.
         if (allAnswered() && !wasAll) QUESTIONS.forEach((_, k) => renderFeedback(k));
@@ -151,8 +199,17 @@ export function mountSelfCheck(root) {
     });
   });
 
+  restore();
   render();
   onLangChange(render);
+  // The sandbox arrives after the page is mounted on a first visit, or changes when the old one expired.
+  let shown = storageKey();
+  onSandboxChange(() => {
+    if (storageKey() === shown) return;
+    shown = storageKey();
+    restore();
+    render();
+  });
 }
 
 /**

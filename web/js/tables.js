@@ -229,7 +229,10 @@ export function lockWaitOf(state) {
     const w = (locks.waiting ?? []).find((x) => x.wait_event_type === 'Lock');
     if (!w) return null;
     const by = w.blocked_by?.[0] ?? null;
-    return { kind: 'postgres', pid: w.pid, event: w.wait_event ?? '', ms: w.waiting_ms ?? 0, query: w.query ?? '', by };
+    return {
+      kind: 'postgres', pid: w.pid, event: w.wait_event ?? '', ms: w.waiting_ms ?? 0, query: w.query ?? '', by,
+      mode: w.lock_mode ?? '', granted: w.granted ?? null, name: w.application_name ?? '', queryLength: w.query_length ?? null,
+    };
   }
   if (locks.backend === 'sqlite') return locks.write_lock_held ? { kind: 'sqlite' } : null;
   return null;
@@ -239,6 +242,15 @@ export function lockWaitOf(state) {
 export function describeLockWait(w) {
   if (!w) return '';
   if (w.kind === 'sqlite') return t('locks.sqlite.held');
+  // The sessions as psql shows them (application_name): lesson 4 names them for A and B.
+  const who = sessionTag(w.name);
+  const holder = sessionTag(w.by?.application_name);
+  if (w.mode && who && holder) {
+    return t('locks.pg.waitTagged', {
+      who, holder, mode: w.mode, event: w.event, pid: w.pid, name: w.name, by: w.by.pid, byName: w.by.application_name,
+      ms: fmtSpan(w.ms), state: w.by.state ?? '?', tx: fmtSpan(w.by.transaction_ms ?? 0),
+    });
+  }
   return t('locks.pg.wait', {
     pid: w.pid,
     event: w.event,
@@ -247,6 +259,19 @@ export function describeLockWait(w) {
     state: w.by?.state ?? '?',
     tx: fmtSpan(w.by?.transaction_ms ?? 0),
   });
+}
+
+/** The request a demo session was named for (charges-demo-<account>-<tag>: lesson 4's A, B), or null. */
+function sessionTag(name) {
+  return /^charges-demo-\d+-([A-Za-z0-9]{1,8})$/.exec(name ?? '')?.[1] ?? null;
+}
+
+/** The statement a session runs, whole, or with an ellipsis and how much of it is shown. */
+function statementHtml(x) {
+  if (!x.query) return '';
+  const cut = typeof x.query_length === 'number' && x.query_length > x.query.length;
+  return `<code class="lock-query" data-testid="lock-query" data-whole="${!cut}">${esc(x.query)}${cut ? '…' : ''}</code>${
+    cut ? ` <span class="fine">${esc(t('locks.queryCut', { shown: x.query.length, all: x.query_length }))}</span>` : ''}`;
 }
 
 /** The panel under the tables that shows what waits on what, as the database reports it now. */
@@ -262,7 +287,7 @@ export function renderLocks(state) {
     body = `<ul class="lock-list">${locks.waiting.map((x) => {
       const one = lockWaitOf({ locks: { backend: 'postgres', waiting: [x] } });
       const text = one ? describeLockWait(one) : t('locks.pg.other', { pid: x.pid, type: x.wait_event_type ?? '?', event: x.wait_event ?? '?' });
-      const query = x.query ? `<code class="lock-query">${esc(x.query)}</code>` : '';
+      const query = statementHtml(x);
       return `<li data-testid="lock-wait" data-wait-event-type="${esc(x.wait_event_type ?? '')}" data-blocked-by="${esc((x.blocked_by ?? []).map((b) => b.pid).join(' '))}">${esc(text)} ${query}</li>`;
     }).join('')}</ul>`;
   } else {

@@ -18,14 +18,17 @@ use crate::store::{AnyConnection, QueryResult, Store};
 const WAITS: &str = "\
 SELECT w.pid AS pid, w.wait_event_type AS wait_event_type, w.wait_event AS wait_event, \
        (extract(epoch FROM clock_timestamp() - w.query_start) * 1000)::bigint AS waiting_ms, \
-       left(w.query, 300) AS query, \
+       left(w.query, 2000) AS query, length(w.query) AS query_length, w.application_name AS label, \
        (SELECT l.locktype FROM pg_locks l WHERE l.pid = w.pid AND NOT l.granted LIMIT 1) AS lock_type, \
-       b.pid AS blocker_pid, b.state AS blocker_state, \
+       (SELECT l.mode FROM pg_locks l WHERE l.pid = w.pid AND NOT l.granted LIMIT 1) AS lock_mode, \
+       (SELECT l.granted FROM pg_locks l WHERE l.pid = w.pid AND NOT l.granted LIMIT 1) AS granted, \
+       b.pid AS blocker_pid, b.state AS blocker_state, b.application_name AS blocker_label, \
        (extract(epoch FROM clock_timestamp() - b.xact_start) * 1000)::bigint AS blocker_transaction_ms \
 FROM pg_stat_activity w \
 CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS blocking(pid) \
 JOIN pg_stat_activity b ON b.pid = blocking.pid \
-WHERE w.datname = current_database() AND w.application_name = $1 \
+WHERE w.datname = current_database() \
+  AND (w.application_name = $1 OR starts_with(w.application_name, $1 || '-')) \
   AND w.wait_event_type = 'Lock' AND w.pid <> pg_backend_pid() \
 ORDER BY w.pid, b.pid";
 
@@ -41,12 +44,22 @@ struct Wait {
     waiting_ms: Option<i64>,
     #[diesel(sql_type = Nullable<Text>)]
     query: Option<String>,
+    #[diesel(sql_type = Nullable<Integer>)]
+    query_length: Option<i32>,
+    #[diesel(sql_type = Nullable<Text>)]
+    label: Option<String>,
     #[diesel(sql_type = Nullable<Text>)]
     lock_type: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    lock_mode: Option<String>,
+    #[diesel(sql_type = Nullable<diesel::sql_types::Bool>)]
+    granted: Option<bool>,
     #[diesel(sql_type = Integer)]
     blocker_pid: i32,
     #[diesel(sql_type = Nullable<Text>)]
     blocker_state: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    blocker_label: Option<String>,
     #[diesel(sql_type = Nullable<BigInt>)]
     blocker_transaction_ms: Option<i64>,
 }
@@ -82,6 +95,7 @@ fn postgres_waits(c: &mut PgConnection, label: &str) -> QueryResult<Value> {
         let blocker = json!({
             "pid": row.blocker_pid,
             "state": row.blocker_state,
+            "application_name": row.blocker_label,
             "transaction_ms": row.blocker_transaction_ms,
         });
         match waiting.last_mut() {
@@ -95,8 +109,16 @@ fn postgres_waits(c: &mut PgConnection, label: &str) -> QueryResult<Value> {
                 "wait_event_type": row.wait_event_type,
                 "wait_event": row.wait_event,
                 "lock_type": row.lock_type,
+                // The mode asked for (a duplicate's INSERT: ShareLock on the
+                // first's transaction id), and that it is not granted.
+                "lock_mode": row.lock_mode,
+                "granted": row.granted,
+                "application_name": row.label,
                 "waiting_ms": row.waiting_ms,
+                // The statement (its first 2000 characters) and its whole
+                // length, so that a page can say where it is cut.
                 "query": row.query,
+                "query_length": row.query_length,
                 "blocked_by": [blocker],
             })),
         }

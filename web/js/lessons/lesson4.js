@@ -1,11 +1,12 @@
 // Lesson 4: a retry while the first is still running.
 
 import { L } from '../diagram.js';
-import { shortKeyOf, onBusyChange, amountOf } from '../experiment.js';
+import { shortKeyOf, onBusyChange, amountOf, slotRefusalOf } from '../experiment.js';
 import { t, tHtml, fmtMs, fmtDuration, fmtSpan } from '../i18n.js';
 import { lockWaitOf, describeLockWait } from '../tables.js';
 import { outcomeOf, problemFor, EXECUTED, REPLAYED, IN_FLIGHT } from '../outcome.js';
 import { server, serverOrNull } from '../server.js';
+import { getSlot } from '../api.js';
 import { charge, reply, narrateCharge, T, experiment, setText, setHtml } from './shared.js';
 
 // Lesson 4's timing is one constant: A holds its transaction open for HOLD_MS
@@ -34,6 +35,106 @@ function checkHold(ms = HOLD_MS) {
 
 /** While B waits, the page reads the tables (and what waits on what) this often. */
 const WAIT_POLL_MS = 400;
+
+// ---- a slot to hold A's transaction in -----------------------------------------------------
+//
+// A server lets only so many transactions be held open at once (DEMO_MAX_DELAYED, one per
+// sandbox), and a class shares them. The server takes A's slot inside A's transaction; if
+// every slot is held, A is answered 503 with Demo-Slots (held, max) and a Retry-After of
+// when the first is given back, having rolled back. B is sent only once the server's state
+// says that this sandbox holds its slot: never on a refusal, which would make B a first
+// charge of its own and the lesson a story that did not happen.
+
+/** A refused A is sent again after the server's Retry-After, and never sooner than this. */
+const SLOT_RETRY_MIN_MS = 3000;
+/** …plus up to this much more, so that learners refused together do not come back together. */
+const SLOT_RETRY_JITTER_MS = 1000;
+/** After this long of refusals, the run gives up and says so. */
+const SLOT_GIVE_UP_MS = 120_000;
+/** While A is sent and not yet holding its slot, the page asks the server (GET /demo/slot, from memory) this often. */
+const SLOT_POLL_MS = 100;
+
+/**
+ * Sends A (`sendA()` starts it) until the server gives it a slot: resolves
+ * { a, held: true } once GET /demo/slot says this sandbox holds its
+ * transaction, `after` ms after A was sent (sooner if A's hold of `hold` ms
+ * began earlier than the page heard of it, so that B still meets the rest of
+ * it); { a, held: false } if A was answered without holding one (refused for
+ * good, or another answer). Each refusal keeps its card (retitled), is drawn
+ * as it went, and is waited out with a live countdown.
+ */
+async function holdA(ctx, sendA, { after = SEND_B_AFTER_MS, hold = HOLD_MS } = {}) {
+  const d = ctx.diagram;
+  const firstSent = performance.now();
+  ctx.vars.slotRefusals = 0;
+  for (;;) {
+    const a = sendA();
+    const sent = performance.now();
+    let answered = false;
+    a.answered.then(() => { answered = true; });
+    await Promise.race([ctx.sleep(Math.min(after, 300)), a.answered]);
+    while (!answered) {
+      const slot = await getSlot().catch(() => null);
+      if (answered) break;
+      if (slot?.holds_transaction === true) {
+        // B is sent `after` into A's hold: at the time planned, or at once if the hold is further on.
+        const wait = Math.min(after - (performance.now() - sent), (slot.left_ms ?? hold) - (hold - after));
+        if (wait > 0) await Promise.race([ctx.sleep(wait), a.answered]);
+        if (!answered) return { a, held: true };
+        break;
+      }
+      await Promise.race([ctx.sleep(SLOT_POLL_MS), a.answered]);
+    }
+    const rec = await a.answered;
+    const busy = slotRefusalOf(rec);
+    if (!busy) return { a, held: false };
+    ctx.vars.slotRefusals += 1;
+    ctx.vars.slotBusy = busy;
+    const n = ctx.vars.slotRefusals;
+    a.retire(T('title.slotRefused', { n }));
+    d.note(['api', 'db'], L('d.slotRefused', { held: busy.held, max: busy.max }), { tag: 'A' });
+    reply(d, rec, a.bar);
+    if (performance.now() - firstSent > SLOT_GIVE_UP_MS) {
+      ctx.vars.slotGaveUp = true;
+      return { a, held: false, drawn: true };
+    }
+    const waitMs = Math.max(SLOT_RETRY_MIN_MS, busy.retryAfter * 1000) + Math.random() * SLOT_RETRY_JITTER_MS;
+    const until = performance.now() + waitMs;
+    ctx.announce(t('progress.slotBusy', { ...busy, n, left: fmtSpan(Math.ceil(waitMs / 1000) * 1000) }));
+    while (performance.now() < until) {
+      const left = until - performance.now();
+      ctx.progress(L('progress.slotBusy', { ...busy, n, left: () => fmtSpan(Math.ceil(Math.max(0, left) / 1000) * 1000) }), left);
+      await ctx.sleep(Math.min(250, left));
+    }
+    ctx.progress(L('progress.slotAgain', { n: n + 1 }));
+  }
+}
+
+/** The result when A never held its transaction: B was not sent, and why. */
+function verdictNotHeld(ctx) {
+  const A = ctx.records.A ?? null;
+  const busy = ctx.vars.slotBusy ?? { held: '?', max: '?' };
+  return {
+    ok: false,
+    key: 'l4.notHeld.verdict',
+    newCharges: ctx.newCharges().length,
+    params: {
+      gaveUp: Boolean(ctx.vars.slotGaveUp),
+      tries: ctx.vars.slotRefusals ?? 0,
+      held: busy.held,
+      max: busy.max,
+      status: A ? (A.status ?? 'error') : '—',
+      n: ctx.newCharges().length,
+    },
+  };
+}
+
+/** A sentence on the refusals a run waited out before A held its slot (empty if none). */
+function slotNote(ctx) {
+  const n = ctx.vars.slotRefusals ?? 0;
+  const busy = ctx.vars.slotBusy;
+  return () => (n && busy ? t('l4.slotWaited', { n, max: busy.max }) : '');
+}
 
 /** Whether the server runs on SQLite, as its last state says (else PostgreSQL). */
 function onSqlite(ctx) {
@@ -68,7 +169,7 @@ async function watchWait(ctx, until, { tag = 'B', holder = 'A' } = {}) {
       const waited = performance.now() - started;
       ctx.progress(L('progress.lockWait', { tag, text: () => describeLockWait(lock), waited: () => fmtSpan(waited) }));
       // The diagram notes the wait once, when the database first reports it; the result tells the last report.
-      if (!wait.lock) d.note(['db'], L(lock.kind === 'sqlite' ? 'd.lockSeenSqlite' : 'd.lockSeenPg', { tag, other: holder, event: lock.event, pid: lock.pid, by: lock.by?.pid ?? '?' }), { tag });
+      if (!wait.lock) d.note(['db'], L(lock.kind === 'sqlite' ? 'd.lockSeenSqlite' : 'd.lockSeenPg', { tag, other: holder, event: lock.event, pid: lock.pid, by: lock.by?.pid ?? '?', mode: lock.mode || 'lock' }), { tag });
       wait.lock = lock;
     }
   }
@@ -90,11 +191,16 @@ async function runLesson4Atomic(ctx) {
   const body = ctx.vars.body;
   const mode = 'atomic';
   checkHold();
-  const a = ctx.start(charge({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeld', HOLD) });
+  const { a, held, drawn } = await holdA(ctx, () => ctx.start(charge({ ...body, key, mode, session: 'A', faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeld', HOLD) }));
+  if (!held) {
+    // A holds nothing B could wait on: B is not sent, and A is drawn as it went.
+    if (!drawn) reply(d, await a.answered, a.bar);
+    await a.done;
+    return;
+  }
   d.message('api', 'db', L('d.uncommitted', { key: short }), { tag: 'A' });
   d.note(['db'], L('d.holdOpen', HOLD), { tag: 'A' });
-  await Promise.race([ctx.sleep(SEND_B_AFTER_MS), a.answered]);
-  const b = ctx.start(charge({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning', HOLD) });
+  const b = ctx.start(charge({ ...body, key, mode, session: 'B' }), { tag: 'B', title: T('title.retryWhileRunning', HOLD) });
   const sqlite = onSqlite(ctx);
   d.message('api', 'db', L(sqlite ? 'd.mustWaitSqlite' : 'd.mustWait', { key: short, other: 'A' }), { tag: 'B' });
   const wait = d.openBar('B', 'db', { kind: 'wait', record: b.record });
@@ -125,6 +231,7 @@ async function runLesson4Atomic(ctx) {
 
 function verdictLesson4Atomic(ctx) {
   const { A, B } = ctx.records;
+  if (!A || !B) return verdictNotHeld(ctx);
   const n = ctx.newCharges().length;
   const wait = ctx.vars.wait ?? { reads: 0, lock: null, inProgress: false };
   const ok = outcomeOf(B) === REPLAYED && B.elapsedMs >= ATOMIC_MIN_WAIT_MS && n === 1 && A.json?.id === B.json?.id && !wait.inProgress;
@@ -140,6 +247,7 @@ function verdictLesson4Atomic(ctx) {
       reads: wait.reads,
       inProgress: wait.inProgress,
       lock: () => (wait.lock ? describeLockWait(wait.lock) : t('locks.notSeen')),
+      slots: slotNote(ctx),
     },
   };
 }
@@ -164,11 +272,15 @@ async function runLesson4Rollback(ctx) {
   const body = ctx.vars.body;
   const mode = 'atomic';
   checkHold(ROLLBACK_HOLD_MS);
-  const a = ctx.start(charge({ ...body, key, mode, faults: [`delay-commit=${ROLLBACK_HOLD_MS}`, 'fail-before-commit'] }), { tag: 'A', title: T('title.firstRollsBack', ROLLBACK) });
+  const { a, held, drawn } = await holdA(ctx, () => ctx.start(charge({ ...body, key, mode, session: 'A', faults: [`delay-commit=${ROLLBACK_HOLD_MS}`, 'fail-before-commit'] }), { tag: 'A', title: T('title.firstRollsBack', ROLLBACK) }), { hold: ROLLBACK_HOLD_MS });
+  if (!held) {
+    if (!drawn) reply(d, await a.answered, a.bar);
+    await a.done;
+    return;
+  }
   d.message('api', 'db', L('d.uncommitted', { key: short }), { tag: 'A' });
   d.note(['db'], L('d.holdThenFail', ROLLBACK), { tag: 'A' });
-  await Promise.race([ctx.sleep(SEND_B_AFTER_MS), a.answered]);
-  const b = ctx.start(charge({ ...body, key, mode }), { tag: 'B', title: T('title.retryWhileRunning', ROLLBACK) });
+  const b = ctx.start(charge({ ...body, key, mode, session: 'B' }), { tag: 'B', title: T('title.retryWhileRunning', ROLLBACK) });
   const sqlite = onSqlite(ctx);
   d.message('api', 'db', L(sqlite ? 'd.mustWaitSqlite' : 'd.mustWait', { key: short, other: 'A' }), { tag: 'B' });
   const wait = d.openBar('B', 'db', { kind: 'wait', record: b.record });
@@ -197,6 +309,7 @@ async function runLesson4Rollback(ctx) {
 
 function verdictLesson4Rollback(ctx) {
   const { A, B } = ctx.records;
+  if (!A || !B) return verdictNotHeld(ctx);
   const fresh = ctx.newCharges();
   const wait = ctx.vars.wait ?? { reads: 0, lock: null, inProgress: false };
   const keyRow = ctx.latest?.idempotency_keys.find((k) => k.key === ctx.vars.key) ?? null;
@@ -215,6 +328,7 @@ function verdictLesson4Rollback(ctx) {
       n: fresh.length,
       same: Boolean(B.json?.id) && keyRow?.charge_id === B.json?.id,
       lock: () => (wait.lock ? describeLockWait(wait.lock) : t('locks.notSeen')),
+      slots: slotNote(ctx),
     },
   };
 }
@@ -241,12 +355,16 @@ async function runLesson4KeyFirst(ctx) {
   const mode = 'key-first';
   const lease = server().idempotency_lease_seconds;
   checkHold();
-  const a = ctx.start(charge({ ...body, key, mode, faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeldKeyFirst', HOLD) });
+  const { a, held, drawn } = await holdA(ctx, () => ctx.start(charge({ ...body, key, mode, session: 'A', faults: [`delay-commit=${HOLD_MS}`] }), { tag: 'A', title: T('title.firstHeldKeyFirst', HOLD) }));
+  if (!held) {
+    if (!drawn) reply(d, await a.answered, a.bar);
+    await a.done;
+    return;
+  }
   d.message('api', 'db', L('d.kfRegister', { key: short, s: lease }), { tag: 'A' });
   d.message('api', 'db', L('d.kfCharge'), { tag: 'A' });
   d.note(['db'], L('d.kfHold', HOLD), { tag: 'A' });
-  await Promise.race([ctx.sleep(SEND_B_AFTER_MS), a.answered]);
-  const b = ctx.start(charge({ ...body, key, mode }), {
+  const b = ctx.start(charge({ ...body, key, mode, session: 'B' }), {
     tag: 'B',
     title: T('title.retryWhileRunning', HOLD),
     narrate: (d, rec, bar) => narrateCharge(d, rec, bar, { holder: 'A' }),
@@ -262,11 +380,12 @@ async function runLesson4KeyFirst(ctx) {
   ctx.vars.rowAfterB = ctx.latest?.idempotency_keys.find((k) => k.key === key) ?? null;
   ctx.vars.aRunningAfterB = a.record.elapsedMs === null;
   await Promise.all([aDone, a.done]);
-  await ctx.send(charge({ ...body, key, mode }), { tag: 'C', title: T('title.retryLater'), narrate: narrateCharge });
+  await ctx.send(charge({ ...body, key, mode, session: 'C' }), { tag: 'C', title: T('title.retryLater'), narrate: narrateCharge });
 }
 
 function verdictLesson4KeyFirst(ctx) {
   const { A, B, C } = ctx.records;
+  if (!A || !B) return verdictNotHeld(ctx);
   const n = ctx.newCharges().length;
   const row = ctx.vars.rowAfterB;
   const same = Boolean(A.json?.id) && A.json.id === C?.json?.id;
@@ -291,6 +410,7 @@ function verdictLesson4KeyFirst(ctx) {
       replayed: C?.replayed ?? false,
       same,
       maxMs: KEY_FIRST_MAX_MS,
+      slots: slotNote(ctx),
     },
   };
 }

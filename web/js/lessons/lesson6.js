@@ -86,12 +86,24 @@ export const lesson6Abandon = experiment({
           },
         });
         ctx.vars.rowAfterA = ctx.latest?.idempotency_keys.find((k) => k.key === key) ?? null;
+        // The lease left when the tables were read after A, by the database's clock.
+        const leftAfterA = leaseLeft(ctx.latest, key);
+        const readAt = performance.now();
         await ctx.sleep(L6_RETRY_AFTER_MS);
-        await ctx.send(charge({ ...ctx.vars.body, key, mode }), {
+        const b = await ctx.send(charge({ ...ctx.vars.body, key, mode }), {
           tag: 'B',
           title: T('title.retryAtOnce'),
           narrate: (dd, rec, bar) => narrateCharge(dd, rec, bar, { holder: 'A' }),
+          // A 409 while the lease is live: A may be dead (here it is), and its
+          // Retry-After is shorter than the lease: said with the lease's time left.
+          explain: (rec) => {
+            if (outcomeOf(rec) !== IN_FLIGHT || leftAfterA === null) return null;
+            const left = Math.max(0, leftAfterA - (rec.endedAt - readAt));
+            ctx.vars.leaseLeftAtB = left;
+            return t('card.explain.inFlightLease', { left: fmtSpan(Math.round(left / 100) * 100), retryAfter: rec.header('Retry-After') ?? '—' });
+          },
         });
+        ctx.vars.leaseLeftAtB ??= leftAfterA === null ? null : Math.max(0, leftAfterA - (b.endedAt - readAt));
       },
     },
     {
@@ -111,6 +123,8 @@ export const lesson6Abandon = experiment({
         await ctx.send(charge({ ...ctx.vars.body, key, mode: 'key-first' }), {
           tag: 'C',
           title: T('title.afterLease'),
+          // C's card tells what the diagram draws: C took the key over, or the recovery task had.
+          explain: (rec) => (outcomeOf(rec) === EXECUTED ? t('card.explain.tookOver') : outcomeOf(rec) === REPLAYED ? t('card.explain.recoveredFirst') : null),
           narrate: (d, rec, bar) => {
             if (outcomeOf(rec) === EXECUTED) {
               d.message('api', 'db', L('d.takeOver', { key: shortKeyOf(key) }), { tag: 'C' });
@@ -141,7 +155,11 @@ export const lesson6Abandon = experiment({
     return {
       ok,
       key: 'l6.abandon.verdict',
-      params: { a: A?.status ?? '—', row: row?.status ?? '—', b: B?.status ?? '—', c: C?.status ?? '—', n: fresh.length, waited: () => fmtSpan(ctx.vars.waitedMs ?? 0), recovered },
+      params: {
+        a: A?.status ?? '—', row: row?.status ?? '—', b: B?.status ?? '—', c: C?.status ?? '—', n: fresh.length, waited: () => fmtSpan(ctx.vars.waitedMs ?? 0), recovered,
+        retryAfter: B?.header('Retry-After') ?? '—',
+        left: () => (ctx.vars.leaseLeftAtB === null || ctx.vars.leaseLeftAtB === undefined ? '—' : fmtSpan(Math.round(ctx.vars.leaseLeftAtB / 100) * 100)),
+      },
     };
   },
 });

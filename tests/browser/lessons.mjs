@@ -1548,8 +1548,8 @@ async function selfCheck(page) {
     const { MESSAGES } = await import('/js/messages.js');
     return { all: t('sc.scoreEndAll', { right: 10, total: 10 }), allJa: MESSAGES.ja['sc.scoreEndAll']({ right: 10, total: 10 }) };
   });
-  check('self-check: the closing sentence fits the score (1 of 10: the right answers shown under the misses; 10 of 10: none missed)',
-    /Your score: 1 of 10/.test(scoreText) && /every question you missed/.test(scoreText) && !/missed/.test(ends.all) && /every one right/.test(ends.all) && !/間違えた/.test(ends.allJa),
+  check(`self-check: the closing sentence fits the score (1 of ${n}: the right answers shown under the misses; 10 of 10: none missed)`,
+    scoreText.includes(`Your score: 1 of ${n}`) && /every question you missed/.test(scoreText) && !/missed/.test(ends.all) && /every one right/.test(ends.all) && !/間違えた/.test(ends.allJa),
     `${scoreText} | ${ends.all} | ${ends.allJa}`);
   // A reload keeps the answers and the first tries (per sandbox): answering again with the
   // answers revealed last time does not raise the score.
@@ -1561,7 +1561,7 @@ async function selfCheck(page) {
     checked: set.querySelector('input[type="radio"]:checked')?.value ?? null,
     correct: set.querySelector('[data-testid="quiz-feedback"]').dataset.correct ?? null,
   })));
-  check('self-check: after a reload the answers and first tries are still there (score 1 of 10, all answered, every last answer shown as right)',
+  check(`self-check: after a reload the answers and first tries are still there (score 1 of ${n}, all answered, every last answer shown as right)`,
     kept.right === 1 && kept.answered === n && restored.every((r, i) => Number(r.checked) === answers[i].answer && r.correct === 'true'),
     `${kept.right}/${kept.answered}; ${JSON.stringify(restored.slice(0, 3))}`);
   for (let i = 1; i < n; i += 1) {

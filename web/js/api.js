@@ -52,6 +52,16 @@ export function chargeRequest({ apiKey, amount, currency = 'jpy', description, p
   };
 }
 
+/**
+ * Whether a charge's test payment method declines (its intent's
+ * paymentMethod): Stripe's declining test ids all start so
+ * (pm_card_chargeDeclined, …InsufficientFunds, …). A lost answer tells
+ * nothing, so what was thrown away (a 402 or a 201) is known from this.
+ */
+export function declines(intent) {
+  return Boolean(intent?.paymentMethod?.startsWith('pm_card_chargeDeclined'));
+}
+
 /** Headers every request of the sandbox's API carries, plus the optional ones. */
 function apiHeaders(apiKey, { key, faults = [], mode, network = false, json = true } = {}) {
   const headers = [['Authorization', `Bearer ${apiKey}`]];

@@ -8,7 +8,7 @@
 // the experiment you are looking at.
 
 import { t, tHtml, escapeHtml as esc, fmtAmount, fmtMs, fmtTime, sentenceGap } from './i18n.js';
-import { startRequest, getState, REASONS } from './api.js';
+import { startRequest, getState, REASONS, declines } from './api.js';
 import { SequenceDiagram, L, tagColor } from './diagram.js';
 import { renderState, stateIds, summarize, hue, authorizationsSince, updateScrollHints } from './tables.js';
 import { loadServer } from './server.js';
@@ -594,7 +594,7 @@ function explain(r) {
       if (r.spec.intent?.faults?.includes('abandon-after-network')) return t('card.explain.abandonedAfterNetwork');
       if (r.spec.kind === 'refund') return t(r.replayed || r.spec.intent?.key ? 'card.explain.lostRefundKey' : 'card.explain.lostRefund');
       if (r.spec.kind === 'describe') return t('card.explain.lostDescribe');
-      if (r.spec.intent?.paymentMethod?.startsWith('pm_card_chargeDeclined')) return t('card.explain.lostDecline');
+      if (declines(r.spec.intent)) return t('card.explain.lostDecline');
       return t('card.explain.lost');
     default:
       if (r.error && NO_ANSWER.test(r.error)) return t('card.explain.noAnswer');

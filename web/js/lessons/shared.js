@@ -12,7 +12,7 @@
 // helpers two lessons use. Each lesson is a module of its own
 // (lesson1.js … lesson7.js); index.js lists them in order.
 
-import { chargeRequest, refundRequest, newKey } from '../api.js';
+import { chargeRequest, refundRequest, newKey, declines } from '../api.js';
 import { L } from '../diagram.js';
 import { amountOf, shortKeyOf } from '../experiment.js';
 import { t, fmtAmount, fmtMs, fmtSpan } from '../i18n.js';
@@ -97,14 +97,6 @@ export function narrateCharge(d, rec, bar, { keyWas = null, holder = '…' } = {
     fromDb(L('d.kfInProgress', { other: holder }));
   }
   reply(d, rec, bar);
-}
-
-/**
- * Whether a charge's test payment method declines: Stripe's declining test
- * ids all start so (pm_card_chargeDeclined, …InsufficientFunds, …).
- */
-export function declines(intent) {
-  return Boolean(intent?.paymentMethod?.startsWith('pm_card_chargeDeclined'));
 }
 
 export function narrateExpire(d, rec, bar) {

@@ -42,6 +42,17 @@ diesel::table! {
 }
 
 diesel::table! {
+    events (id) {
+        id -> Text,
+        account_id -> BigInt,
+        #[sql_name = "type"]
+        event_type -> Text,
+        data -> Text,
+        created_at -> Text,
+    }
+}
+
+diesel::table! {
     in_process_network_keys (name) {
         name -> Text,
         api_key -> Text,
@@ -59,10 +70,57 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    webhook_attempts (event_id, endpoint_id, attempt) {
+        event_id -> Text,
+        endpoint_id -> Text,
+        attempt -> Integer,
+        webhook_timestamp -> BigInt,
+        attempted_at -> Text,
+        response_status -> Nullable<Integer>,
+        error -> Nullable<Text>,
+        duration_ms -> BigInt,
+    }
+}
+
+diesel::table! {
+    webhook_deliveries (event_id, endpoint_id) {
+        event_id -> Text,
+        endpoint_id -> Text,
+        account_id -> BigInt,
+        status -> Text,
+        attempts -> Integer,
+        next_attempt_at -> Nullable<Text>,
+        claim_token -> Nullable<Text>,
+        claimed_until -> Nullable<Text>,
+        created_at -> Text,
+    }
+}
+
+diesel::table! {
+    webhook_endpoints (id) {
+        id -> Text,
+        account_id -> BigInt,
+        url -> Text,
+        description -> Nullable<Text>,
+        enabled_events -> Text,
+        secret -> Text,
+        previous_secret -> Nullable<Text>,
+        previous_secret_expires_at -> Nullable<Text>,
+        status -> Text,
+        disabled_reason -> Nullable<Text>,
+        created_at -> Text,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     accounts,
     authorizations,
     charges,
+    events,
     in_process_network_keys,
     refunds,
+    webhook_attempts,
+    webhook_deliveries,
+    webhook_endpoints,
 );

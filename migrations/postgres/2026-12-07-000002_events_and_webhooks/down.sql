@@ -1,0 +1,4 @@
+DROP TABLE webhook_attempts;
+DROP TABLE webhook_deliveries;
+DROP TABLE webhook_endpoints;
+DROP TABLE events;

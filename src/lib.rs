@@ -16,6 +16,7 @@
 //! http/         the edge: accounts, limits, problems, the write pipeline
 //! network/      the card network's client, which a charge calls
 //! simulator.rs  the card network itself, a service of its own (`charges network`)
+//! webhooks/     events (the outbox), endpoints and their signed delivery
 //! demo/         demo mode: the teaching page's faults, views and sandbox
 //! conformance/  a checker of any API's Idempotency-Key handling, from outside
 //! openapi.rs    the contract, generated from every handler (the demo's too)
@@ -40,6 +41,7 @@ pub mod payments;
 pub mod simulator;
 pub mod store;
 pub mod telemetry;
+pub mod webhooks;
 
 /// The Idempotency-Key protocol: a library of its own (`crates/idempotency`).
 pub use idempotency;
@@ -60,6 +62,7 @@ pub const LAYERS: &[&[&str]] = &[
         "metrics",
         "http::deadline",
         "network::client",
+        "webhooks::targets",
     ],
     // The validated domain types (their field errors are the edge's).
     &["payments::domain"],

@@ -53,6 +53,7 @@ mod recovery;
 pub mod sqlite;
 #[cfg(test)]
 mod tests;
+pub mod webhook;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,0 +1,19 @@
+//! The receiving side of a webhook, and the signature both sides share.
+//!
+//! A webhook is delivered **at least once**: the sender retries when the
+//! receiver's answer is lost, exactly as a client retries a charge whose
+//! answer was lost. The receiver's fix is the same construction as the
+//! idempotency key: record the event's id under a unique constraint in the
+//! transaction of its own effect, and answer a redelivery 2xx without doing
+//! anything again.
+//!
+//! ```text
+//! signature.rs  Standard Webhooks 1.0: webhook-id, webhook-timestamp and
+//!               webhook-signature "v1,<base64 HMAC-SHA256 of id.timestamp.body>"
+//! ```
+
+pub mod signature;
+
+pub use signature::{
+    Secret, SecretError, SignatureError, TOLERANCE, sign, signature_header, verify,
+};

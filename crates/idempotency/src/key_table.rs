@@ -31,6 +31,8 @@ pub(crate) trait Dialect {
     type Clock;
     /// A time `d` from now, as an expression of a time column.
     type Later;
+    /// A time `d` ago, as an expression of a time column (the inbox's purge).
+    type Earlier;
     /// `foreign_step` is `step`, where NULL is NULL.
     type SameStep<'a>;
     /// A statement as the backend runs it best.
@@ -43,6 +45,7 @@ pub(crate) trait Dialect {
     /// Now, on the backend's clock.
     fn clock() -> Self::Clock;
     fn from_now(d: Duration) -> Self::Later;
+    fn ago(d: Duration) -> Self::Earlier;
     fn same_step(step: Option<&str>) -> Self::SameStep<'_>;
     /// The statement, planned once per connection where the backend can.
     fn cached<Q>(statement: Q) -> Self::Cached<Q>;

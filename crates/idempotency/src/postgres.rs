@@ -16,13 +16,18 @@ use uuid::Uuid;
 
 use crate::key_store::{QueryResult, Transactional};
 use crate::key_table::{self, Dialect};
-use schema::idempotency_keys as keys;
+use crate::webhook::inbox;
+use schema::{idempotency_keys as keys, webhook_inbox};
 
 /// The key table's `CREATE` statements (`sql/postgres.sql`), for a migration
 /// of yours (run once; add your foreign key to your accounts table).
 pub const CREATE_TABLE: &str = include_str!("../sql/postgres.sql");
 
-/// The table, as `sql/postgres.sql` creates it.
+/// The webhook inbox's `CREATE` statements (`sql/postgres_inbox.sql`), for
+/// a migration of a receiver's (run once).
+pub const CREATE_INBOX: &str = include_str!("../sql/postgres_inbox.sql");
+
+/// The tables, as `sql/postgres.sql` and `sql/postgres_inbox.sql` create them.
 pub mod schema {
     diesel::table! {
         idempotency_keys (account_id, key) {
@@ -40,6 +45,14 @@ pub mod schema {
             request_path -> Nullable<Text>,
             request_body -> Nullable<Jsonb>,
             foreign_step -> Nullable<Text>,
+        }
+    }
+
+    diesel::table! {
+        webhook_inbox (source, event_id) {
+            source -> Text,
+            event_id -> Text,
+            received_at -> Timestamptz,
         }
     }
 }
@@ -88,6 +101,7 @@ impl Dialect for PgConnection {
     type Json<'a> = Cow<'a, Value>;
     type Clock = AsExprOf<now, Timestamptz>;
     type Later = UncheckedBind<SqlLiteral<Timestamptz>, AsExprOf<PgInterval, Interval>>;
+    type Earlier = Self::Later;
     type SameStep<'a> = dsl::IsNotDistinctFrom<keys::foreign_step, Option<&'a str>>;
     type Cached<Q> = Prepared<Q>;
 
@@ -115,6 +129,12 @@ impl Dialect for PgConnection {
     fn from_now(d: Duration) -> Self::Later {
         let micros = i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
         sql::<Timestamptz>("now() + ").bind::<Interval, _>(PgInterval::from_microseconds(micros))
+    }
+
+    /// `now() - d`, on the database's clock.
+    fn ago(d: Duration) -> Self::Earlier {
+        let micros = i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+        sql::<Timestamptz>("now() - ").bind::<Interval, _>(PgInterval::from_microseconds(micros))
     }
 
     fn same_step(step: Option<&str>) -> Self::SameStep<'_> {
@@ -155,3 +175,4 @@ impl Transactional for PgConnection {
 }
 
 key_table::key_store!(PgConnection, keys);
+inbox::inbox_store!(PgConnection, webhook_inbox);

@@ -14,13 +14,18 @@ use uuid::Uuid;
 
 use crate::key_store::{QueryResult, Transactional};
 use crate::key_table::{self, Dialect};
-use schema::idempotency_keys as keys;
+use crate::webhook::inbox;
+use schema::{idempotency_keys as keys, webhook_inbox};
 
 /// The key table's `CREATE` statements (`sql/sqlite.sql`), for a migration
 /// of yours (run once; add your foreign key to your accounts table).
 pub const CREATE_TABLE: &str = include_str!("../sql/sqlite.sql");
 
-/// The table, as `sql/sqlite.sql` creates it.
+/// The webhook inbox's `CREATE` statements (`sql/sqlite_inbox.sql`), for
+/// a migration of a receiver's (run once).
+pub const CREATE_INBOX: &str = include_str!("../sql/sqlite_inbox.sql");
+
+/// The tables, as `sql/sqlite.sql` and `sql/sqlite_inbox.sql` create them.
 pub mod schema {
     diesel::table! {
         idempotency_keys (account_id, key) {
@@ -40,6 +45,14 @@ pub mod schema {
             foreign_step -> Nullable<Text>,
         }
     }
+
+    diesel::table! {
+        webhook_inbox (source, event_id) {
+            source -> Text,
+            event_id -> Text,
+            received_at -> Text,
+        }
+    }
 }
 
 /// A time as SQLite stores it: RFC 3339 in UTC with microseconds, a fixed
@@ -57,6 +70,7 @@ impl Dialect for SqliteConnection {
     type Json<'a> = String;
     type Clock = String;
     type Later = String;
+    type Earlier = String;
     type SameStep<'a> = dsl::Is<keys::foreign_step, Option<&'a str>>;
     type Cached<Q> = Q;
 
@@ -84,6 +98,11 @@ impl Dialect for SqliteConnection {
     /// `now + d` as SQLite stores times.
     fn from_now(d: Duration) -> String {
         time_text(Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
+    }
+
+    /// `now - d` as SQLite stores times.
+    fn ago(d: Duration) -> String {
+        time_text(Utc::now() - chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
     }
 
     fn same_step(step: Option<&str>) -> Self::SameStep<'_> {
@@ -121,3 +140,4 @@ impl Transactional for SqliteConnection {
 }
 
 key_table::key_store!(SqliteConnection, keys);
+inbox::inbox_store!(SqliteConnection, webhook_inbox);

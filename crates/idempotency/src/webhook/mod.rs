@@ -10,9 +10,20 @@
 //! ```text
 //! signature.rs  Standard Webhooks 1.0: webhook-id, webhook-timestamp and
 //!               webhook-signature "v1,<base64 HMAC-SHA256 of id.timestamp.body>"
+//! headers.rs    the three headers read from a request, and verify_request:
+//!               what a receiver checks before it records or does anything
+//! inbox.rs      receive: the event's id under a primary key, in the
+//!               transaction of the receiver's effect (First / Duplicate)
 //! ```
 
+pub mod headers;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub mod inbox;
 pub mod signature;
+
+pub use headers::{Headers, RequestError, unix_now, verify_request};
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use inbox::{InboxStore, Received, purge, receive};
 
 pub use signature::{
     Secret, SecretError, SignatureError, TOLERANCE, sign, signature_header, verify,

@@ -13,6 +13,8 @@
 //! phases.rs     an operation with a foreign step (a call no rollback undoes):
 //!               key, call (no transaction, no connection), writes + response
 //! recovery.rs   finish or close keys left in progress; purge expired keys
+//! webhook/      the other direction: a delivery's signature checked, and its
+//!               event's id recorded in the transaction of the receiver's effect
 //! ```
 //!
 //! This file is the floor the designs stand on: the [`Policy`] (the

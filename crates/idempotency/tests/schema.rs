@@ -2,7 +2,8 @@
 //! describe: the same columns, in the same order, of the types and
 //! nullability the schema gives them; and a row of each kind the protocol
 //! writes (in progress with its request, completed with its response)
-//! reads back through the schema's every column.
+//! reads back through the schema's every column. The same for the webhook
+//! inbox's files.
 
 mod support;
 
@@ -10,8 +11,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::Column as _;
+use diesel::connection::SimpleConnection as _;
 use diesel::prelude::*;
 use diesel::sql_types::{Bool, Text};
+use idempotency::webhook::{Received, receive};
 use idempotency::{KeyStore, KeyedRequest, NewKey, NewKeyStatus, SavedResponse};
 use serde_json::{Value, json};
 use support::TestDb;
@@ -156,6 +159,49 @@ mod on_postgres {
         assert!(running.9 > running.7, "a lease ahead of its creation");
         assert!(running.8 > running.9, "kept longer than its lease");
     }
+
+    #[test]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "TEST_DATABASE_URL is not set: PostgreSQL was not tested"
+    )]
+    fn the_inbox_sql_file_creates_the_table_the_schema_describes() {
+        use idempotency::postgres::schema::webhook_inbox as inbox;
+        let Some(db) = TestDb::<PgConnection>::create(
+            "on_postgres::the_inbox_sql_file_creates_the_table_the_schema_describes",
+        ) else {
+            return;
+        };
+        let mut conn = db.conn();
+        conn.batch_execute(idempotency::postgres::CREATE_INBOX)
+            .unwrap();
+        let columns: Vec<DbColumn> = diesel::sql_query(
+            "SELECT column_name::text AS name, data_type::text AS sql_type, \
+             is_nullable = 'YES' AS nullable FROM information_schema.columns \
+             WHERE table_schema = 'public' AND table_name = 'webhook_inbox' \
+             ORDER BY ordinal_position",
+        )
+        .load(&mut conn)
+        .unwrap();
+        assert_eq!(
+            columns,
+            expected(&[
+                (inbox::source::NAME, "text", false),
+                (inbox::event_id::NAME, "text", false),
+                (inbox::received_at::NAME, "timestamp with time zone", false),
+            ])
+        );
+        assert_eq!(receive(&mut conn, "charges", "evt_1"), Ok(Received::First));
+        let rows: Vec<(String, String, DateTime<Utc>)> = inbox::table
+            .select(inbox::all_columns)
+            .load(&mut conn)
+            .unwrap();
+        assert_eq!(
+            (rows[0].0.as_str(), rows[0].1.as_str()),
+            ("charges", "evt_1")
+        );
+        assert!((Utc::now() - rows[0].2).num_seconds().abs() < 60);
+    }
 }
 
 mod on_sqlite {
@@ -244,5 +290,45 @@ mod on_sqlite {
         }
         assert!(running.9 > running.7 && running.8 > running.9);
         assert!(running.10.parse::<uuid::Uuid>().is_ok());
+    }
+
+    #[test]
+    fn the_inbox_sql_file_creates_the_table_the_schema_describes() {
+        use idempotency::sqlite::schema::webhook_inbox as inbox;
+        let Some(db) = TestDb::<SqliteConnection>::create(
+            "on_sqlite::the_inbox_sql_file_creates_the_table_the_schema_describes",
+        ) else {
+            return;
+        };
+        let mut conn = db.conn();
+        conn.batch_execute(idempotency::sqlite::CREATE_INBOX)
+            .unwrap();
+        let columns: Vec<DbColumn> = diesel::sql_query(
+            "SELECT name, type AS sql_type, \"notnull\" = 0 AS nullable \
+             FROM pragma_table_info('webhook_inbox') ORDER BY cid",
+        )
+        .load(&mut conn)
+        .unwrap();
+        assert_eq!(
+            columns,
+            expected(&[
+                (inbox::source::NAME, "TEXT", false),
+                (inbox::event_id::NAME, "TEXT", false),
+                (inbox::received_at::NAME, "TEXT", false),
+            ])
+        );
+        assert_eq!(receive(&mut conn, "charges", "evt_1"), Ok(Received::First));
+        let rows: Vec<(String, String, String)> = inbox::table
+            .select(inbox::all_columns)
+            .load(&mut conn)
+            .unwrap();
+        assert_eq!(
+            (rows[0].0.as_str(), rows[0].1.as_str()),
+            ("charges", "evt_1")
+        );
+        // The key table's fixed-width time text, so that text order is time order.
+        let at: DateTime<Utc> = rows[0].2.parse().unwrap();
+        assert_eq!(rows[0].2.len(), "2026-01-01T00:00:00.000000Z".len());
+        assert!((Utc::now() - at).num_seconds().abs() < 60);
     }
 }

@@ -127,14 +127,12 @@ impl Dialect for PgConnection {
 
     /// `now() + d`, on the database's clock.
     fn from_now(d: Duration) -> Self::Later {
-        let micros = i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
-        sql::<Timestamptz>("now() + ").bind::<Interval, _>(PgInterval::from_microseconds(micros))
+        sql::<Timestamptz>("now() + ").bind::<Interval, _>(interval(d))
     }
 
     /// `now() - d`, on the database's clock.
     fn ago(d: Duration) -> Self::Earlier {
-        let micros = i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
-        sql::<Timestamptz>("now() - ").bind::<Interval, _>(PgInterval::from_microseconds(micros))
+        sql::<Timestamptz>("now() - ").bind::<Interval, _>(interval(d))
     }
 
     fn same_step(step: Option<&str>) -> Self::SameStep<'_> {
@@ -172,6 +170,11 @@ impl Transactional for PgConnection {
     ) -> Result<T, E> {
         self.build_transaction().read_committed().run(work)
     }
+}
+
+/// `d` as a PostgreSQL interval (microseconds, saturating).
+fn interval(d: Duration) -> PgInterval {
+    PgInterval::from_microseconds(i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 key_table::key_store!(PgConnection, keys);

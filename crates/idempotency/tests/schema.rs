@@ -76,6 +76,19 @@ mod on_postgres {
     use super::*;
     use idempotency::postgres::schema::idempotency_keys::dsl::*;
 
+    /// The table's columns as PostgreSQL describes them.
+    fn columns(conn: &mut PgConnection, table: &str) -> Vec<DbColumn> {
+        diesel::sql_query(
+            "SELECT column_name::text AS name, data_type::text AS sql_type, \
+             is_nullable = 'YES' AS nullable FROM information_schema.columns \
+             WHERE table_schema = 'public' AND table_name = $1 \
+             ORDER BY ordinal_position",
+        )
+        .bind::<Text, _>(table)
+        .load(conn)
+        .unwrap()
+    }
+
     type Row = (
         i64,
         String,
@@ -105,14 +118,7 @@ mod on_postgres {
             return;
         };
         let mut conn = db.conn();
-        let columns: Vec<DbColumn> = diesel::sql_query(
-            "SELECT column_name::text AS name, data_type::text AS sql_type, \
-             is_nullable = 'YES' AS nullable FROM information_schema.columns \
-             WHERE table_schema = 'public' AND table_name = 'idempotency_keys' \
-             ORDER BY ordinal_position",
-        )
-        .load(&mut conn)
-        .unwrap();
+        let columns = columns(&mut conn, "idempotency_keys");
         let tz = "timestamp with time zone";
         assert_eq!(
             columns,
@@ -175,14 +181,7 @@ mod on_postgres {
         let mut conn = db.conn();
         conn.batch_execute(idempotency::postgres::CREATE_INBOX)
             .unwrap();
-        let columns: Vec<DbColumn> = diesel::sql_query(
-            "SELECT column_name::text AS name, data_type::text AS sql_type, \
-             is_nullable = 'YES' AS nullable FROM information_schema.columns \
-             WHERE table_schema = 'public' AND table_name = 'webhook_inbox' \
-             ORDER BY ordinal_position",
-        )
-        .load(&mut conn)
-        .unwrap();
+        let columns = columns(&mut conn, "webhook_inbox");
         assert_eq!(
             columns,
             expected(&[
@@ -207,6 +206,17 @@ mod on_postgres {
 mod on_sqlite {
     use super::*;
     use idempotency::sqlite::schema::idempotency_keys::dsl::*;
+
+    /// The table's columns as SQLite describes them.
+    fn columns(conn: &mut SqliteConnection, table: &str) -> Vec<DbColumn> {
+        diesel::sql_query(
+            "SELECT name, type AS sql_type, \"notnull\" = 0 AS nullable \
+             FROM pragma_table_info(?) ORDER BY cid",
+        )
+        .bind::<Text, _>(table)
+        .load(conn)
+        .unwrap()
+    }
 
     type Row = (
         i64,
@@ -233,12 +243,7 @@ mod on_sqlite {
             return;
         };
         let mut conn = db.conn();
-        let columns: Vec<DbColumn> = diesel::sql_query(
-            "SELECT name, type AS sql_type, \"notnull\" = 0 AS nullable \
-             FROM pragma_table_info('idempotency_keys') ORDER BY cid",
-        )
-        .load(&mut conn)
-        .unwrap();
+        let columns = columns(&mut conn, "idempotency_keys");
         assert_eq!(
             columns,
             expected(&[
@@ -303,12 +308,7 @@ mod on_sqlite {
         let mut conn = db.conn();
         conn.batch_execute(idempotency::sqlite::CREATE_INBOX)
             .unwrap();
-        let columns: Vec<DbColumn> = diesel::sql_query(
-            "SELECT name, type AS sql_type, \"notnull\" = 0 AS nullable \
-             FROM pragma_table_info('webhook_inbox') ORDER BY cid",
-        )
-        .load(&mut conn)
-        .unwrap();
+        let columns = columns(&mut conn, "webhook_inbox");
         assert_eq!(
             columns,
             expected(&[

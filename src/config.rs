@@ -263,6 +263,9 @@ pub struct Settings {
     /// Host names (comma-separated) that demo mode, /metrics and the in-process card network answer besides loopback's (localhost, 127.0.0.1, [::1]); any other Host is a 421 there. The API of `charges serve` answers any Host.
     #[arg(long, env = "ALLOWED_HOSTS", value_delimiter = ',')]
     pub allowed_hosts: Vec<String>,
+
+    #[command(flatten)]
+    pub webhooks: crate::webhooks::settings::WebhookSettings,
 }
 
 /// The protocol crate's modes, with clap's list of them in `--help`.
@@ -335,6 +338,7 @@ impl Settings {
             web_dir: DEFAULT_WEB_DIR.to_owned(),
             workers: None,
             allowed_hosts: Vec::new(),
+            webhooks: Default::default(),
         }
     }
 
@@ -456,6 +460,18 @@ impl Settings {
     /// from a request.
     pub fn demo_enabled(&self) -> bool {
         !self.no_demo && self.demo == Some(true)
+    }
+
+    /// Where webhook endpoints may point: WEBHOOK_ALLOW_*, and in the
+    /// loopback demo also loopback over http://, for the receiver it hosts
+    /// (only this machine reaches a loopback demo).
+    pub fn webhook_target_policy(&self) -> crate::webhooks::targets::TargetPolicy {
+        let mut policy = self.webhooks.target_policy();
+        if self.demo_enabled() && !self.demo_public {
+            policy.allow_private = true;
+            policy.allow_http = true;
+        }
+        policy
     }
 }
 

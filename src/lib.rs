@@ -63,7 +63,10 @@ pub const LAYERS: &[&[&str]] = &[
         "http::deadline",
         "network::client",
         "webhooks::targets",
+        "webhooks::events",
     ],
+    // The webhook settings (they name the target rule).
+    &["webhooks::settings"],
     // The validated domain types (their field errors are the edge's).
     &["payments::domain"],
     // The database, one store per backend (the key table's is the protocol

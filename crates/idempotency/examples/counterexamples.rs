@@ -31,5 +31,5 @@ fn main() {
             c["states_explored"]
         );
     }
-    println!("wrote {}", path.display());
+    println!("wrote web/model/counterexamples.json");
 }

@@ -1,0 +1,198 @@
+//! The sender: a background task that claims due deliveries, sends each
+//! signed, and records what came of it. Three steps per delivery, and the
+//! HTTP call is never inside a transaction or holding a pooled connection:
+//!
+//! 1. **Claim** (one transaction): up to the free slots' worth of due
+//!    deliveries, one per endpoint (`store::deliveries`).
+//! 2. **Send** (no connection): sign with the endpoint's secret and, while
+//!    a rotation's grace lasts, the previous one; `POST` it (`client`).
+//! 3. **Record** (one transaction): the attempt and the delivery's next
+//!    state (`schedule`), only if the claim is still ours.
+//!
+//! A process killed between 1 and 3 leaves a claim that expires after its
+//! lease; the delivery is then claimed again (at least once: a receiver
+//! dedupes by `webhook-id`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use idempotency::webhook::signature::{Secret, signature_header};
+use tokio::sync::{Notify, Semaphore};
+use uuid::Uuid;
+
+use super::client::{Answer, Message, WebhookClient};
+use super::events;
+use super::schedule;
+use super::settings::WebhookSettings;
+use super::targets::TargetPolicy;
+use crate::store::deliveries::{Attempt, Claimed, Next};
+use crate::store::{DbPool, QueryError, RunError, time_text};
+
+/// Deliveries in flight at once, in this process.
+pub const CONCURRENCY: usize = 16;
+/// How long a claim outlives its attempt's timeout: time to record it.
+const LEASE_MARGIN: Duration = Duration::from_secs(30);
+/// How long one claim or record may wait for the database.
+const DB_DEADLINE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+enum SendError {
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error(transparent)]
+    Query(#[from] QueryError),
+}
+
+/// What the task needs.
+pub struct Sender {
+    pool: DbPool,
+    client: Arc<WebhookClient>,
+    settings: WebhookSettings,
+}
+
+impl Sender {
+    pub fn new(pool: DbPool, settings: &WebhookSettings, policy: TargetPolicy) -> Sender {
+        Sender {
+            pool,
+            client: Arc::new(WebhookClient::new(policy, settings.timeout)),
+            settings: settings.clone(),
+        }
+    }
+
+    /// Sends until aborted: claims as many due deliveries as there are free
+    /// slots, then waits for a slot to free or the poll interval to pass.
+    pub async fn run(self) {
+        let this = Arc::new(self);
+        let slots = Arc::new(Semaphore::new(CONCURRENCY));
+        let finished = Arc::new(Notify::new());
+        loop {
+            let free = slots.available_permits();
+            if free > 0 {
+                match this.claim(free).await {
+                    Ok(claimed) => {
+                        for delivery in claimed {
+                            let permit = slots.clone().acquire_owned().await;
+                            let (this, finished) = (this.clone(), finished.clone());
+                            tokio::spawn(async move {
+                                this.deliver(delivery).await;
+                                drop(permit);
+                                finished.notify_one();
+                            });
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "claiming deliveries failed; will retry"),
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(this.settings.poll_interval) => {}
+                _ = finished.notified() => {}
+            }
+        }
+    }
+
+    async fn claim(&self, free: usize) -> Result<Vec<Claimed>, SendError> {
+        let now = Utc::now();
+        let lease = chrono::Duration::from_std(self.settings.timeout + LEASE_MARGIN)
+            .unwrap_or(chrono::Duration::MAX);
+        let token = Uuid::new_v4();
+        let limit = free as i64;
+        self.pool
+            .run(DB_DEADLINE, move |store| {
+                store.transaction(|tx| -> Result<_, SendError> {
+                    Ok(tx.claim_deliveries(now, now + lease, token, limit)?)
+                })
+            })
+            .await
+    }
+
+    /// Sends one claimed delivery and records what came of it.
+    async fn deliver(&self, claim: Claimed) {
+        let started = Instant::now();
+        let attempted_at = Utc::now();
+        let timestamp = attempted_at.timestamp();
+        let answer = match sign(&claim, timestamp) {
+            Ok((id, signature, body)) => {
+                let (client, url) = (self.client.clone(), claim.url.clone());
+                tokio::task::spawn_blocking(move || {
+                    client.send(&Message {
+                        url: &url,
+                        id: &id,
+                        timestamp,
+                        signature: &signature,
+                        body: &body,
+                    })
+                })
+                .await
+                .unwrap_or_else(|_| Answer::None("the sender panicked".to_owned()))
+            }
+            Err(why) => Answer::None(why),
+        };
+        let attempt = Attempt {
+            webhook_timestamp: timestamp,
+            attempted_at,
+            response_status: match answer {
+                Answer::Status(s) => Some(i32::from(s)),
+                Answer::None(_) => None,
+            },
+            error: match &answer {
+                Answer::Status(s) if (200..300).contains(s) => None,
+                Answer::Status(s) => Some(format!("the receiver answered {s}")),
+                Answer::None(why) => Some(why.clone()),
+            },
+            duration_ms: started.elapsed().as_millis() as i64,
+        };
+        let next = schedule::next(
+            &answer,
+            claim.attempts,
+            &self.settings.retry_schedule,
+            Utc::now(),
+            schedule::unit(),
+        );
+        self.record(claim, attempt, next).await;
+    }
+
+    async fn record(&self, claim: Claimed, attempt: Attempt, next: Next) {
+        let (event, endpoint) = (claim.event_id, claim.endpoint_id);
+        let recorded = self
+            .pool
+            .run(DB_DEADLINE, move |store| {
+                store.transaction(|tx| -> Result<_, SendError> {
+                    Ok(tx.record_attempt(&claim, &attempt, &next)?)
+                })
+            })
+            .await;
+        match recorded {
+            Ok(true) => {}
+            // Its claim expired and another sender took the delivery over.
+            Ok(false) => {
+                tracing::info!(%event, %endpoint, "attempt not recorded: claim taken over")
+            }
+            Err(e) => tracing::warn!(%event, %endpoint, error = %e, "recording an attempt failed"),
+        }
+    }
+}
+
+/// The delivery's `webhook-id`, `webhook-signature` and body for an
+/// attempt at `timestamp`: signed with the endpoint's secret and, while
+/// its rotation's grace lasts, the previous one too.
+fn sign(claim: &Claimed, timestamp: i64) -> Result<(String, String, String), String> {
+    let unreadable = |_| "the endpoint's signing secret is unreadable".to_owned();
+    let mut secrets = vec![Secret::parse(&claim.secret).map_err(unreadable)?];
+    if let (Some(previous), Some(until)) =
+        (&claim.previous_secret, claim.previous_secret_expires_at)
+        && until > Utc::now()
+    {
+        secrets.push(Secret::parse(previous).map_err(unreadable)?);
+    }
+    let id = events::public_id(&claim.event_id);
+    let body = events::body(
+        &claim.event_id,
+        &claim.event_type,
+        &time_text(claim.event_created_at),
+        &claim.data,
+    );
+    let refs: Vec<&Secret> = secrets.iter().collect();
+    let signature = signature_header(&refs, &id, timestamp, body.as_bytes());
+    Ok((id, signature, body))
+}

@@ -1,0 +1,252 @@
+//! Webhook delivery (issue #48): the sender claims due deliveries, signs
+//! them as Standard Webhooks says, retries on its schedule, and stops where
+//! it must (2xx, 410, the last attempt), against a real receiver on
+//! loopback (`support::receiver`). Endpoints and events are written by
+//! `support::webhooks` as the API's routes and the outbox will write them.
+
+use std::time::{Duration, Instant};
+
+use charges::config::Settings;
+use charges::idempotency::webhook::signature::{Secret, verify};
+use serde_json::Value;
+
+use crate::support::receiver::{Received, Receiver, Reply};
+use crate::support::webhooks::{account_id, add_endpoint, add_event, public_id, rotate_secret};
+use crate::support::{TEST_ACCOUNT, TEST_KEY, TestApp, spawn_app_with};
+use reqwest::Method;
+
+/// The app with a sender that polls every 50 ms and retries at once, three
+/// attempts in all, each within 2 s; `configure` changes the rest.
+async fn app_sending(configure: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn_app_with(|s| {
+        s.webhooks.retry_schedule = vec![Duration::ZERO; 3];
+        s.webhooks.poll_interval = Duration::from_millis(50);
+        s.webhooks.timeout = Duration::from_secs(2);
+        configure(s);
+    })
+    .await
+}
+
+/// Waits (at most 10 s) until `SELECT count(*) FROM from_where` is `n`.
+async fn until_count(app: &TestApp, from_where: &str, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.count(from_where) != n {
+        assert!(
+            Instant::now() < deadline,
+            "{from_where}: {} rows",
+            app.count(from_where)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Checks `r`'s signature against `secret` with the protocol crate.
+fn verifies(r: &Received, secret: &str) -> bool {
+    let secret = Secret::parse(secret).unwrap();
+    verify(
+        &[&secret],
+        r.header("webhook-id"),
+        r.header("webhook-timestamp"),
+        r.header("webhook-signature"),
+        r.body.as_bytes(),
+        chrono::Utc::now().timestamp(),
+    )
+    .is_ok()
+}
+
+crate::on_both_backends! {
+    async fn a_receiver_answering_500_500_200_gets_three_signed_attempts_with_one_webhook_id() {
+        let app = app_sending(|_| {}).await;
+        let receiver = Receiver::start(vec![Reply::Status(500), Reply::Status(500)]).await;
+        let account = account_id(&app.db, TEST_ACCOUNT);
+        let (endpoint, secret) = add_endpoint(&app.db, account, &receiver.url());
+        let event = add_event(&app.db, account);
+
+        until_count(&app, "webhook_deliveries WHERE status = 'succeeded' AND attempts = 3", 1).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let got = receiver.received();
+        assert_eq!(got.len(), 3, "{got:?}");
+        for r in &got {
+            assert_eq!(r.method, "POST");
+            assert_eq!(r.path, "/hook");
+            assert_eq!(r.header("webhook-id"), public_id(event));
+            assert_eq!(r.header("content-type"), "application/json");
+            assert!(r.header("user-agent").starts_with("charges-webhooks/"), "{r:?}");
+            assert_eq!(r.header("host"), format!("127.0.0.1:{}", receiver.port));
+            assert!(verifies(r, &secret), "{r:?}");
+            assert_eq!(r.body, got[0].body, "every attempt sends the same bytes");
+            let ts: i64 = r.header("webhook-timestamp").parse().unwrap();
+            assert!(ts.abs_diff(chrono::Utc::now().timestamp()) < 30);
+        }
+        let body: Value = serde_json::from_str(&got[0].body).unwrap();
+        assert_eq!(body["id"], public_id(event));
+        assert_eq!(body["object"], "event");
+        assert_eq!(body["type"], "charge.succeeded");
+        assert_eq!(body["data"]["object"]["amount"], 500);
+        let answers = app.db.strings(&format!(
+            "SELECT CAST(response_status AS TEXT) AS value FROM webhook_attempts \
+             WHERE endpoint_id = '{endpoint}' ORDER BY attempt"
+        ));
+        assert_eq!(answers, ["500", "500", "200"]);
+    }
+
+    async fn a_410_disables_the_endpoint_and_fails_its_other_deliveries() {
+        let app = app_sending(|_| {}).await;
+        // The first request hangs a little, so the second event is pending
+        // behind it (one delivery in flight per endpoint) when 410 comes.
+        let receiver = Receiver::start(vec![Reply::Status(410)]).await;
+        let account = account_id(&app.db, TEST_ACCOUNT);
+        let (endpoint, _) = add_endpoint(&app.db, account, &receiver.url());
+        add_event(&app.db, account);
+        add_event(&app.db, account);
+
+        until_count(&app, &format!("webhook_endpoints WHERE id = '{endpoint}' AND status = 'disabled'"), 1).await;
+        until_count(&app, "webhook_deliveries WHERE status = 'failed'", 2).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(receiver.received().len(), 1, "nothing is sent after a 410");
+        assert_eq!(app.count("webhook_endpoints WHERE disabled_reason LIKE '%410%'"), 1);
+        assert_eq!(app.count("webhook_attempts"), 1);
+    }
+
+    async fn after_the_last_attempt_the_delivery_has_failed() {
+        let app = app_sending(|s| s.webhooks.retry_schedule = vec![Duration::ZERO; 2]).await;
+        let receiver = Receiver::start(vec![Reply::Status(503); 5]).await;
+        let account = account_id(&app.db, TEST_ACCOUNT);
+        add_endpoint(&app.db, account, &receiver.url());
+        add_event(&app.db, account);
+
+        until_count(&app, "webhook_deliveries WHERE status = 'failed' AND attempts = 2", 1).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(receiver.received().len(), 2);
+        assert_eq!(app.count("webhook_deliveries WHERE next_attempt_at IS NULL AND claim_token IS NULL"), 1);
+    }
+
+    async fn a_302_is_a_failed_attempt_and_is_not_followed() {
+        let app = app_sending(|s| s.webhooks.retry_schedule = vec![Duration::ZERO]).await;
+        let elsewhere = Receiver::start(vec![]).await;
+        let receiver = Receiver::start(vec![Reply::Redirect(elsewhere.url())]).await;
+        let account = account_id(&app.db, TEST_ACCOUNT);
+        add_endpoint(&app.db, account, &receiver.url());
+        add_event(&app.db, account);
+
+        until_count(&app, "webhook_deliveries WHERE status = 'failed'", 1).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(receiver.received().len(), 1);
+        assert_eq!(elsewhere.received().len(), 0, "the redirect was followed");
+        assert_eq!(app.count("webhook_attempts WHERE response_status = 302"), 1);
+    }
+
+    async fn with_the_rule_on_loopback_private_and_link_local_targets_are_refused_at_connect() {
+        let app = app_sending(|s| {
+            s.demo = Some(false);
+            s.webhooks.allow_private_targets = false;
+            s.webhooks.allow_http = true;
+            s.webhooks.retry_schedule = vec![Duration::ZERO];
+        })
+        .await;
+        let receiver = Receiver::start(vec![]).await;
+        let account = account_id(&app.db, TEST_ACCOUNT);
+        let port = receiver.port;
+        for url in [
+            format!("http://localhost:{port}/hook"),
+            format!("http://127.0.0.1:{port}/hook"),
+            format!("http://[::ffff:127.0.0.1]:{port}/hook"),
+            format!("http://10.0.0.1:{port}/hook"),
+            format!("http://192.168.0.1:{port}/hook"),
+            "http://169.254.169.254/latest/meta-data".to_owned(),
+            format!("http://[fe80::1]:{port}/hook"),
+        ] {
+            add_endpoint(&app.db, account, &url);
+        }
+        add_event(&app.db, account);
+
+        until_count(&app, "webhook_deliveries WHERE status = 'failed'", 7).await;
+        assert_eq!(receiver.received().len(), 0, "nothing is sent");
+        assert_eq!(app.count("webhook_attempts WHERE response_status IS NULL"), 7);
+        for range in ["loopback", "private", "link-local"] {
+            assert!(app.count(&format!("webhook_attempts WHERE error LIKE '%{range}%'")) >= 1, "{range}");
+        }
+    }
+
+    async fn a_hanging_receiver_of_one_account_delays_another_accounts_delivery_by_under_a_second() {
+        let app = app_sending(|s| s.webhooks.timeout = Duration::from_secs(5)).await;
+        let hanging = Receiver::start(vec![Reply::Hang(Duration::from_secs(6)); 4]).await;
+        let prompt = Receiver::start(vec![]).await;
+        let x = account_id(&app.db, TEST_ACCOUNT);
+        let y = app.create_account("Account Y", "sk_live_account_y_for_webhooks");
+        add_endpoint(&app.db, x, &hanging.url());
+        add_endpoint(&app.db, y, &prompt.url());
+        for _ in 0..3 {
+            add_event(&app.db, x);
+        }
+        assert_eq!(hanging.until(1, Duration::from_secs(5)).await.len(), 1);
+
+        let sent = Instant::now();
+        add_event(&app.db, y);
+        let got = prompt.until(1, Duration::from_secs(5)).await;
+        assert_eq!(got.len(), 1);
+        let lag = got[0].at - sent;
+        assert!(lag < Duration::from_secs(1), "Y waited {lag:?}");
+        // X's endpoint holds one slot: its other events wait behind the first.
+        assert_eq!(hanging.received().len(), 1);
+    }
+
+    async fn after_a_rotation_each_delivery_is_signed_with_both_secrets() {
+        let app = app_sending(|_| {}).await;
+        let receiver = Receiver::start(vec![]).await;
+        let account = account_id(&app.db, TEST_ACCOUNT);
+        let (endpoint, old) = add_endpoint(&app.db, account, &receiver.url());
+        let new = rotate_secret(&app.db, endpoint);
+        add_event(&app.db, account);
+
+        let got = receiver.until(1, Duration::from_secs(10)).await;
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].header("webhook-signature").split(' ').count(), 2);
+        assert!(verifies(&got[0], &new), "the new secret");
+        assert!(verifies(&got[0], &old), "the previous secret, while its grace lasts");
+    }
+
+    async fn an_events_deliveries_show_every_attempt_and_redeliver_sends_it_again() {
+        let app = app_sending(|_| {}).await;
+        let receiver = Receiver::start(vec![Reply::Status(500)]).await;
+        let account = account_id(&app.db, TEST_ACCOUNT);
+        let (endpoint, _) = add_endpoint(&app.db, account, &receiver.url());
+        let event = public_id(add_event(&app.db, account));
+        until_count(&app, "webhook_deliveries WHERE status = 'succeeded'", 1).await;
+
+        let shown = app.get_as(TEST_KEY, &format!("/events/{event}/deliveries")).await;
+        assert_eq!(shown.status, 200, "{}", shown.body);
+        let shown = shown.json();
+        assert_eq!(shown["object"], "list");
+        assert_eq!(shown["event_id"], event);
+        let delivery = &shown["data"][0];
+        assert_eq!(delivery["endpoint_id"], endpoint.to_string());
+        assert_eq!(delivery["status"], "succeeded");
+        assert_eq!(delivery["attempts"], 2);
+        assert_eq!(delivery["next_attempt_at"], Value::Null);
+        let history = delivery["attempt_history"].as_array().unwrap();
+        assert_eq!(history.len(), 2);
+        assert_eq!(history[0]["response_status"], 500);
+        assert_eq!(history[1]["response_status"], 200);
+        assert_eq!(history[1]["error"], Value::Null);
+        let got = receiver.received();
+        assert_eq!(history[1]["webhook_timestamp"].to_string(), got[1].header("webhook-timestamp"));
+
+        let again = app.send(app.request(Method::POST, &format!("/events/{event}/redeliver")).bearer_auth(TEST_KEY)).await;
+        assert_eq!(again.status, 202, "{}", again.body);
+        assert_eq!(again.json()["redelivering"], 1);
+        let got = receiver.until(3, Duration::from_secs(10)).await;
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[2].header("webhook-id"), event, "the same webhook-id: a receiver dedupes");
+        until_count(&app, "webhook_deliveries WHERE status = 'succeeded' AND attempts = 3", 1).await;
+
+        let other = app.create_account("Another shop", "sk_live_another_shop_for_webhooks");
+        assert!(other > 0);
+        let theirs = app.get_as("sk_live_another_shop_for_webhooks", &format!("/events/{event}/deliveries")).await;
+        theirs.assert_problem(404, "not-found");
+        let unknown = format!("evt_{}", uuid::Uuid::new_v4());
+        app.get_as(TEST_KEY, &format!("/events/{unknown}/deliveries")).await.assert_problem(404, "not-found");
+        let redeliver = app.request(Method::POST, &format!("/events/{unknown}/redeliver"));
+        app.send(redeliver.bearer_auth(TEST_KEY)).await.assert_problem(404, "not-found");
+    }
+}

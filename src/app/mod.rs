@@ -25,11 +25,12 @@ use crate::network::client::NetworkClient;
 use crate::openapi;
 use crate::payments::{charges, recovery, refunds};
 use crate::store::{DbPool, SetupError};
-use crate::{demo, telemetry, webhooks};
+use crate::webhooks::deliveries;
+use crate::webhooks::sender::Sender;
+use crate::{demo, telemetry};
 
 mod networks;
 use networks::{Networks, Recovery};
-use webhooks::sender::Sender;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -513,10 +514,8 @@ pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
             ),
     );
     // webhook deliveries: an event's attempts, and sending it again.
-    cfg.service(resource("/events/{id}/deliveries").route(get().to(webhooks::deliveries::list)));
-    cfg.service(
-        resource("/events/{id}/redeliver").route(web::post().to(webhooks::deliveries::redeliver)),
-    );
+    cfg.service(resource("/events/{id}/deliveries").route(get().to(deliveries::list)));
+    cfg.service(resource("/events/{id}/redeliver").route(web::post().to(deliveries::redeliver)));
     cfg.service(resource("/healthz").route(get().to(ops::healthz)));
     cfg.service(resource("/readyz").route(get().to(ops::readyz)));
     cfg.service(resource("/problems/{slug}").route(get().to(ops::problem_type)));

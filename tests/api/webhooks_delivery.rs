@@ -250,3 +250,64 @@ crate::on_both_backends! {
         app.send(redeliver.bearer_auth(TEST_KEY)).await.assert_problem(404, "not-found");
     }
 }
+
+/// PyPI's `standardwebhooks`, given JSON on stdin: each secret verifies
+/// the delivery, and a tampered body is refused.
+const PYTHON_VERIFY: &str = r#"
+import json, sys
+from standardwebhooks.webhooks import Webhook
+d = json.load(sys.stdin)
+headers = {"webhook-id": d["id"], "webhook-timestamp": d["timestamp"], "webhook-signature": d["signature"]}
+for secret in d["secrets"]:
+    Webhook(secret).verify(d["body"], headers)
+    try:
+        Webhook(secret).verify(d["body"] + " ", headers)
+        sys.exit("a tampered body verified")
+    except Exception:
+        pass
+print("verified")
+"#;
+
+#[tokio::test]
+#[cfg_attr(
+    standardwebhooks_missing,
+    ignore = "PyPI's standardwebhooks is not installed: run .ci/standardwebhooks"
+)]
+async fn an_independent_implementation_verifies_every_attempts_signature() {
+    use std::io::Write;
+
+    let app = app_sending(|_| {}).await;
+    let receiver = Receiver::start(vec![Reply::Status(500)]).await;
+    let account = account_id(&app.db, TEST_ACCOUNT);
+    let (endpoint, old) = add_endpoint(&app.db, account, &receiver.url());
+    let new = rotate_secret(&app.db, endpoint);
+    add_event(&app.db, account);
+    let got = receiver.until(2, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 2);
+    for r in &got {
+        let input = serde_json::json!({
+            "secrets": [&old, &new],
+            "id": r.header("webhook-id"),
+            "timestamp": r.header("webhook-timestamp"),
+            "signature": r.header("webhook-signature"),
+            "body": r.body,
+        });
+        let mut python = std::process::Command::new(env!("STANDARDWEBHOOKS_PYTHON"))
+            .args(["-c", PYTHON_VERIFY])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        python
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.to_string().as_bytes())
+            .unwrap();
+        let out = python.wait_with_output().unwrap();
+        let printed = crate::support::printed(&out);
+        assert!(out.status.success(), "{printed}");
+        assert_eq!(printed.trim(), "verified");
+    }
+}

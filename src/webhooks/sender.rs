@@ -31,8 +31,11 @@ use crate::store::{DbPool, QueryError, RunError, time_text};
 
 /// Deliveries in flight at once, in this process.
 pub const CONCURRENCY: usize = 16;
-/// How long a claim outlives its attempt's timeout: time to record it.
-const LEASE_MARGIN: Duration = Duration::from_secs(30);
+/// How long a claim outlives its attempt's timeout: time to record it. A
+/// record later than that is refused by the fence and the delivery sent
+/// again (at least once), so a short margin costs a duplicate at worst,
+/// and a process killed mid-attempt holds its deliveries only this long.
+const LEASE_MARGIN: Duration = Duration::from_secs(5);
 /// How long one claim or record may wait for the database.
 const DB_DEADLINE: Duration = Duration::from_secs(10);
 

@@ -46,7 +46,12 @@ pub struct Receiver {
 impl Receiver {
     /// A receiver answering `script` in order, then 200.
     pub async fn start(script: Vec<Reply>) -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Receiver::start_on(0, script).await
+    }
+
+    /// [`Receiver::start`] on `port` of 127.0.0.1 (0: any free one).
+    pub async fn start_on(port: u16, script: Vec<Reply>) -> Receiver {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
         let receiver = Receiver {
             port: listener.local_addr().unwrap().port(),
             script: Arc::new(Mutex::new(script.into())),

@@ -199,3 +199,54 @@ fn sign(claim: &Claimed, timestamp: i64) -> Result<(String, String, String), Str
     let signature = signature_header(&refs, &id, timestamp, body.as_bytes());
     Ok((id, signature, body))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/webhooks.md's worked example, byte for byte.
+    #[test]
+    fn the_documented_example_is_what_the_sender_sends() {
+        let claim = Claimed {
+            event_id: "5e0f3a1c-9b7d-4c2e-8f61-2a4b6c8d0e1f".parse().unwrap(),
+            endpoint_id: Uuid::nil(),
+            account_id: 1,
+            attempts: 0,
+            token: Uuid::nil(),
+            url: "https://example.com/hook".to_owned(),
+            secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned(),
+            previous_secret: None,
+            previous_secret_expires_at: None,
+            event_type: "charge.succeeded".to_owned(),
+            data: r#"{"id":"0b9d2c64-3f1e-4a8b-9c7d-5e6f7a8b9c0d","object":"charge","amount":500,"currency":"jpy"}"#.to_owned(),
+            event_created_at: "2025-12-07T12:00:00Z".parse().unwrap(),
+        };
+        let (id, signature, body) = sign(&claim, 1_765_108_800).unwrap();
+        assert_eq!(id, "evt_5e0f3a1c-9b7d-4c2e-8f61-2a4b6c8d0e1f");
+        assert_eq!(signature, "v1,CXz8aWutRcjDmtRZFnjzCgV0k5hY6TPjEiMuSv/Mba8=");
+        let doc = include_str!("../../docs/webhooks.md");
+        assert!(doc.contains(&format!("\n{body}\n")), "the documented body");
+        assert!(doc.contains(&signature));
+    }
+
+    #[test]
+    fn an_expired_previous_secret_no_longer_signs() {
+        let mut claim = Claimed {
+            event_id: Uuid::new_v4(),
+            endpoint_id: Uuid::nil(),
+            account_id: 1,
+            attempts: 0,
+            token: Uuid::nil(),
+            url: String::new(),
+            secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned(),
+            previous_secret: Some("whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldY".to_owned()),
+            previous_secret_expires_at: Some(Utc::now() + chrono::Duration::hours(1)),
+            event_type: "charge.succeeded".to_owned(),
+            data: "{}".to_owned(),
+            event_created_at: Utc::now(),
+        };
+        assert_eq!(sign(&claim, 1).unwrap().1.split(' ').count(), 2);
+        claim.previous_secret_expires_at = Some(Utc::now() - chrono::Duration::seconds(1));
+        assert_eq!(sign(&claim, 1).unwrap().1.split(' ').count(), 1);
+    }
+}

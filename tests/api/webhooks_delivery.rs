@@ -311,3 +311,105 @@ async fn an_independent_implementation_verifies_every_attempts_signature() {
         assert_eq!(printed.trim(), "verified");
     }
 }
+
+/// `openssl s_server` on loopback with a self-signed certificate for
+/// `localhost`: a TLS endpoint no trusted root vouches for. Killed on drop.
+struct SelfSignedServer {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempdir::Dir,
+}
+
+mod tempdir {
+    pub struct Dir(pub std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl Drop for SelfSignedServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn self_signed_server() -> Option<SelfSignedServer> {
+    use std::process::{Command, Stdio};
+    let dir = std::env::temp_dir().join(format!("charges-tls-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).ok()?;
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()?;
+    if !made.success() {
+        return None;
+    }
+    let port = crate::support::free_port();
+    let child = Command::new("openssl")
+        .args(["s_server", "-quiet", "-www", "-accept", &port.to_string()])
+        .arg("-cert")
+        .arg(&cert)
+        .arg("-key")
+        .arg(&key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    Some(SelfSignedServer {
+        child,
+        port,
+        _dir: tempdir::Dir(dir),
+    })
+}
+
+#[tokio::test]
+async fn an_https_endpoint_whose_certificate_no_trusted_root_signed_is_a_failed_attempt() {
+    let Some(server) = self_signed_server() else {
+        // No openssl binary: the claim is then left unchecked, said loudly.
+        panic!("this test needs the openssl command to make a self-signed server");
+    };
+    let app = app_sending(|s| s.webhooks.retry_schedule = vec![Duration::ZERO]).await;
+    let account = account_id(&app.db, TEST_ACCOUNT);
+    add_endpoint(
+        &app.db,
+        account,
+        &format!("https://localhost:{}/hook", server.port),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    add_event(&app.db, account);
+
+    until_count(&app, "webhook_deliveries WHERE status = 'failed'", 1).await;
+    let errors = app
+        .db
+        .strings("SELECT error AS value FROM webhook_attempts");
+    assert_eq!(
+        app.count("webhook_attempts WHERE response_status IS NULL"),
+        1,
+        "{errors:?}"
+    );
+    assert!(
+        errors[0].to_lowercase().contains("certificate")
+            || errors[0].to_lowercase().contains("tls"),
+        "{errors:?}"
+    );
+}

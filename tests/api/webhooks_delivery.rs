@@ -191,6 +191,28 @@ crate::on_both_backends! {
         assert_eq!(hanging.received().len(), 1);
     }
 
+    async fn a_sender_whose_claim_expired_and_was_taken_over_records_nothing() {
+        let app = app_sending(|s| s.webhooks.timeout = Duration::from_secs(5)).await;
+        // The first attempt hangs past the claim we expire under it; the
+        // second, by the sender that takes the delivery over, is answered.
+        let receiver = Receiver::start(vec![Reply::Hang(Duration::from_secs(2)), Reply::Status(200)]).await;
+        let account = account_id(&app.db, TEST_ACCOUNT);
+        add_endpoint(&app.db, account, &receiver.url());
+        add_event(&app.db, account);
+        assert_eq!(receiver.until(1, Duration::from_secs(10)).await.len(), 1);
+        let claims = app.db.strings("SELECT CAST(claim_token AS TEXT) AS value FROM webhook_deliveries");
+        app.execute(&format!("UPDATE webhook_deliveries SET claimed_until = {}", app.at(-1)));
+
+        assert_eq!(receiver.until(2, Duration::from_secs(10)).await.len(), 2);
+        until_count(&app, "webhook_deliveries WHERE status = 'succeeded'", 1).await;
+        let retaken = app.db.strings("SELECT COALESCE(CAST(claim_token AS TEXT), 'none') AS value FROM webhook_deliveries");
+        assert_ne!(claims, retaken);
+        // The first attempt ends (no answer) after the takeover was recorded.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(app.count("webhook_attempts"), 1, "the stale sender recorded its attempt");
+        assert_eq!(app.count("webhook_deliveries WHERE status = 'succeeded' AND attempts = 1"), 1);
+    }
+
     async fn after_a_rotation_each_delivery_is_signed_with_both_secrets() {
         let app = app_sending(|_| {}).await;
         let receiver = Receiver::start(vec![]).await;

@@ -80,6 +80,10 @@ pub struct DeliveryView {
 
 /// The sender's queries (both backends: `delivery_store!`).
 pub trait DeliveryStore {
+    /// Whether any delivery is due at `now` (one read, no transaction: the
+    /// idle sender's poll, which then takes no write lock).
+    fn any_due(&mut self, now: DateTime<Utc>) -> QueryResult<bool>;
+
     /// Claims up to `limit` due deliveries, at most one per endpoint and
     /// none of an endpoint with one in flight, oldest due first, until
     /// `lease_until`, under `token`. Call it inside a transaction: the
@@ -142,6 +146,16 @@ macro_rules! delivery_store {
         type Time = <D as Dialect>::Time;
 
         impl DeliveryStore for $conn {
+            fn any_due(&mut self, now: DateTime<Utc>) -> QueryResult<bool> {
+                diesel::select(diesel::dsl::exists(
+                    dl::table
+                        .filter(dl::status.eq(PENDING))
+                        .filter(dl::next_attempt_at.le(D::encode_time(now))),
+                ))
+                .get_result(self)
+                .inspect_err(D::note)
+            }
+
             fn claim_deliveries(
                 &mut self,
                 now: DateTime<Utc>,

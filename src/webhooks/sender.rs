@@ -102,6 +102,10 @@ impl Sender {
         let limit = free as i64;
         self.pool
             .run(DB_DEADLINE, move |store| {
+                // Idle: one read, no transaction (on SQLite, no write lock).
+                if !store.any_due(now)? {
+                    return Ok(Vec::new());
+                }
                 store.transaction(|tx| -> Result<_, SendError> {
                     Ok(tx.claim_deliveries(now, now + lease, token, limit)?)
                 })

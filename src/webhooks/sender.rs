@@ -27,7 +27,7 @@ use super::schedule;
 use super::settings::WebhookSettings;
 use super::targets::TargetPolicy;
 use crate::store::deliveries::{Attempt, Claimed, Next};
-use crate::store::{DbPool, QueryError, RunError, time_text};
+use crate::store::{DbPool, Failure, QueryError, RunError, classify, time_text};
 
 /// Deliveries in flight at once, in this process.
 pub const CONCURRENCY: usize = 16;
@@ -45,6 +45,18 @@ enum SendError {
     Run(#[from] RunError),
     #[error(transparent)]
     Query(#[from] QueryError),
+}
+
+impl SendError {
+    /// The database is unreachable: the pool logs that once as it starts
+    /// and once as it ends, so the sender's every poll does not repeat it.
+    fn is_outage(&self) -> bool {
+        match self {
+            SendError::Run(RunError::Pool(_)) => true,
+            SendError::Query(e) => classify(e) == Failure::ConnectionLost,
+            SendError::Run(_) => false,
+        }
+    }
 }
 
 /// What the task needs.
@@ -83,6 +95,9 @@ impl Sender {
                                 finished.notify_one();
                             });
                         }
+                    }
+                    Err(e) if e.is_outage() => {
+                        tracing::debug!(error = %e, "no database to claim from")
                     }
                     Err(e) => tracing::warn!(error = %e, "claiming deliveries failed; will retry"),
                 }
@@ -174,6 +189,10 @@ impl Sender {
             // Its claim expired and another sender took the delivery over.
             Ok(false) => {
                 tracing::info!(%event, %endpoint, "attempt not recorded: claim taken over")
+            }
+            // Sent again once its claim expires (at least once).
+            Err(e) if e.is_outage() => {
+                tracing::debug!(%event, %endpoint, error = %e, "no database to record in")
             }
             Err(e) => tracing::warn!(%event, %endpoint, error = %e, "recording an attempt failed"),
         }

@@ -50,6 +50,9 @@ has run out, and your retry then replays it. Errors are `application/problem+jso
         crate::payments::charges::set_description,
         crate::payments::refunds::create,
         crate::payments::refunds::list,
+        // webhook deliveries
+        crate::webhooks::deliveries::list,
+        crate::webhooks::deliveries::redeliver,
         crate::http::ops::healthz,
         crate::http::ops::readyz,
         crate::http::ops::problem_type,
@@ -61,6 +64,7 @@ has run out, and your retry then replays it. Errors are `application/problem+jso
     tags(
         (name = "charges", description = "Payments, with Idempotency-Key"),
         (name = "operations", description = "Health, problem types, this document"),
+        (name = "webhooks", description = "Events sent to your endpoints, signed as Standard Webhooks says; see docs/webhooks.md"),
     )
 )]
 pub struct ApiDoc;
@@ -100,6 +104,7 @@ pub const ANSWERS: &[Answer] = &[
     answer(&UNAUTHORIZED, Authenticated, "no API key, or an unknown one"),
     answer(&ACCOUNT_REVOKED, By(&["create"]), "the account was revoked while the charge waited on the card network (or was left unfinished by a crash): nothing charged, the network's authorization voided; stored under the key"),
     answer(&NOT_FOUND, OnACharge, "no such charge for this account (also another account's)"),
+    answer(&NOT_FOUND, By(&["event_deliveries", "redeliver_event"]), "no such event for this account (also another account's)"),
     answer(&NOT_FOUND, By(&["create_refund"]), "stored under the key, like every answer of the operation"),
     answer(&REQUEST_TIMEOUT, WithABody, "the body did not arrive within BODY_TIMEOUT (10 s by default)"),
     answer(&IDEMPOTENCY_KEY_IN_FLIGHT, Keyed, "the key's first request is still running (key-first mode; in atomic mode, only when it still runs at this request's deadline)"),
@@ -262,7 +267,42 @@ pub fn build(state: &AppState, demo: bool) -> Value {
     let slugs: Vec<&str> = TYPES.iter().map(|t| t.slug).collect();
     doc["paths"]["/problems/{slug}"]["get"]["parameters"][0]["schema"] =
         serde_json::json!({"type": "string", "enum": slugs});
+    // webhook deliveries: what a receiver gets (OpenAPI 3.1's `webhooks`).
+    doc["webhooks"] = webhooks_section();
     doc
+}
+
+/// OpenAPI 3.1's top-level `webhooks`: the `POST` an endpoint receives for
+/// each event, its three Standard Webhooks headers and its body.
+fn webhooks_section() -> Value {
+    let header = |name: &str, description: &str, schema: Value| serde_json::json!({"name": name, "in": "header", "required": true, "description": description, "schema": schema});
+    serde_json::json!({"event": {"post": {
+        "operationId": "receive_event",
+        "tags": ["webhooks"],
+        "summary": "An event, as your endpoint receives it",
+        "description": "Sent at least once: until your endpoint answers a 2xx, on WEBHOOK_RETRY_SCHEDULE (by default 8 attempts over 27 h 35 min, with up to 10 % jitter). No redirect is followed (a 3xx is a failed attempt); 410 Gone disables the endpoint. Every attempt of one event carries the same `webhook-id`: record it under a unique constraint in the transaction of your effect (the idempotency crate's inbox) and answer 2xx to a repeat. Ordering between events is not promised.",
+        "parameters": [
+            header("webhook-id", "The event's id, the same on every attempt: dedupe by it.", serde_json::json!({"type": "string", "pattern": "^evt_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"})),
+            header("webhook-timestamp", "Unix seconds of this attempt; refuse one more than 5 minutes from your clock.", serde_json::json!({"type": "string", "pattern": "^[0-9]+$"})),
+            header("webhook-signature", "Space-separated `v1,<base64 HMAC-SHA256 of \"{webhook-id}.{webhook-timestamp}.{body}\">` entries, keyed with the base64-decoded part of your `whsec_` secret; two while a rotated secret's grace lasts. Compare in constant time.", serde_json::json!({"type": "string", "pattern": "^v1,[A-Za-z0-9+/=]+( v1,[A-Za-z0-9+/=]+)*$"})),
+        ],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {
+            "type": "object",
+            "required": ["id", "object", "type", "created_at", "data"],
+            "properties": {
+                "id": {"type": "string", "description": "`evt_…`, as in `webhook-id`"},
+                "object": {"const": "event"},
+                "type": {"enum": crate::webhooks::events::TYPES},
+                "created_at": {"type": "string", "format": "date-time"},
+                "data": {"type": "object", "required": ["object"], "properties": {"object": {"type": "object", "description": "The charge (or, for charge.refunded, the refund) as it was when the event happened"}}},
+            },
+        }}}},
+        "responses": {
+            "2XX": {"description": "Delivered: no further attempt"},
+            "410": {"description": "Gone: the endpoint is disabled, its pending deliveries fail"},
+            "default": {"description": "Any other answer, none within WEBHOOK_TIMEOUT (10 s), or no connection: retried"},
+        },
+    }}})
 }
 
 /// This OpenAPI 3.1 document.

@@ -43,6 +43,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("/problems/{slug}", "GET, HEAD"),
     ("/openapi.json", "GET, HEAD"),
     ("/docs", "GET, HEAD"),
+    // webhook deliveries
+    ("/events/{id}/deliveries", "GET, HEAD"),
+    ("/events/{id}/redeliver", "POST"),
     ("/demo/config", "GET, HEAD"),
     ("/demo/sandboxes", "POST"),
     ("/demo/state", "GET, HEAD"),

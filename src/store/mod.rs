@@ -22,6 +22,7 @@
 //! knows nothing of HTTP or settings.
 
 pub mod database;
+pub mod deliveries;
 pub mod pool;
 pub mod postgres;
 pub mod redact;
@@ -51,7 +52,9 @@ pub use sqlite::schema as sqlite_schema;
 pub type QueryResult<T> = Result<T, DieselError>;
 
 /// Everything the application stores, on one connection of either backend.
-pub trait Store: KeyStore + ChargeStore + AccountStore + AuthorizationStore {
+pub trait Store:
+    KeyStore + ChargeStore + AccountStore + AuthorizationStore + deliveries::DeliveryStore
+{
     fn backend(&self) -> Backend;
 
     /// Runs `work` in one transaction: committed if it returns `Ok`, rolled

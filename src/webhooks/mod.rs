@@ -6,8 +6,17 @@
 //! settings.rs WEBHOOK_*: which targets are allowed, the retry schedule
 //! targets.rs  where a webhook may be sent: no loopback, private, link-local,
 //!             multicast or unspecified address unless the operator allows it
+//! client.rs   the bounded HTTP client deliveries are sent with (the target
+//!             rule applied to every address it connects to)
+//! schedule.rs what an answer makes of a delivery: delivered, retried (when), failed
+//! sender.rs   the background task: claim, send signed, record (fenced)
+//! deliveries.rs GET /events/{id}/deliveries, POST /events/{id}/redeliver
 //! ```
 
+pub mod client;
+pub mod deliveries;
 pub mod events;
+pub mod schedule;
+pub mod sender;
 pub mod settings;
 pub mod targets;

@@ -38,6 +38,11 @@ pub struct WebhookSettings {
     /// How often the sender looks for due deliveries (0s: no sender in this process).
     #[arg(long = "webhook-poll-interval", env = "WEBHOOK_POLL_INTERVAL", default_value = "1s", value_parser = parse_delay)]
     pub poll_interval: Duration,
+
+    /// Exact addresses allowed beyond the rule (not a flag: the app sets
+    /// the hosted demo's own bound address, see `TargetPolicy::also_allow`).
+    #[arg(skip)]
+    pub also_allow: Vec<std::net::SocketAddr>,
 }
 
 impl Default for WebhookSettings {
@@ -51,6 +56,7 @@ impl Default for WebhookSettings {
                 .collect(),
             timeout: DEFAULT_TIMEOUT,
             poll_interval: DEFAULT_POLL_INTERVAL,
+            also_allow: Vec::new(),
         }
     }
 }
@@ -61,6 +67,7 @@ impl WebhookSettings {
         TargetPolicy {
             allow_private: self.allow_private_targets,
             allow_http: self.allow_http,
+            also_allow: self.also_allow.clone(),
         }
     }
 }

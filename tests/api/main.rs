@@ -36,6 +36,7 @@ mod secrets;
 mod startup;
 mod telemetry;
 mod validation;
+mod webhooks_delivery;
 
 #[path = "../support/mod.rs"]
 mod support;

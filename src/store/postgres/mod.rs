@@ -66,6 +66,13 @@ mod accounts {
 mod charges {
     crate::store::tables::charge_store!(diesel::pg::PgConnection, diesel::pg::Pg);
 }
+mod deliveries {
+    // Several instances claim at once: each skips the endpoints another holds.
+    crate::store::deliveries::delivery_store!(
+        diesel::pg::PgConnection,
+        .for_no_key_update().skip_locked()
+    );
+}
 mod network {
     crate::store::tables::authorization_store!(diesel::pg::PgConnection, diesel::pg::Pg);
 }

@@ -65,6 +65,10 @@ mod accounts {
 mod charges {
     crate::store::tables::charge_store!(diesel::sqlite::SqliteConnection, diesel::sqlite::Sqlite);
 }
+mod deliveries {
+    // One process, write transactions serialized: no row locks to take.
+    crate::store::deliveries::delivery_store!(diesel::sqlite::SqliteConnection,);
+}
 mod network {
     crate::store::tables::authorization_store!(
         diesel::sqlite::SqliteConnection,

@@ -85,9 +85,10 @@ pub const LAYERS: &[&[&str]] = &[
     // What every write goes through: its checks, the protocol, the answer.
     &["http::requests"],
     // The bodies' and parameters' schemas, for the document.
-    &["payments::schemas"],
+    &["payments::schemas", "webhooks::registration"],
     // The operations' handlers.
     &["payments::charges", "http::ops"],
+    &["webhooks::events_api", "webhooks::endpoints"],
     &["payments::refunds"],
     // The card network, a service of its own (`charges network`); and the
     // recovery of keys left in progress.

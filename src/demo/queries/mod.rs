@@ -179,8 +179,11 @@ pub fn insert_unguarded(
     tables(store).insert_unguarded(account_id, row, charge_id)
 }
 
-/// Deletes the account's key rows, unguarded rows, refunds and charges.
+/// Deletes the account's webhook rows (its events, endpoints, deliveries
+/// and their attempts), then its key rows, unguarded rows, refunds and
+/// charges.
 pub fn delete_account_rows(store: &mut dyn Store, account_id: i64) -> QueryResult<()> {
+    store.delete_account_webhooks(account_id)?;
     tables(store).delete_account_rows(account_id)
 }
 

@@ -23,7 +23,7 @@ use crate::store::webhooks::MAX_ENDPOINTS;
 use crate::store::{AccountStore, Endpoint, Store, WebhookStore, now_micros, time_text};
 use crate::webhooks::registration::{self, NewEndpoint};
 use idempotency::webhook::signature::Secret;
-use idempotency::{Operation, SavedResponse};
+use idempotency::{KeyRecord, KeyState, Operation, SavedResponse};
 
 pub const PATH: &str = "/webhook_endpoints";
 
@@ -262,9 +262,37 @@ pub async fn create(
     let new = registration::parse_new_endpoint(&request.body, policy)?;
     // The name is resolved now (and again at every connect, by the sender).
     let url = new.url.clone();
-    web::block(move || registration::check_target(&url, policy)).await??;
+    if let Err(refused) = web::block(move || registration::check_target(&url, policy)).await? {
+        // A key already answered is answered as before (replayed, or a 422
+        // for another body), whatever the name resolves to now.
+        if !answered(&req, &state, &request).await? {
+            return Err(refused);
+        }
+    }
     let create = CreateEndpoint::new(request.account_id, &new);
     run(&req, &state, request, create).await
+}
+
+/// Whether the request's key, if any, was completed already.
+async fn answered(
+    req: &HttpRequest,
+    state: &AppState,
+    request: &JsonRequest,
+) -> Result<bool, ApiError> {
+    let Some(key) = &request.key else {
+        return Ok(false);
+    };
+    let (account_id, key) = (request.account_id, key.as_str().to_owned());
+    let found = state
+        .db(req, move |store| Ok(store.find_live_key(account_id, &key)?))
+        .await?;
+    Ok(matches!(
+        found,
+        Some(KeyRecord {
+            state: KeyState::Completed(_),
+            ..
+        })
+    ))
 }
 
 /// The body of `POST /webhook_endpoints`. An unknown member, or a member given twice, is a 400.
@@ -273,7 +301,7 @@ pub async fn create(
 #[allow(dead_code)] // Documentation only: parsed by `registration::parse_new_endpoint`.
 pub struct EndpointRequestBody {
     /// An absolute `https://` URL of at most 2048 bytes (`http://` only where the server allows it), with no user name or password. Its host must resolve to public addresses only (unless the operator allows others): else a 400 `webhook-target-not-allowed`.
-    #[schema(example = "https://shop.example/webhooks", max_length = 2048)]
+    #[schema(examples("https://shop.example/webhooks"), max_length = 2048)]
     url: String,
     /// The event types to send, without repeats, or `["*"]` for every type.
     #[schema(schema_with = enabled_events)]
@@ -298,6 +326,7 @@ fn enabled_events() -> utoipa::openapi::schema::ArrayBuilder {
         .min_items(Some(1))
         .max_items(Some(crate::webhooks::events::TYPES.len()))
         .unique_items(true)
+        .examples([serde_json::json!(["charge.succeeded", "charge.refunded"])])
 }
 
 /// The body of `POST /webhook_endpoints/{id}/rotate_secret`, which may be left out (or `{}`).

@@ -66,6 +66,52 @@ async fn delete(client: &AppClient, path: &str) -> Captured {
         .await
 }
 
+/// The secrets reach no log line, even at `RUST_LOG=debug`: not the
+/// registration's, not a rotation's.
+#[tokio::test]
+async fn no_secret_reaches_the_log() {
+    let db = crate::support::TestDatabase::create();
+    let env = [
+        ("RUST_LOG", "debug"),
+        ("WEBHOOK_ALLOW_PRIVATE_TARGETS", "true"),
+        ("WEBHOOK_ALLOW_HTTP", "true"),
+    ];
+    let server = crate::support::ServerProcess::start(&db.url, &env);
+    db.create_test_account();
+    let client = server.client();
+    let made = register(
+        &client,
+        "k-logged",
+        &json!({"url": HOOK, "enabled_events": ["*"]}),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    let id = made.json()["id"].as_str().unwrap().to_owned();
+    let rotated = rotate(&client, Some("k-logged-rotation"), &id, None).await;
+    assert_eq!(rotated.status, 200, "{}", rotated.body);
+    assert!(
+        register(
+            &client,
+            "k-logged",
+            &json!({"url": HOOK, "enabled_events": ["*"]})
+        )
+        .await
+        .replayed()
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while server.log_lines("request finished").len() < 3 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let logs = server.logs();
+    assert!(server.log_lines("request finished").len() >= 3, "{logs}");
+    for secret in [&made.json()["secret"], &rotated.json()["secret"]] {
+        let secret = secret.as_str().unwrap();
+        let encoded = secret.trim_start_matches("whsec_");
+        assert!(!logs.contains(encoded), "the log holds a secret");
+    }
+    assert!(!logs.contains("whsec_"));
+}
+
 /// Hosted for others (`--public`, PostgreSQL only): no URL a visitor
 /// gives is registered, unless DEMO_PUBLIC_WEBHOOKS.
 #[cfg(postgres_tests)]

@@ -144,6 +144,11 @@ pub trait WebhookStore {
     /// endpoints and events, in that order (each points at the next). For
     /// whatever deletes an account (the demo's sandboxes).
     fn delete_account_webhooks(&mut self, account_id: i64) -> QueryResult<()>;
+
+    /// Deletes the events about one charge (their deliveries and attempts
+    /// cascade): the demo's `forget-commit`, a database losing the charge's
+    /// commit, loses them with it. How many.
+    fn forget_charge_events(&mut self, account_id: i64, charge_id: Uuid) -> QueryResult<usize>;
 }
 
 /// `impl WebhookStore for $conn`, over the `schema` module beside the
@@ -399,6 +404,22 @@ macro_rules! webhook_store {
                 .optional()?
                 .map(EndpointRow::decode)
                 .transpose()
+            }
+
+            fn forget_charge_events(
+                &mut self,
+                account_id: i64,
+                charge_id: Uuid,
+            ) -> QueryResult<usize> {
+                // `data` is the charge's compact JSON: its id is `"id":"…"`.
+                let about = format!("%\"id\":\"{}\"%", charge_id.hyphenated());
+                diesel::delete(
+                    events::table
+                        .filter(events::account_id.eq(account_id))
+                        .filter(events::data.like(about)),
+                )
+                .execute(self)
+                .inspect_err(D::note)
             }
 
             fn delete_account_webhooks(&mut self, account_id: i64) -> QueryResult<()> {

@@ -51,6 +51,11 @@ crate::on_both_backends! {
         // And the same charge committed has both.
         assert_eq!(demo.charge("k-committed", &charge_body()).await.status, 201);
         assert_eq!((app.count("events"), app.count("webhook_deliveries")), (1, 1));
+        // A commit the database loses (the demo's forget-commit) takes the
+        // event with it.
+        let forgotten = demo.charge_with("k-forgotten", &charge_body(), &[("demo-fault", "forget-commit")]).await;
+        assert_eq!(forgotten.status, 201, "{}", forgotten.body);
+        assert_eq!((app.charges(), app.count("events"), app.count("webhook_deliveries")), (1, 1, 1));
     }
 
     async fn a_decline_writes_charge_failed_with_its_failure() {

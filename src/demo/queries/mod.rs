@@ -197,7 +197,7 @@ pub fn expire_key(store: &mut dyn Store, account_id: i64, key: &str) -> QueryRes
     tables(store).expire_key(account_id, key)
 }
 
-/// Forgets a committed charge and its key row, as a database that lost its
+/// Forgets a committed charge, its events and its key row, as a database that lost its
 /// last commit would (an asynchronous standby promoted after the primary
 /// acknowledged it): both in one transaction.
 pub fn forget_charge(
@@ -206,5 +206,8 @@ pub fn forget_charge(
     key: Option<&str>,
     charge_id: Uuid,
 ) -> QueryResult<()> {
-    store.transaction(|tx| tables(tx).forget_charge(account_id, key, charge_id))
+    store.transaction(|tx| {
+        tx.forget_charge_events(account_id, charge_id)?;
+        tables(tx).forget_charge(account_id, key, charge_id)
+    })
 }

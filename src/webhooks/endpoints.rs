@@ -437,7 +437,7 @@ pub async fn delete(
         ("id" = inline(crate::payments::schemas::ChargeId), Path),
         crate::payments::schemas::KeyParam,
     ),
-    request_body(content = RotationBody, content_type = "application/json", description = "Optional (`openapi::build` marks it not required): no body at all, or `{}`, keeps the previous secret for a day."),
+    request_body(content = RotationBody, content_type = "application/json", description = "Optional: no body at all, or `{}`, keeps the previous secret for a day. Not `null` (a 400)."),
     responses(
         (status = 200, description = "Rotated now, or replayed from the key (then with `Idempotent-Replayed: true`): the only answers that show the new secret.", body = EndpointWithSecret,
             headers(

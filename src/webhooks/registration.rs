@@ -168,8 +168,14 @@ pub fn parse_rotation(body: &Value) -> Result<Duration, ApiError> {
     }
     let secs = match object.get("expire_previous_in") {
         None => Ok(MAX_EXPIRE_PREVIOUS),
+        // A whole number as JSON Schema's `integer` counts it: `14.0` is 14.
         Some(v) => v
             .as_u64()
+            .or_else(|| {
+                v.as_f64()
+                    .filter(|f| f.fract() == 0.0 && (0.0..=MAX_EXPIRE_PREVIOUS as f64).contains(f))
+                    .map(|f| f as u64)
+            })
             .filter(|s| *s <= MAX_EXPIRE_PREVIOUS)
             .ok_or(format!(
                 "must be a whole number of seconds from 0 to {MAX_EXPIRE_PREVIOUS}"

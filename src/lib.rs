@@ -89,9 +89,10 @@ pub const LAYERS: &[&[&str]] = &[
     // What every write goes through: its checks, the protocol, the answer.
     &["http::requests"],
     // The bodies' and parameters' schemas, for the document.
-    &["payments::schemas"],
+    &["payments::schemas", "webhooks::registration"],
     // The operations' handlers.
     &["payments::charges", "http::ops"],
+    &["webhooks::events_api", "webhooks::endpoints"],
     &["payments::refunds"],
     // An event's deliveries and redelivery, at the edge.
     &["webhooks::deliveries"],

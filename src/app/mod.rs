@@ -27,6 +27,7 @@ use crate::payments::{charges, recovery, refunds};
 use crate::store::{DbPool, SetupError};
 use crate::webhooks::deliveries;
 use crate::webhooks::sender::Sender;
+use crate::webhooks::{endpoints, events_api};
 use crate::{demo, telemetry};
 
 mod networks;
@@ -512,6 +513,24 @@ pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
             .service(
                 at("/charges/{id}/description").route(web::put().to(charges::set_description)),
             ),
+    );
+    // events and webhook endpoints (#48): plain resources, outside the
+    // charges' scope (the demo's faults act on charges only).
+    cfg.service(resource("/events").route(get().to(events_api::list)));
+    cfg.service(resource("/events/{id}").route(get().to(events_api::get)));
+    cfg.service(
+        resource("/webhook_endpoints")
+            .route(web::post().to(endpoints::create))
+            .route(get().to(endpoints::list)),
+    );
+    cfg.service(
+        resource("/webhook_endpoints/{id}")
+            .route(get().to(endpoints::get))
+            .route(web::delete().to(endpoints::delete)),
+    );
+    cfg.service(
+        resource("/webhook_endpoints/{id}/rotate_secret")
+            .route(web::post().to(endpoints::rotate_secret)),
     );
     // webhook deliveries: an event's attempts, and sending it again.
     cfg.service(resource("/events/{id}/deliveries").route(get().to(deliveries::list)));

@@ -38,6 +38,12 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("/charges/{id}", "GET, HEAD"),
     ("/charges/{id}/refunds", "GET, HEAD, POST"),
     ("/charges/{id}/description", "PUT"),
+    // Events and webhook endpoints (#48).
+    ("/events", "GET, HEAD"),
+    ("/events/{id}", "GET, HEAD"),
+    ("/webhook_endpoints", "GET, HEAD, POST"),
+    ("/webhook_endpoints/{id}", "DELETE, GET, HEAD"),
+    ("/webhook_endpoints/{id}/rotate_secret", "POST"),
     ("/healthz", "GET, HEAD"),
     ("/readyz", "GET, HEAD"),
     ("/problems/{slug}", "GET, HEAD"),

@@ -35,6 +35,10 @@ pub struct WebhookSettings {
     #[arg(long = "webhook-timeout", env = "WEBHOOK_TIMEOUT", default_value = "10s", value_parser = parse_delay)]
     pub timeout: Duration,
 
+    /// Demo mode hosted for others (`charges demo --public`): let visitors register webhook endpoints (each still checked against WEBHOOK_ALLOW_*). Off by default: a public page must not become anyone's request sender.
+    #[arg(long = "demo-public-webhooks", env = "DEMO_PUBLIC_WEBHOOKS", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub demo_public_webhooks: bool,
+
     /// How often the sender looks for due deliveries (0s: no sender in this process).
     #[arg(long = "webhook-poll-interval", env = "WEBHOOK_POLL_INTERVAL", default_value = "1s", value_parser = parse_delay)]
     pub poll_interval: Duration,
@@ -57,6 +61,7 @@ impl Default for WebhookSettings {
             timeout: DEFAULT_TIMEOUT,
             poll_interval: DEFAULT_POLL_INTERVAL,
             also_allow: Vec::new(),
+            demo_public_webhooks: false,
         }
     }
 }

@@ -15,6 +15,7 @@ mod demo_walls;
 mod deploy;
 mod early_close;
 mod ecosystem;
+mod events;
 mod fuzz;
 mod hosts;
 mod idempotency;
@@ -36,6 +37,7 @@ mod secrets;
 mod startup;
 mod telemetry;
 mod validation;
+mod webhook_endpoints;
 mod webhooks_delivery;
 
 #[path = "../support/mod.rs"]

@@ -39,6 +39,7 @@ mod telemetry;
 mod validation;
 mod webhook_endpoints;
 mod webhooks_delivery;
+mod webhooks_end_to_end;
 
 #[path = "../support/mod.rs"]
 mod support;

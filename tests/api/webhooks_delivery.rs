@@ -41,7 +41,7 @@ async fn until_count(app: &TestApp, from_where: &str, n: i64) {
 }
 
 /// Checks `r`'s signature against `secret` with the protocol crate.
-fn verifies(r: &Received, secret: &str) -> bool {
+pub fn verifies(r: &Received, secret: &str) -> bool {
     let secret = Secret::parse(secret).unwrap();
     verify(
         &[&secret],

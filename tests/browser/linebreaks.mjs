@@ -101,7 +101,7 @@ export function badDiagramLines(page) {
     const CLOSE_START = /^[、。）」』】・：)\]]/;
     const ALONE = /^[をにがはでとへものや（「『【()）」』】、。・\s]+$/;
     const OPEN_END = /[（「『【(\[]$/;
-    const UNIT_START = /^(?:ミリ秒|ms|秒|分|時間|日|円|件|つ|回|個|通|行|%)/;
+    const NUMBER_UNIT = /\d[\d,]*(?:\.\d+)?(?:ミリ秒|ms|秒|分|時間|日|円|件|つ|回|個|通|行|%)/g;
     const bad = [];
     let read = 0;
     for (const svg of document.querySelectorAll('.diagram-canvas svg')) {
@@ -115,7 +115,9 @@ export function badDiagramLines(page) {
         // The next line of the same label: the same centre, one line lower.
         if (!next || next.x !== line.x || !(next.y > line.y && next.y - line.y <= 22)) return;
         const n = next.s.trim();
-        const splitNumber = /\d$/.test(s) && UNIT_START.test(n);
+        // A number with its unit across the two lines ("4,050ミリ" | "秒").
+        const tail = s.slice(-12);
+        const splitNumber = [...`${tail}${n.slice(0, 12)}`.matchAll(NUMBER_UNIT)].some((m) => m.index < tail.length && m.index + m[0].length > tail.length);
         const joined = `${s.match(/[A-Za-z0-9=-]*$/)[0]}${n.match(/^[A-Za-z0-9=-]*/)[0]}`;
         const splitName = /[A-Za-z0-9][-=]$/.test(s) && /^[A-Za-z0-9]/.test(n) && joined.length <= 30;
         if (splitNumber || splitName) bad.push(`${s} | ${n}`);

@@ -448,6 +448,7 @@ function pieces(s) {
     const glue = prev !== undefined && (/^\s+$/.test(tok)
       || OPENS_AT_END.test(prev)
       || (/\d$/.test(prev) && JA_LETTER_START.test(tok))
+      || (/\dミリ$/.test(prev) && /^秒/.test(tok))
       || (/\d\s$/.test(prev) && LATIN_UNIT.test(tok))
       || NO_LINE_START.test(tok)
       || (KANA_ONLY.test(tok) && tok.length <= 3 && !SENTENCE_END.test(prev) && !/^[。、]/.test(tok)));

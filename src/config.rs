@@ -76,6 +76,9 @@ pub const DEFAULT_DEMO_MAX_SANDBOXES: u32 = 100;
 pub const DEFAULT_DEMO_SANDBOX_IDLE_EXPIRY: Duration = Duration::from_secs(2 * 60 * 60);
 /// Demo mode: sandboxes one client address may create a minute.
 pub const DEFAULT_DEMO_SANDBOXES_PER_MINUTE: u32 = 10;
+/// Demo mode: sandboxes one room (a DEMO_ROOM_CODES code) may create a minute:
+/// two classes of thirty opening the page in the same minute.
+pub const DEFAULT_DEMO_ROOM_SANDBOXES_PER_MINUTE: u32 = 60;
 
 // The deadlines, nested so that each wait ends before the one around it: a
 // demo delay (at most DB_LOCK_TIMEOUT - 1 s) < a wait for a lock < one
@@ -187,6 +190,19 @@ pub struct Settings {
     /// Demo mode: sandboxes one client address may create a minute (429 past it).
     #[arg(long, env = "DEMO_SANDBOXES_PER_MINUTE", default_value_t = DEFAULT_DEMO_SANDBOXES_PER_MINUTE)]
     pub demo_sandboxes_per_minute: u32,
+
+    /// Demo mode: room codes the operator hands a class (comma-separated); a page opened as `/?room=CODE` makes its sandbox in that room, limited per room instead of per address (docs/deploy.md).
+    #[arg(
+        long,
+        env = "DEMO_ROOM_CODES",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub demo_room_codes: Vec<String>,
+
+    /// Demo mode: sandboxes one room may create a minute (429 past it).
+    #[arg(long, env = "DEMO_ROOM_SANDBOXES_PER_MINUTE", default_value_t = DEFAULT_DEMO_ROOM_SANDBOXES_PER_MINUTE)]
+    pub demo_room_sandboxes_per_minute: u32,
 
     /// How long a resolved API key is cached: a revoked key stops working within this time.
     #[arg(long, env = "ACCOUNT_CACHE_TTL", default_value = "10s", value_parser = parse_duration)]
@@ -318,6 +334,8 @@ impl Settings {
             demo_max_sandboxes: DEFAULT_DEMO_MAX_SANDBOXES,
             demo_sandbox_idle_expiry: DEFAULT_DEMO_SANDBOX_IDLE_EXPIRY,
             demo_sandboxes_per_minute: DEFAULT_DEMO_SANDBOXES_PER_MINUTE,
+            demo_room_codes: Vec::new(),
+            demo_room_sandboxes_per_minute: DEFAULT_DEMO_ROOM_SANDBOXES_PER_MINUTE,
             account_cache_ttl: DEFAULT_ACCOUNT_CACHE_TTL,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,

@@ -148,6 +148,8 @@ async fn run_lessons(backend: support::TestBackend, room: Option<u32>) {
                 settings.purge_interval = std::time::Duration::from_secs(3600);
                 settings.network_database_url = Some(network_url);
                 settings.recovery_interval = std::time::Duration::from_millis(300);
+                // The refusals' room code that this server hands out (`/?room=maple-7`).
+                settings.demo_room_codes = vec!["maple-7".into()];
                 // The room runs as the demo hosted for a class does
                 // (`--public`), with its defaults: the cap on held
                 // transactions sized from the pool (a third of the demo's

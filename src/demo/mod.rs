@@ -74,6 +74,7 @@ mod faults;
 mod gate;
 pub mod openapi;
 mod queries;
+pub mod rooms;
 mod routes;
 pub mod sandboxes;
 mod slots;

@@ -7,7 +7,8 @@ use utoipa::openapi::security::SecurityScheme;
 
 use crate::http::problem::Answered::{Authenticated, By, ChargeWrites};
 use crate::http::problem::{
-    Answer, CROSS_SITE_REQUEST, DEMO_ACCOUNT_ONLY, DEMO_ROOM_FULL, SIMULATED_LOST_RESPONSE,
+    Answer, CROSS_SITE_REQUEST, DEMO_ACCOUNT_ONLY, DEMO_ROOM_FULL, DEMO_ROOM_UNKNOWN,
+    SIMULATED_LOST_RESPONSE,
 };
 use idempotency::key::{MAX_LEN, VALUE_PATTERN};
 
@@ -43,6 +44,11 @@ pub const ANSWERS: &[Answer] = &[
         kind: &DEMO_ROOM_FULL,
         answered: By(&["create_sandbox"]),
         note: "DEMO_MAX_SANDBOXES sandboxes are in use (with `Retry-After`: until the least recently used one expires)",
+    },
+    Answer {
+        kind: &DEMO_ROOM_UNKNOWN,
+        answered: By(&["create_sandbox"]),
+        note: "a `Demo-Room` code that is not one of DEMO_ROOM_CODES: 403, not 400 (the request is well formed) nor 429 (waiting will not help): the code is refused as it is, and nothing is counted against the address instead",
     },
     Answer {
         kind: &SIMULATED_LOST_RESPONSE,

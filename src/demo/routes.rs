@@ -525,7 +525,8 @@ pub async fn purge(
 /// DEMO_SANDBOX_IDLE_EXPIRY.
 #[utoipa::path(post, path = "/demo/sandboxes", tag = "demo", responses(
     (status = 201, description = "`{\"object\": \"sandbox\", \"account_id\", \"api_key\", \"expires_at\", \"idle_expiry_seconds\"}`"),
-    (status = 429, description = "`rate-limited`: this client address made DEMO_SANDBOXES_PER_MINUTE already (with `Retry-After`)", body = crate::http::problem::Problem, content_type = "application/problem+json"),
+    (status = 403, description = "`demo-room-unknown`: the `Demo-Room` code is not one of DEMO_ROOM_CODES (nothing was made; `cross-site-request` is a 403 too)", body = crate::http::problem::Problem, content_type = "application/problem+json"),
+    (status = 429, description = "`rate-limited`: this client address made DEMO_SANDBOXES_PER_MINUTE already, or this room (`Demo-Room`) DEMO_ROOM_SANDBOXES_PER_MINUTE (with `Retry-After`)", body = crate::http::problem::Problem, content_type = "application/problem+json"),
     (status = 503, description = "`demo-room-full`: DEMO_MAX_SANDBOXES are in use (with `Retry-After`: until the least recently used one expires)", body = crate::http::problem::Problem, content_type = "application/problem+json"),
 ))]
 pub async fn create_sandbox(

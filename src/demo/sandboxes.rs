@@ -8,7 +8,9 @@
 //! [`Sandboxes::in_flight_each`] requests in flight (a small share of the
 //! demo's half of the pool) and one held transaction; DEMO_MAX_SANDBOXES
 //! live at once (then 503, with the wait until the least recently used one
-//! expires); DEMO_SANDBOXES_PER_MINUTE made per client address (then 429).
+//! expires); DEMO_SANDBOXES_PER_MINUTE made per client address (then 429),
+//! or, for a page that names a room code (`Demo-Room`, see [`super::rooms`]),
+//! DEMO_ROOM_SANDBOXES_PER_MINUTE per room instead.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -24,10 +26,11 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use super::queries::sandboxes as rows;
+use super::rooms::{Room, Rooms};
 use crate::config::Settings;
 use crate::http::accounts::{self, API_KEY_PREFIX};
 use crate::http::limits::{client_ip, retry_after_secs};
-use crate::http::problem::{self, ApiError, DEMO_ROOM_FULL, RATE_LIMITED};
+use crate::http::problem::{self, ApiError, DEMO_ROOM_FULL, DEMO_ROOM_UNKNOWN, RATE_LIMITED};
 use crate::store::{DbPool, Store};
 
 /// What every sandbox key starts with: a key that reaches the demo's walls
@@ -64,6 +67,7 @@ pub struct Sandboxes {
     recheck: Duration,
     pub in_flight_each: usize,
     per_client: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    rooms: Rooms,
     trusted_proxies: Vec<IpAddr>,
     known: Mutex<HashMap<i64, Known>>,
 }
@@ -85,6 +89,10 @@ impl Sandboxes {
             in_flight_each: (half_pool as usize / 4).clamp(2, 4).min(half_pool as usize),
             per_client: NonZeroU32::new(settings.demo_sandboxes_per_minute)
                 .map(|n| RateLimiter::keyed(Quota::per_minute(n))),
+            rooms: Rooms::new(
+                &settings.demo_room_codes,
+                settings.demo_room_sandboxes_per_minute,
+            ),
             trusted_proxies: settings.trusted_proxies.clone(),
             known: Mutex::default(),
         }
@@ -106,19 +114,7 @@ impl Sandboxes {
         pool: &DbPool,
         deadline: Duration,
     ) -> Result<Value, HttpResponse> {
-        if let (Some(limit), Some(ip)) = (&self.per_client, client_ip(req, &self.trusted_proxies))
-            && let Err(not_until) = limit.check_key(&ip)
-        {
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
-            return Err(with_retry_after(
-                problem::response(
-                    &RATE_LIMITED,
-                    "This client address has made as many sandboxes as it may for now; nothing was made. Keep using the one you have, or retry after Retry-After.",
-                    Vec::new(),
-                ),
-                retry_after_secs(wait),
-            ));
-        }
+        self.allowance(req).map_err(|refused| *refused)?;
         let (max, idle_ms) = (self.max as i64, self.idle_ms());
         let made = pool
             .run(deadline, move |store| make(store, max, idle_ms))
@@ -153,6 +149,40 @@ impl Sandboxes {
             "expires_at": rfc3339(expires_ms),
             "idle_expiry_seconds": self.idle_expiry.as_secs(),
         }))
+    }
+
+    /// Counts a new sandbox against its room (a known `Demo-Room`) or else
+    /// its client address; the refusal when that has made its allowance, or
+    /// when the room code is unknown.
+    fn allowance(&self, req: &HttpRequest) -> Result<(), Box<HttpResponse>> {
+        let refused = |detail: &str, wait: Duration| {
+            Box::new(with_retry_after(
+                problem::response(&RATE_LIMITED, detail, Vec::new()),
+                retry_after_secs(wait),
+            ))
+        };
+        match self.rooms.of(req) {
+            Room::Unknown => Err(Box::new(problem::response(
+                &DEMO_ROOM_UNKNOWN,
+                "The Demo-Room code is not one this demo hands out (DEMO_ROOM_CODES); nothing was made. Check the code, or open the page without ?room= to make a sandbox counted against your address.",
+                Vec::new(),
+            ))),
+            Room::Known(room) => self.rooms.take(room).map_err(|wait| {
+                refused(
+                    "This room has made as many sandboxes as it may for now (DEMO_ROOM_SANDBOXES_PER_MINUTE); nothing was made. Retry after Retry-After.",
+                    wait,
+                )
+            }),
+            Room::None => match (&self.per_client, client_ip(req, &self.trusted_proxies)) {
+                (Some(limit), Some(ip)) => limit.check_key(&ip).map_err(|not_until| {
+                    refused(
+                        "This client address has made as many sandboxes as it may for now; nothing was made. Keep using the one you have, or retry after Retry-After.",
+                        not_until.wait_time_from(DefaultClock::default().now()),
+                    )
+                }),
+                _ => Ok(()),
+            },
+        }
     }
 
     fn remember(&self, account_id: i64, expires_ms: Option<i64>) {

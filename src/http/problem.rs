@@ -78,6 +78,7 @@ problem_types! {
     // Demo mode only (src/demo/).
     DEMO_ACCOUNT_ONLY = ("demo-account-only", 400, "Demo-* headers act only on the demo account");
     CROSS_SITE_REQUEST = ("cross-site-request", 403, "A cross-site request to the demo was refused");
+    DEMO_ROOM_UNKNOWN = ("demo-room-unknown", 403, "The Demo-Room code is not one this demo hands out");
     DEMO_ROOM_FULL = ("demo-room-full", 503, "Every sandbox of the demo is in use");
     SIMULATED_LOST_RESPONSE = ("simulated-lost-response", 504, "The response was lost on purpose (Demo-Fault)");
 }

@@ -379,6 +379,23 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
         )
         .await;
 
+    // A room code the demo does not hand out (it hands out none here).
+    let r = app
+        .send(
+            app.request(Method::POST, "/demo/sandboxes")
+                .header("demo-room", "no-such-room"),
+        )
+        .await;
+    provoked
+        .check(
+            &app,
+            "a sandbox with an unknown room code",
+            r,
+            403,
+            "demo-room-unknown",
+        )
+        .await;
+
     // A browser's cross-site POST to the demo's routes.
     let r = app
         .send(

@@ -32,6 +32,7 @@ mod phases;
 mod recovery;
 mod refunds;
 mod replays;
+mod rooms;
 mod sandboxes;
 mod secrets;
 mod startup;

@@ -22,6 +22,7 @@ import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import { brokenRuns, badDiagramLines, headerLines, HEADER_MAX_SHARE } from './linebreaks.mjs';
 
 const BASE_URL = (process.env.BASE_URL || '').replace(/\/+$/, '');
 const ARTIFACTS_DIR = path.resolve(process.env.ARTIFACTS_DIR || 'artifacts/browser');
@@ -290,6 +291,7 @@ async function look(page, state, { section = null, shot = null } = {}) {
       const odd = text.match(/.{0,12}(\d[ \u00a0]+円|円 (?=[\u3040-\u30ff\u4e00-\u9fff])|[“”]).{0,12}/)?.[0] ?? null;
       check(`Japanese: no space between a number and 円 or after it, and Japanese quotes ${where}`, odd === null, odd ?? '');
     }
+    await lineBreaks(page, view, where);
     if (view.size === 'desktop') {
       const clipped = await clippedTables(page);
       check(`layout: no database table is cut off ${where}`, clipped.length === 0, clipped.join('; '));
@@ -306,6 +308,38 @@ async function look(page, state, { section = null, shot = null } = {}) {
   axeCounts.push({ state, counts });
   await page.setViewportSize(DESKTOP);
   await setLang(page, 'en');
+}
+
+/** How many runs (a number with its unit, an identifier) and diagram lines the line-break checks measured. */
+const lineBreakCounts = { runs: 0, lines: 0 };
+
+/**
+ * Where lines break (tests/browser/linebreaks.mjs): in Japanese, at both
+ * sizes, no break inside a number with its unit or an identifier, in the
+ * text or the diagrams; in both languages, no header line starting with a
+ * separator, and on a phone a header no taller than 15 % of the screen.
+ */
+async function lineBreaks(page, view, where) {
+  if (view.lang === 'ja') {
+    const runs = await brokenRuns(page);
+    lineBreakCounts.runs += runs.measured;
+    check(`Japanese: no line breaks inside a number with its unit or an identifier ${where}`, runs.broken.length === 0,
+      runs.broken.length ? runs.broken.slice(0, 6).join('; ') : `${runs.measured} runs measured`);
+    const diagram = await badDiagramLines(page);
+    lineBreakCounts.lines += diagram.read;
+    check(`Japanese: no diagram line leaves a particle or a bracket alone, or splits a number or a name ${where}`, diagram.bad.length === 0,
+      diagram.bad.length ? diagram.bad.slice(0, 6).join('; ') : `${diagram.read} lines read`);
+  }
+  if (view.lang === 'en') {
+    const runs = await brokenRuns(page, '.topbar');
+    check(`header: no value breaks at a hyphen or inside a number with its unit ${where}`, runs.broken.length === 0, runs.broken.join('; '));
+  }
+  const header = await headerLines(page);
+  check(`header: no line starts with a separator ${where}`, header.startsWithSeparator.length === 0, header.startsWithSeparator.join('; '));
+  if (view.size === 'phone') {
+    check(`header: the sticky header takes at most ${HEADER_MAX_SHARE * 100} % of a phone's height ${where}`, header.share <= HEADER_MAX_SHARE,
+      `${(header.share * 100).toFixed(1)} %`);
+  }
 }
 
 /**
@@ -801,9 +835,15 @@ async function lesson4(page) {
   // The header's count follows the database during the run too: it is read again while B waits.
   const readAt = () => page.getByTestId('db-status').getAttribute('data-read-at');
   const headerBefore = await readAt();
-  await page.waitForTimeout(1500);
-  const headerAfter = await readAt();
-  const stillRunning = (await exp(page, 'l4').getAttribute('data-state')) === 'running';
+  // Until the header is read again or the run ends, whichever is first (no fixed sleep: in a
+  // room, a B sent late into A's hold waits little); "read again" must happen while it runs.
+  const reread = await page.waitForFunction(([before]) => {
+    const readAt = document.querySelector('[data-testid="db-status"]').dataset.readAt;
+    const running = document.querySelector('[data-testid="exp-l4"]').dataset.state === 'running';
+    return readAt !== before || !running ? { readAt, running } : null;
+  }, [headerBefore], { timeout: 3000, polling: 50 }).then((h) => h.jsonValue(), () => ({ readAt: headerBefore, running: true }));
+  const headerAfter = reread.readAt;
+  const stillRunning = reread.running;
   check('lesson 4 atomic: the header\'s count is read again while the run waits', stillRunning && headerBefore !== headerAfter && Boolean(headerAfter),
     `read at ${headerBefore}, then ${headerAfter}; running: ${stillRunning}`);
   await atomicDone;
@@ -1688,13 +1728,13 @@ async function phoneLessons(page) {
 
 // ---- refusals in plain words ---------------------------------------------------------------
 
-/** A page in a context of its own, in `lang`, with `prepare(context)` done before it loads. */
-async function pageWith(browser, lang, prepare = async () => {}) {
-  const context = await browser.newContext({ viewport: DESKTOP, locale: lang === 'ja' ? 'ja-JP' : 'en-US', reducedMotion: 'reduce' });
+/** A page in a context of its own, in `lang`, with `prepare(context)` done before it loads (at `address`, `/` by default). */
+async function pageWith(browser, lang, prepare = async () => {}, { address = '/', viewport = DESKTOP } = {}) {
+  const context = await browser.newContext({ viewport, locale: lang === 'ja' ? 'ja-JP' : 'en-US', reducedMotion: 'reduce' });
   context.setDefaultTimeout(ACTION_TIMEOUT_MS);
   await prepare(context);
   const page = await context.newPage();
-  await page.goto(`${BASE_URL}/`, { waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
+  await page.goto(`${BASE_URL}${address}`, { waitUntil: 'load', timeout: ACTION_TIMEOUT_MS });
   await page.waitForSelector('body[data-ready="true"]', { timeout: ACTION_TIMEOUT_MS });
   return { context, page };
 }
@@ -1736,12 +1776,16 @@ async function refusals(browser) {
       tooMany: /makes no more new sandboxes for your address this minute/, tooManyWait: /Trying again in 0:\d\d, on its own/,
       down: /^No answer from the server: it may be stopped/, downWait: /Trying again in 0:0\d…/,
       expired: /Your earlier sandbox went unused for 2 hours and was deleted with its rows; this is a new one/,
+      roomUnknown: /^The server is up, but the room code in this page’s address \(\?room=no-such-room\) is not one it hands out, so it made no sandbox/,
+      roomUnknownWait: /The room code “no-such-room” is not one this server knows: check the code your teacher gave you/,
     },
     ja: {
       roomFull: /サンドボックスはすべてほかの受講者が使っている/, roomWait: /約2時間後の見込み/,
       tooMany: /この 1分はもう作りません/, tooManyWait: /0:\d\d後に自動でもう一度試します/,
       down: /^サーバーから返事がありません/, downWait: /0:0\d後にもう一度試します/,
       expired: /前のサンドボックスは 2時間使われなかったので、行ごと削除されました/,
+      roomUnknown: /^サーバーは動いていますが、このページのアドレスにある部屋のコード（\?room=no-such-room）はこのサーバーが配ったものではない/,
+      roomUnknownWait: /部屋のコード「no-such-room」はこのサーバーにはありません。先生から受け取ったコードを確かめて/,
     },
   };
   const outage = /Cannot reach|Is it running|接続できません|Database:|データベース:/;
@@ -1791,6 +1835,34 @@ async function refusals(browser) {
       const lost = await page.waitForFunction(() => document.querySelector('[data-testid="server-status"]').dataset.trouble === 'down', null, { timeout: 9000 }).then(() => true, () => false);
       const after = await headerOf(page);
       check(`refusals (${lang}): a server that stops answering after load is told as no answer within one header refresh`, lost && w.down.test(after.server) && after.db === '', `${after.server} | ${after.db}`);
+      await context.close();
+    }
+    // A room code the server does not hand out: its real 403 demo-room-unknown, said as such, with no countdown (waiting will not help).
+    for (const viewport of [DESKTOP, { width: 390, height: 844 }]) {
+      const where = `${lang}, ${viewport.width}×${viewport.height}`;
+      const { context, page } = await pageWith(browser, lang, async () => {}, { address: '/?room=no-such-room', viewport });
+      const h = await headerOf(page);
+      const server = (await page.getByTestId('server-status').isVisible()) ? h.server : '(hidden on a phone)';
+      await delay(1200);
+      const still = await headerOf(page);
+      check(`refusals (${where}): an unknown room code is told as such, makes no sandbox, and counts nothing down`,
+        (viewport === DESKTOP ? w.roomUnknown.test(h.server) : true) && w.roomUnknownWait.test(h.sandbox) && still.sandbox === h.sandbox
+          && !outage.test(h.server) && (await sandboxKeyOf(page)) === null, `${server} | ${h.sandbox}`);
+      const violations = await axe(page);
+      check(`axe: no violations with an unknown room code (${where})`, violations.length === 0, violations.join('; '));
+      await lineBreaks(page, { lang, size: viewport === DESKTOP ? 'desktop' : 'phone' }, `with an unknown room code (${where})`);
+      await page.screenshot({ path: path.join(ARTIFACTS_DIR, `refusal-room-unknown-${lang}-${viewport === DESKTOP ? 'desktop' : 'phone'}.png`) });
+      await context.close();
+    }
+    // A room code the server hands out (tests/browser.rs: maple-7): sent as Demo-Room, and the sandbox is made.
+    {
+      const sent = [];
+      const { context, page } = await pageWith(browser, lang, async (context) => {
+        context.on('request', (r) => { if (r.url().endsWith('/demo/sandboxes')) sent.push(r.headers()['demo-room'] ?? null); });
+      }, { address: '/?room=maple-7' });
+      const h = await headerOf(page);
+      check(`refusals (${lang}): with a room code the server hands out, the page sends it as Demo-Room and gets its sandbox`,
+        sent.length === 1 && sent[0] === 'maple-7' && /^sk_test_/.test((await sandboxKeyOf(page)) ?? '') && /Your sandbox|あなたのサンドボックス/.test(h.sandbox), `${JSON.stringify(sent)} | ${h.sandbox}`);
       await context.close();
     }
     // A sandbox the server deleted: a real 401 for its key; a new one, said so.
@@ -1988,4 +2060,7 @@ async function tour(browser) {
   await lesson('/docs', () => docs(browser));
   await lesson('phone', () => phone(browser));
   await lesson('refusals in plain words', () => refusals(browser));
+  // The line-break checks must have had something to measure.
+  check('the line-break checks measured the page', lineBreakCounts.runs > 500 && lineBreakCounts.lines > 200,
+    `${lineBreakCounts.runs} runs, ${lineBreakCounts.lines} diagram lines`);
 }

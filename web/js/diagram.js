@@ -245,6 +245,11 @@ export class SequenceDiagram {
       if (a !== lx.first && b !== lx.last && right - left < want) {
         left = Math.max(a + 12, Math.min((a + b) / 2 - want / 2, W - m.pad - want));
         right = Math.min(W - m.pad, left + want);
+      } else if (right - left < want) {
+        // Beside an outer lane (a reply to the client): over the inner lifeline,
+        // so a header or problem name fits whole instead of breaking at a hyphen.
+        if (a === lx.first) right = Math.min(W - m.pad, left + want);
+        else left = Math.max(m.pad, right - want);
       }
       const maxW = Math.max(70, right - left - 6);
       const lines = wrap(prefixed(row), maxW, m.font);
@@ -411,7 +416,7 @@ function cjkPhrases(tokens) {
   const flush = () => {
     if (!run) return;
     for (const { segment } of SEGMENTER.segment(run)) {
-      if (out.length && KANA_ONLY.test(segment) && CJK_END.test(out[out.length - 1])) out[out.length - 1] += segment;
+      if (out.length && KANA_ONLY.test(segment) && CJK_END.test(out[out.length - 1]) && !SENTENCE_END.test(out[out.length - 1])) out[out.length - 1] += segment;
       else out.push(segment);
     }
     run = '';
@@ -431,32 +436,53 @@ function cjkPhrases(tokens) {
   return out;
 }
 const CJK_END = new RegExp(`[${CJK}]$`);
+/** Where a Japanese line may always end. */
+const SENTENCE_END = /[。、]$/;
 const ONE_KANJI = /^[\u3400-\u9fff]$/;
 const KANJI_START = /^[\u3400-\u9fff]/;
 
-/** Greedy wrapping: words for Latin text, phrases for Japanese. */
+/**
+ * The pieces a line may break between: words for Latin text, phrases for
+ * Japanese, and never inside a number with its unit ("5秒", "4,560 ms"),
+ * after an opening bracket, before a closing one or before a particle, so
+ * that no line is left with "を" or "（" alone.
+ */
+function pieces(s) {
+  const out = [];
+  for (const tok of cjkPhrases(String(s).match(TOKEN) ?? [])) {
+    const prev = out[out.length - 1];
+    // A space belongs to the piece before it (where a line may end).
+    const glue = prev !== undefined && (/^\s+$/.test(tok)
+      || OPENS_AT_END.test(prev)
+      || (/\d$/.test(prev) && JA_LETTER_START.test(tok))
+      || (/\dミリ$/.test(prev) && /^秒/.test(tok))
+      || (/\d\s$/.test(prev) && LATIN_UNIT.test(tok))
+      || NO_LINE_START.test(tok)
+      || (KANA_ONLY.test(tok) && tok.length <= 3 && !SENTENCE_END.test(prev) && !/^[。、]/.test(tok)));
+    if (glue) out[out.length - 1] = prev + tok;
+    else out.push(tok);
+  }
+  return out;
+}
+const OPENS_AT_END = /[（「『【(\[]$/;
+const JA_LETTER_START = /^[\u3041-\u30ff\u3400-\u9fff]/;
+const NAME = /^[A-Za-z][A-Za-z0-9_]*(?:[-=][A-Za-z0-9_.]+)+[)）、,・]?$/;
+const LATIN_UNIT = /^(?:ms|s|min|h|KiB|MiB|%)(?![A-Za-z])/;
+
+/** Greedy wrapping by pieces(); an identifier breaks after "-", "=", "/" or ":" only if it cannot fit a line whole. */
 export function wrap(s, maxW, size, mono = false) {
   const lines = [];
   let line = '';
-  // Long technical words may break after "-", "=", "/" or ":".
-  const tokens = cjkPhrases(String(s).match(TOKEN) ?? []).flatMap((tok) => tok.split(/(?<=[-=/:])(?=[^\s])/));
+  const fits = (tok, room = maxW) => measure(tok.trim(), size, mono) <= room;
+  // Too wide whole: a path breaks after "/" or ":" first; a name (a header, a
+  // problem type) may reach a little past its room rather than break at a
+  // hyphen, and breaks after "-" or "=" only if it must.
+  const tokens = pieces(s).flatMap((tok) => (fits(tok) ? [tok] : tok.split(/(?<=[/:])(?=[^\s])/)))
+    .flatMap((tok) => (fits(tok) || (NAME.test(tok.trim()) && fits(tok, maxW * 1.2)) ? [tok] : tok.split(/(?<=[-=])(?=[^\s])/)));
   for (const token of tokens) {
     const candidate = line + token;
     if (!line || measure(candidate.trimEnd(), size, mono) <= maxW) {
       line = candidate;
-      continue;
-    }
-    if (NO_LINE_START.test(token)) {
-      // A mark that may not start a line takes the character before it along
-      // to the next line (rather than overflowing and being broken off later).
-      const chars = [...line];
-      const last = chars.pop();
-      if (chars.length && CJK_CHAR.test(last)) {
-        lines.push(chars.join('').trimEnd());
-        line = last + token;
-      } else {
-        line = candidate;
-      }
       continue;
     }
     lines.push(line.trimEnd());
@@ -464,7 +490,7 @@ export function wrap(s, maxW, size, mono = false) {
   }
   if (line.trim()) lines.push(line.trimEnd());
   // Break any single word that is still too wide (keys, long paths).
-  return lines.flatMap((l) => (measure(l, size, mono) <= maxW ? [l] : hardBreak(l, maxW, size, mono)));
+  return lines.flatMap((l) => (fits(l) || (NAME.test(l) && fits(l, maxW * 1.2)) ? [l] : hardBreak(l, maxW, size, mono)));
 }
 
 function hardBreak(s, maxW, size, mono) {

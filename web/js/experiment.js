@@ -7,7 +7,7 @@
 // while one experiment runs, the others wait, so the tables always belong to
 // the experiment you are looking at.
 
-import { t, tHtml, escapeHtml as esc, fmtAmount, fmtMs, fmtTime, sentenceGap } from './i18n.js';
+import { t, tHtml, escapeHtml as esc, fmtAmount, fmtMs, msUnit, fmtTime, sentenceGap } from './i18n.js';
 import { startRequest, getState, REASONS, declines } from './api.js';
 import { SequenceDiagram, L, tagColor } from './diagram.js';
 import { renderState, stateIds, summarize, hue, authorizationsSince, updateScrollHints } from './tables.js';
@@ -494,7 +494,7 @@ class RequestCard {
         <h${h} class="card-title"><span class="visually-hidden">${esc(t('tag.request', { tag: this.tag }))}: </span>${esc(this.title())}</h${h}>
         <span class="status status-${statusClass}" data-testid="status">${esc(statusText)}</span>
         <span class="elapsed${pending ? ' pending' : ''}" data-testid="elapsed" ${pending ? '' : `data-ms="${r.elapsedMs}"`}
-          title="${esc(t('card.elapsedLabel'))}"><span class="ms">${fmtMs(r.elapsedNow())}</span> ms</span>
+          title="${esc(t('card.elapsedLabel'))}"><span class="ms">${fmtMs(r.elapsedNow())}</span>${msUnit()}</span>
       </header>
       <p class="card-explain" data-testid="explain">${esc(pending ? t('card.waiting') : this.explainer?.(r) ?? explain(r))}${
         harmed ? `${sentenceGap()}<strong class="harm-note" data-testid="harm">${esc(t(`card.harm.${harm}`))}</strong>` : ''

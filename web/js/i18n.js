@@ -182,6 +182,15 @@ export function fmtMs(ms) {
 }
 
 /**
+ * What follows a number of milliseconds: " ms" in English, "ミリ秒" in
+ * Japanese, where every unit is written against its number ("2.0秒",
+ * "4,560ミリ秒", "3件"), never with a space.
+ */
+export function msUnit() {
+  return current === 'ja' ? 'ミリ秒' : ' ms';
+}
+
+/**
  * A length of time in words, e.g. 86400 → "24 hours" / "24時間", 60 →
  * "1 minute" / "1分". In Japanese the number and its unit are written
  * together, and without 間, so that it reads both as a length (「24時間保持」)

@@ -10,7 +10,8 @@ import { mountSelfCheck } from './selfcheck.js';
 import { mountModelSection } from './lessons/model.js';
 import { rerenderAll, onBusyChange, onState, isBusy, afterReset } from './experiment.js';
 import { updateScrollHints } from './tables.js';
-import { sandboxOrNull, SandboxRefused, sandboxWasRenewed } from './sandbox.js';
+import { sandboxOrNull, SandboxRefused, sandboxWasRenewed, roomCode } from './sandbox.js';
+import { keepWhole } from './keepwhole.js';
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -35,7 +36,7 @@ function renderSandbox() {
   const line = $('[data-testid="sandbox-status"]');
   if (trouble) {
     const left = fmtCountdown(trouble.until - performance.now());
-    line.textContent = trouble.until <= performance.now() ? t('status.trying') : t(`status.${trouble.kind === 'answered' ? 'down' : trouble.kind}.wait`, { left });
+    line.textContent = trouble.until <= performance.now() ? t('status.trying') : t(`status.${trouble.kind === 'answered' ? 'down' : trouble.kind}.wait`, { left, code: trouble.code ?? '' });
     line.dataset.trouble = trouble.kind;
     line.classList.add('offline');
     return;
@@ -54,7 +55,14 @@ function renderSandbox() {
   }
   const time = new Date(expires).toLocaleTimeString(lang() === 'ja' ? 'ja-JP' : 'en-GB', { hour: '2-digit', minute: '2-digit' });
   const idle = serverOrNull()?.sandboxes?.idle_expiry_seconds;
-  line.textContent = sandboxWasRenewed() && idle ? t('status.expired', { time, idle: fmtDuration(idle) }) : t('status.sandbox', { time });
+  if (sandboxWasRenewed() && idle) {
+    line.textContent = t('status.expired', { time, idle: fmtDuration(idle) });
+  } else {
+    // A phone shows the short form (style.css), to keep the sticky header slim.
+    const long = Object.assign(document.createElement('span'), { className: 'wide-only', textContent: t('status.sandbox', { time }) });
+    const short = Object.assign(document.createElement('span'), { className: 'phone-only', textContent: t('status.sandboxShort', { time }) });
+    line.replaceChildren(long, short);
+  }
   line.dataset.expiresAt = expires;
 }
 
@@ -64,7 +72,7 @@ function renderHeader() {
   const db = $('[data-testid="db-status"]');
   if (trouble || lastState === 'offline') {
     // What the server said (or that it said nothing), not a guess that it is down.
-    backend.textContent = t(`status.${trouble?.kind ?? 'down'}.head`, { status: trouble?.status ?? '' });
+    backend.textContent = t(`status.${trouble?.kind ?? 'down'}.head`, { status: trouble?.status ?? '', code: trouble?.code ?? '' });
     backend.dataset.trouble = trouble?.kind ?? 'down';
     backend.classList.add('offline');
     db.textContent = '';
@@ -86,6 +94,10 @@ function renderHeader() {
 
 /** The page cannot work now: says why, and when it tries again. */
 function troubleFrom(error) {
+  // A room code the server does not know: waiting will not help, so no countdown and no retry.
+  if (error instanceof SandboxRefused && error.status === 403 && /\/demo-room-unknown$/.test(error.problem?.type ?? '')) {
+    return { kind: 'roomUnknown', until: Infinity, code: roomCode() ?? '' };
+  }
   if (error instanceof SandboxRefused && (error.status === 503 || error.status === 429)) {
     const secs = error.retryAfter ?? 60;
     return { kind: error.status === 503 ? 'roomFull' : 'tooMany', until: performance.now() + secs * 1000 };
@@ -135,6 +147,7 @@ async function onReset() {
 }
 
 async function start() {
+  keepWhole(document.body);
   applyStatic(document);
   renderLangButton();
   mountExperiments(document);

@@ -16,10 +16,11 @@ const en = {
   'reset.done': 'Demo data reset: the tables are empty.',
   'reset.failed': 'Reset failed: {message}',
   'status.loading': 'Connecting to the API…',
-  'status.backend': 'Database: {backend} · default mode: {mode}',
+  'status.backend': 'Database: {backend}\u00a0· default mode: {mode}',
   'status.db': p => `Now in the database: ${plural(p.charges, 'charge', 'charges')}, ${plural(p.keys, 'key', 'keys')}`,
   'status.offline': 'Cannot reach the API on this page’s server. Is it running?',
-  'status.sandbox': 'Your sandbox: the tables show your rows only · deleted at {time} if unused',
+  'status.sandbox': 'Your sandbox: the tables show your rows only\u00a0· deleted at {time} if unused',
+  'status.sandboxShort': 'Your sandbox\u00a0· deleted at {time} if unused',
   'status.sandboxShared': 'Your sandbox: the tables show your rows only',
   'status.roomFull': 'Every sandbox of this demo is in use. Reload in {secs} s to get one.',
   'status.tooMany': 'This address has made too many sandboxes for now. Reload in {secs} s.',
@@ -767,9 +768,11 @@ const en = {
   'status.tooMany.wait': p => `Trying again in ${p.left}, on its own.`,
   'status.down.head': 'No answer from the server: it may be stopped, or the network between you and it is down.',
   'status.down.wait': p => `Trying again in ${p.left}…`,
+  'status.roomUnknown.head': 'The server is up, but the room code in this page’s address (?room={code}) is not one it hands out, so it made no sandbox for this page.',
+  'status.roomUnknown.wait': 'The room code “{code}” is not one this server knows: check the code your teacher gave you and open the page again, or open it without ?room=.',
   'status.trying': 'Trying again…',
   'status.answered.head': 'The server answered {status} instead of this page’s tables: it is up, and something behind it (its database, or a proxy in front of it) is not.',
-  'status.expired': p => `Your earlier sandbox went unused for ${p.idle} and was deleted with its rows; this is a new one: the tables show its rows only · deleted at ${p.time} if unused`,
+  'status.expired': p => `Your earlier sandbox went unused for ${p.idle} and was deleted with its rows; this is a new one: the tables show its rows only\u00a0· deleted at ${p.time} if unused`,
   'card.explain.noAnswer': 'No answer came back: the server may be stopped, or the network between you and it is down. Nothing is known about what the server did.',
   'card.explain.inFlightLease': p => `409: the key’s row is in_progress, and its lease has about ${p.left} left. The request that holds it (A) may be dead, as it is here: from outside nobody can tell. Retry-After: ${p.retryAfter} says when to ask again, not when a result will be ready: until the lease ends every retry gets this 409; after it, a retry takes the key over. This request charged nothing.`,
   'card.explain.tookOver': 'The lease had run out, so C took the key over: it claimed A’s abandoned in_progress row and made the charge A never made. A new charge (201), the only one for this key.',
@@ -791,13 +794,14 @@ const ja = {
   'reset.done': 'デモデータをリセットしました。テーブルは空です。',
   'reset.failed': 'リセットに失敗しました: {message}',
   'status.loading': 'API に接続しています…',
-  'status.backend': 'データベース: {backend} ・ 既定のモード: {mode}',
+  'status.backend': 'データベース: {backend}\u00a0・ 既定のモード: {mode}',
   'status.db': p => `現在のデータベース: 課金 ${p.charges}件、キー ${p.keys}件`,
   'status.offline': 'このページのサーバーにある API に接続できません。サーバーは起動していますか。',
-  'status.sandbox': 'あなたのサンドボックス: 表にはあなたの行だけが表示されます ・ 使わなければ {time} に削除',
+  'status.sandbox': 'あなたのサンドボックス: 表にはあなたの行だけが表示されます\u00a0・ 使わなければ {time} に削除',
+  'status.sandboxShort': 'あなたのサンドボックス\u00a0・ 使わなければ {time} に削除',
   'status.sandboxShared': 'あなたのサンドボックス: 表にはあなたの行だけが表示されます',
-  'status.roomFull': 'このデモのサンドボックスはすべて使用中です。{secs} 秒後に再読み込みしてください。',
-  'status.tooMany': 'このアドレスからのサンドボックス作成が多すぎます。{secs} 秒後に再読み込みしてください。',
+  'status.roomFull': 'このデモのサンドボックスはすべて使用中です。{secs}秒後に再読み込みしてください。',
+  'status.tooMany': 'このアドレスからのサンドボックス作成が多すぎます。{secs}秒後に再読み込みしてください。',
   'status.noSandbox': 'このページのサンドボックスを作れませんでした: {reason}',
 
   'intro.title': '再送したのに、なぜ二重に課金されなかったのか',
@@ -866,7 +870,7 @@ const ja = {
     '二重課金を防いでいるのはキーそのもので、応答の保存は冪等性の条件ではありません。これはクライアントへの心配りです。クライアントには自分の送信が初回か再送かを見分けられないので、どちらでも同じ応答が返れば、処理を分けずに済みます。（レッスン 1〜6 の課金はすべてこの 1つのトランザクションで、カードネットワークには問い合わせません。ネットワークに問い合わせると何が変わるかは、レッスン 7 で見ます。）',
   'l3.race.title': 'なぜ一意制約なのか',
   'l3.race.p1.html':
-    '素直に作るなら「キーを探し、無ければ課金してからキーを書き込む」でしょう。問題は、探してから書き込むまでの隙間です。同じキーの 2通が同時に届くと、両方が探し、両方とも何も見つけられず、両方が課金します。デモの <code>Demo-Mode: check-then-insert</code> はまさにこの動きをします。隙間に入りやすいよう検索と書き込みの間で {pause} ms 待ち、キーを入れるテーブル <code>unguarded_keys</code> には一意制約がありません。',
+    '素直に作るなら「キーを探し、無ければ課金してからキーを書き込む」でしょう。問題は、探してから書き込むまでの隙間です。同じキーの 2通が同時に届くと、両方が探し、両方とも何も見つけられず、両方が課金します。デモの <code>Demo-Mode: check-then-insert</code> はまさにこの動きをします。隙間に入りやすいよう検索と書き込みの間で {pause}ミリ秒 待ち、キーを入れるテーブル <code>unguarded_keys</code> には一意制約がありません。',
   'l3.naive.title': '同時に 2通: 探してから書き込む',
   'l3.naive.step1': '同じキーの 2通を同時に送る（check-then-insert）',
   'l3.naive.verdict.ok.html': p =>
@@ -887,7 +891,7 @@ const ja = {
   'l4.mode.atomicHint': 'キー・課金・保存する応答を 1つのトランザクションで書く',
   'l4.mode.keyFirstHint': 'キーだけを先にコミットし、課金はその後',
   'l4.p2.atomic.html': 
-    '<strong>atomic</strong> は、ここまでのレッスンがずっと使ってきた設計です。キーの行・課金・保存する応答を<strong>1つのトランザクション</strong>で書き、まとめてコミットされるか、何も残らないかのどちらかです（課金の id と <code>201</code> は書き込む前に決まるので、キーの行は登録するその文で、最初から完了として書かれます）。ここではデモが A のトランザクションを、COMMIT の前に {s}秒開いたままにします。それまで A の行は、ほかの読み取りからは見えません。B が待つ間にページがテーブルを読んでも、このキーの行は出てきません。それでも B は同じキーを登録できません。PostgreSQL では、B の <code>INSERT … ON CONFLICT DO NOTHING</code> が一意インデックスにある A の未確定の項目に行き当たり、A のトランザクションが終わるのを待ちます。SQLite では B はそこまで進めず、<code>BEGIN IMMEDIATE</code> の時点で、A が持つデータベースの書き込みロックを待ちます。テーブルの下の欄には、その待ちをデータベース自身の報告のまま表示します。A がコミットすると、B の INSERT はキーを見つけて 0行を返すので、B は保存済みの応答を読んで、それを返します。B にはおよそ {wait}秒かかるはずです。PostgreSQL 17 で同じ 2つの INSERT を計ったときは 4009 ms でした。',
+    '<strong>atomic</strong> は、ここまでのレッスンがずっと使ってきた設計です。キーの行・課金・保存する応答を<strong>1つのトランザクション</strong>で書き、まとめてコミットされるか、何も残らないかのどちらかです（課金の id と <code>201</code> は書き込む前に決まるので、キーの行は登録するその文で、最初から完了として書かれます）。ここではデモが A のトランザクションを、COMMIT の前に {s}秒開いたままにします。それまで A の行は、ほかの読み取りからは見えません。B が待つ間にページがテーブルを読んでも、このキーの行は出てきません。それでも B は同じキーを登録できません。PostgreSQL では、B の <code>INSERT … ON CONFLICT DO NOTHING</code> が一意インデックスにある A の未確定の項目に行き当たり、A のトランザクションが終わるのを待ちます。SQLite では B はそこまで進めず、<code>BEGIN IMMEDIATE</code> の時点で、A が持つデータベースの書き込みロックを待ちます。テーブルの下の欄には、その待ちをデータベース自身の報告のまま表示します。A がコミットすると、B の INSERT はキーを見つけて 0行を返すので、B は保存済みの応答を読んで、それを返します。B にはおよそ {wait}秒かかるはずです。PostgreSQL 17 で同じ 2つの INSERT を計ったときは 4,009ミリ秒 でした。',
   'l4.p2.keyFirst.html':
     '<strong>key-first</strong> では、A は 2つのトランザクションを使います。1つ目はキーをリース付きの <code>in_progress</code> として登録し、すぐにコミットします。今回時間がかかるのは 2つ目で、{s}秒かけて処理した後、課金の記録とキーの行の完了を 1つのトランザクションで書き込みます。そのため B は「処理中」と書かれた確定済みの行を見つけます。サーバーは待たずに、数ミリ秒で <code>409 Conflict</code>（<code>{type}</code>）を <code>Retry-After: {retryAfter}</code> 付きで返し、B では何も課金されません。ページは B の返事の直後にテーブルを読むので、A がまだ処理中のうちにその行を確かめられます。A が終わると、ページは同じリクエストをもう一度（C）送ります。C は保存済みの <code>201</code> を受け取ります。',
   'l4.backend': p =>
@@ -895,13 +899,13 @@ const ja = {
   'l4.step1.atomic': 'A を送り（{s}秒保持）、{after}秒後に同じキーで B を送る',
   'l4.step1.keyFirst': 'A を送り（{s}秒保持）、{after}秒後に同じキーで B を、A の完了後に C を送る',
   'l4.verdict.ok.html': p =>
-    `B は <strong>${p.ms} ms</strong> 待たされた後、<code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。待っている間にページはテーブルを ${p.reads}回読みましたが、このキーの行は一度も見えませんでした。A の行はコミットまで見えないからです。待ちについてのデータベースの最後の報告: ${p.lock}課金は <strong>${p.n}件</strong>だけ増えました。${p.slots ?? ''}`,
+    `B は <strong>${p.ms}ミリ秒</strong> 待たされた後、<code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。待っている間にページはテーブルを ${p.reads}回読みましたが、このキーの行は一度も見えませんでした。A の行はコミットまで見えないからです。待ちについてのデータベースの最後の報告: ${p.lock}課金は <strong>${p.n}件</strong>だけ増えました。${p.slots ?? ''}`,
   'l4.verdict.bad.html': p =>
-    `B が約 ${p.expectMs} ms 待って保存済みの 201 を受け取り、課金が 1件増え、処理中のキーがどの読み取りにも見えないことを期待していました。実際は B が ${p.ms} ms かかってステータス ${p.status} を受け取り（${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}）、この実験で増えた課金は ${p.n}件、${yes(p.inProgress) ? '読み取りに in_progress のキーが見えました' : '処理中のキーは見えませんでした'}。${p.slots ?? ''}`,
+    `B が約 ${p.expectMs}ミリ秒 待って保存済みの 201 を受け取り、課金が 1件増え、処理中のキーがどの読み取りにも見えないことを期待していました。実際は B が ${p.ms}ミリ秒 かかってステータス ${p.status} を受け取り（${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}）、この実験で増えた課金は ${p.n}件、${yes(p.inProgress) ? '読み取りに in_progress のキーが見えました' : '処理中のキーは見えませんでした'}。${p.slots ?? ''}`,
   'l4.kf.verdict.ok.html': p =>
-    `B は <strong>${p.ms} ms</strong> で <code>409 Conflict</code>（<code>Retry-After: ${p.retryAfter}</code>）を受け取りました。キーの行は <code>in_progress</code> として確定済みだったので、サーバーは A を待たなかったのです。A が終わった後、同じキーの C は <code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。課金は <strong>${p.n}件</strong>だけ増えました。${p.slots ?? ''}`,
+    `B は <strong>${p.ms}ミリ秒</strong> で <code>409 Conflict</code>（<code>Retry-After: ${p.retryAfter}</code>）を受け取りました。キーの行は <code>in_progress</code> として確定済みだったので、サーバーは A を待たなかったのです。A が終わった後、同じキーの C は <code>Idempotent-Replayed: true</code> 付きで保存済みの <code>201</code> を受け取り、id も A の課金と同じでした。課金は <strong>${p.n}件</strong>だけ増えました。${p.slots ?? ''}`,
   'l4.kf.verdict.bad.html': p =>
-    `B が ${p.maxMs} ms 以内に 409 idempotency-key-in-flight を受け取り、その直後のキーの行が in_progress で、C が A と同じ id の保存済みの 201 を受け取り、課金が 1件だけ増えることを期待していました。実際は B: ${p.bStatus}（${p.ms} ms）、B 直後のキーの行: ${p.rowStatus}、C: ${p.cStatus}（${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}、id は A と${yes(p.same) ? '同じ' : '違う'}）、増えた課金 ${p.n}件でした。${p.slots ?? ''}`,
+    `B が ${p.maxMs}ミリ秒 以内に 409 idempotency-key-in-flight を受け取り、その直後のキーの行が in_progress で、C が A と同じ id の保存済みの 201 を受け取り、課金が 1件だけ増えることを期待していました。実際は B: ${p.bStatus}（${p.ms}ミリ秒）、B 直後のキーの行: ${p.rowStatus}、C: ${p.cStatus}（${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}、id は A と${yes(p.same) ? '同じ' : '違う'}）、増えた課金 ${p.n}件でした。${p.slots ?? ''}`,
   'l4.p3': 
     'B が待ちきれずに諦めても、409 を受けたところでやめても、クライアントは課金されたかどうか分からないままです。冪等キーが約束するのは「課金は多くても 1回」までで、答えを返すことまでは約束しません。後で同じキーを送り直せば、保存された答えを受け取れます。',
   'l4.tradeoff.title': '待たせるか、すぐ 409 を返すか',
@@ -990,7 +994,7 @@ const ja = {
   'card.formatted': 'JSON の本文は読みやすいよう字下げして表示しています。',
   'card.after': 'このリクエストの直後のデータベース',
   'card.elapsedLabel': '返事までの時間',
-  'announce.response': 'リクエスト {tag} に {status} が返りました（{ms} ms）。',
+  'announce.response': 'リクエスト {tag} に {status} が返りました（{ms}ミリ秒）。',
   'card.explain.lost': 'サーバーは課金をコミットしましたが、その返事はクライアントに届きませんでした。届いたのは 504 だけで、これでは課金されたかどうか分かりません。',
   'card.explain.lostRefund': 'サーバーは返金をコミットしましたが、その返事はクライアントに届きませんでした。届いたのは 504 だけで、これでは返金されたかどうか分かりません。',
   'card.explain.lostRefundKey': 'サーバーは答えました（新しい返金か、このキーに保存された応答）が、その返事はクライアントに届かず、届いたのは 504 だけでした。',
@@ -1059,11 +1063,11 @@ const ja = {
   'd.lost': p => `${p.status} は途中で失われ、クライアントには 504 だけが届く`,
   'd.lostReplay': '保存済みの 201 は途中で失われ、クライアントには 504 だけが届く',
   'd.abandonedReply': '返事は無く、クライアントには 504 だけが届く',
-  'd.reply': p => `${p.status}（${p.ms} ms）`,
-  'd.replyReplayed': p => `${p.status}（Idempotent-Replayed）・ ${p.ms} ms`,
+  'd.reply': p => `${p.status}（${p.ms}ミリ秒）`,
+  'd.replyReplayed': p => `${p.status}・Idempotent-Replayed・${p.ms}ミリ秒`,
   'd.fingerprintDiffers': 'キーはあるが、リクエストの指紋が違う',
   'd.select': p => `キー ${p.key} を SELECT → 無し`,
-  'd.pause': '2通とも {ms} ms 待つ',
+  'd.pause': '2通とも {ms}ミリ秒 待つ',
   'd.insertUnguarded': p => `キーを INSERT（制約なし）、${p.amount}の課金を記録して COMMIT`,
   'd.raceLoser': p => `キー ${p.key} を登録 → ${p.other} が登録済み（${p.other} が未確定ならコミットまで待つ）`,
   'd.uncommitted': p => `BEGIN、キー ${p.key} を 201 付きの完了として INSERT（ON CONFLICT DO NOTHING RETURNING id → 1行返る: 初回）、課金を記録。未確定なので、ほかの読み取りには見えない`,
@@ -1089,7 +1093,7 @@ const ja = {
   'd.countDescription': p => `この実験: 課金 ${p.n}件、説明文は「${p.text}」`,
   'd.failed': p => `リクエスト失敗: ${p.message}`,
   'd.gap': p => `${p.s}秒経過`,
-  'd.waitingLive': p => `${p.ms} ms…`,
+  'd.waitingLive': p => `${p.ms}ミリ秒…`,
   'tag.request': p => `リクエスト ${p.tag}`,
   // ---- 追加分: テーブル・結果・レッスン 2・レッスン 6・理解度チェック ----
   'toc.l6': '6. キーにも約束できないこと',
@@ -1200,7 +1204,7 @@ const ja = {
 
   'l6.title': '6. キーにも約束できないこと',
   'l6.p1.html':
-    'キーにできるのは、データベースにある課金の再送には保存済みの応答を返し、データベースに<em>無い</em>課金の再送を初回の課金として通すことです。それ以上はできません。データベースが「確定した」と答えたものを覚えていること、プロセスが始めた処理を終えるか手放すこと、キーがクライアントの再送より長く残ること。ここでは、その 3つが崩れる場合を本物のリクエストで確かめます。',
+    'キーにできるのは、データベースにある課金の再送には保存済みの応答を返し、データベースに<em>無い</em>課金の再送を初回の課金として通すことです。それ以上のことは約束できません。データベースが確定したと答えたものを覚えているか、プロセスが始めた処理を終えるか手放すか、キーがクライアントの再送より長く残るかは、キーの外で決まります。ここでは、その 3つが崩れる場合を本物のリクエストで確かめます。',
   'l6.forget.title': '確定を伝えたコミットを失うデータベース',
   'l6.forget.p1.html':
     '<strong>非同期</strong>のスタンバイでは、プライマリはスタンバイに変更が届く前に「コミットした」と答えます。その瞬間にプライマリが落ち、スタンバイが昇格すると、クライアントには成功と伝えたのに変更は消えています。このプロジェクトのフェイルオーバーのテストは、これを計測しました。',
@@ -1220,12 +1224,12 @@ const ja = {
   'l6.forget.step2': '同じキーで再送する',
   'l6.forget.step3': 'クライアントが受け取った id を照会する',
   'l6.forget.verdict.ok.html': p =>
-    `クライアントは課金 <code>${p.x}</code> があると伝えられましたが、データベースはそれを保持していません。同じキーの再送はキーを見つけられず、<code>${p.y}</code> としてもう一度課金しました。<code>${p.x}</code> を照会すると <code>${p.lookup}</code> です。キーは約束どおりに働きましたが、それでは足りません。「確定した」を「保持している」にできるのは同期スタンバイだけです。`,
+    `クライアントは課金 <code>${p.x}</code> があると伝えられましたが、データベースはそれを保持していません。同じキーの再送はキーを見つけられず、<code>${p.y}</code> としてもう一度課金しました。<code>${p.x}</code> を照会すると <code>${p.lookup}</code> です。キーは約束どおりに働きましたが、それでは足りません。データベースが確定したと答えた課金を本当に残しておけるのは、同期スタンバイだけです。`,
   'l6.forget.verdict.bad.html': p => `A の id が消え、再送が新しい id で課金し、A の id の照会が 404 になることを期待していました。実際は A の id ${p.x}、再送の id ${p.y}、増えた課金 ${p.n}件、照会 ${p.lookup} でした。`,
   'l6.forget.p3': 'キーから見れば、失われたコミットは起きなかった課金です。直す場所は API より下、同期レプリケーション（または応答の前に fsync する単一ノード）です。',
   'l6.abandon.title': 'キーをコミットした後に放棄された key-first のリクエスト',
   'l6.abandon.p1.html': p =>
-    `key-first では、キーを課金より先に単独でコミットします。ここでの A は、キーを ${p.s}秒のリース付き（<code>Demo-Fault: lease=${p.ms}</code>）の <code>in_progress</code> としてコミットした後、落ちたプロセスのように止まります。課金もせず、キーも手放しません（<code>Demo-Fault: abandon</code>。サーバー自体は動き続けます）。B はすぐに再送し、C はリースが切れてから再送します。A のプロセスが処理を終えることはもうないので、ほかの誰か（C か、このサーバー自身の回収タスク（レッスン 7）の早い方）が代わりに処理できるのはリースのおかげです。このサーバーのリースは通常 ${p.lease}です。`,
+    `key-first では、キーを課金より先に単独でコミットします。ここでの A は、キーを ${p.s}秒のリース付き（<code>Demo-Fault: lease=${p.ms}</code>）の <code>in_progress</code> としてコミットした後、落ちたプロセスのように止まります。課金もせず、キーも手放しません（<code>Demo-Fault: abandon</code>。サーバー自体は動き続けます）。B はすぐに再送し、C はリースが切れてから再送します。A のプロセスが処理を終えることはもうありません。それでもほかの誰かが代わりに処理できるのは、リースがあるからです。代わりに処理するのは、C とこのサーバー自身の回収タスク（レッスン 7 で扱います）のうち、先に来た方です。このサーバーのリースは通常 ${p.lease}です。`,
   'l6.abandon.step1': p => `A を送り（キーの後で止まる、リース ${p.s}秒）、すぐに再送する（B）`,
   'l6.abandon.step2': 'リースが切れるのを待って再送する（C）',
   'l6.abandon.verdict.ok.html': p =>
@@ -1419,7 +1423,7 @@ const ja = {
     `A は <code>${p.a}</code> を受け取りました。その時点でネットワークのオーソリは <strong>${p.authsA}件</strong>、こちらの課金は 0件です。再送は <code>${p.b}</code> を受け取りました。ネットワークは導出キーに気付き、2件目を作らずに、前のオーソリを返しました。こちらの課金は <strong>${p.n}件</strong>、ネットワークのオーソリも <strong>${p.auths}件</strong>で、課金はそのオーソリ（<code>${p.id}</code>）を持っています。`,
   'l7.lost.verdict.bad.html': p => `A が 503 でオーソリ 1件・課金なし、続いて B が 201 で、唯一のオーソリを持つ課金 1件を期待していました。実際は A ${p.a}（A の後のオーソリ ${p.authsA}件）、B ${p.b}、課金 ${p.n}件、オーソリ ${p.auths}件で、課金は唯一のオーソリを${yes(p.same) ? '持っています' : '持っていません'}。`,
   'l7.lost.p2.html': 
-    '<strong>レッスン 5 と 6 にとっての意味。</strong>そこでの課金はネットワークに問い合わせていません。もし問い合わせていたら、こちらのキーの期限が切れた後の遅れた再送は、こちらでは新しい課金になり、ネットワークでも新しいオーソリになります。この API は呼び出しのたびに、自分がキーを保持する期間をネットワークに伝え（<code>Idempotency-Key-Lifetime</code>）、ネットワークは導かれたキーをそれより長くは保持しないからです。そのためネットワークは、2 件目の課金に 1 件目のオーソリを渡して、こちらの台帳に 1 つのオーソリを分け合う課金を 2 件残すことはしません。課金ごとにオーソリを 1 件ずつ作り、両端の記録は何が起きたかについて食い違いません。キーが両方の台帳を守るのは、キーが生きている間だけです。',
+    '<strong>レッスン 5 と 6 にとっての意味。</strong>そこでの課金はネットワークに問い合わせていません。もし問い合わせていたら、こちらのキーの期限が切れた後の遅れた再送は、こちらでは新しい課金になり、ネットワークでも新しいオーソリになります。この API は呼び出しのたびに、自分がキーを保持する期間をネットワークに伝え（<code>Idempotency-Key-Lifetime</code>）、ネットワークは導かれたキーをそれより長くは保持しないからです。そのためネットワークは、2件目の課金に 1件目のオーソリを渡して、こちらの台帳に 1つのオーソリを分け合う課金を 2件残すことはしません。課金ごとにオーソリを 1件ずつ作り、両端の記録は何が起きたかについて食い違いません。キーが両方の台帳を守るのは、キーが生きている間だけです。',
   'l7.fresh.title': '同じことを、キーを引き継がずに',
   'l7.fresh.p.html':
     '今度の連携コードは、毎回新しいキーでネットワークを呼びます（<code>Demo-Fault: network-fresh-key</code>）。クライアントのキーを自分の入口で止めてしまうコードと同じです。こちら側は前と同じく安全で、キー 1つに課金 1件です。ところがネットワークには、こちらの再送を最初の呼び出しと結び付けるものが何もありません。',
@@ -1495,9 +1499,9 @@ const ja = {
     `B が待っているのは A のトランザクションが<em>終わる</em>ことで、トランザクションはコミットせずに終わることもあります。ここでは A がトランザクションを ${p.s}秒保持した後、COMMIT の前に失敗します（<code>Demo-Fault: delay-commit=${p.ms}, fail-before-commit</code>）。A の書き込みは、キーの行も含めてすべてロールバックされます。A の ${p.after}秒後に同じキー・同じ本文で送った B（atomic）は、前と同じように待ちます。A のトランザクションが消えると、B の <code>INSERT … ON CONFLICT DO NOTHING RETURNING id</code> は 1行を返します。もう衝突する相手がいないので、B は初回のリクエストとして進みます。つまりクライアントの再送がそのまま課金になり、課金は 1件、B への応答は保存済みの応答ではなく、新しい <code>201</code> です。`,
   'l4.rollback.step1': 'A を送り（{s}秒保持した後に失敗してロールバック）、{after}秒後に同じキーで B を送る',
   'l4.rollback.verdict.ok.html': p =>
-    `A への応答は <code>${p.a}</code>（<code>${p.aType}</code>）でした。COMMIT の前に失敗してロールバックされ、何も残していません。B は <strong>${p.ms} ms</strong> 待った後、初回のリクエストとして進みました。応答は保存済みの応答ではない新しい <code>${p.b}</code> で、キーの行はいま B の課金を指しています。待ちについてのデータベースの最後の報告: ${p.lock}課金は <strong>${p.n}件</strong>だけ増えました。${p.slots ?? ''}`,
+    `A への応答は <code>${p.a}</code>（<code>${p.aType}</code>）でした。COMMIT の前に失敗してロールバックされ、何も残していません。B は <strong>${p.ms}ミリ秒</strong> 待った後、初回のリクエストとして進みました。応答は保存済みの応答ではない新しい <code>${p.b}</code> で、キーの行はいま B の課金を指しています。待ちについてのデータベースの最後の報告: ${p.lock}課金は <strong>${p.n}件</strong>だけ増えました。${p.slots ?? ''}`,
   'l4.rollback.verdict.bad.html': p =>
-    `A が失敗して（エラーのステータス）ロールバックし、待っていた B が初回として課金すること（保存済みの応答ではない 201、課金 1件、キーの行は B の課金を指す）を期待していました。実際は A: ${p.a}（${p.aType}）、B: ${p.b}（${p.ms} ms、${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}）、この実験で増えた課金 ${p.n}件で、キーの行は B の課金を${yes(p.same) ? '指しています' : '指していません'}。${p.slots ?? ''}`,
+    `A が失敗して（エラーのステータス）ロールバックし、待っていた B が初回として課金すること（保存済みの応答ではない 201、課金 1件、キーの行は B の課金を指す）を期待していました。実際は A: ${p.a}（${p.aType}）、B: ${p.b}（${p.ms}ミリ秒、${yes(p.replayed) ? '保存済みの応答' : '保存済みの応答ではない'}）、この実験で増えた課金 ${p.n}件で、キーの行は B の課金を${yes(p.same) ? '指しています' : '指していません'}。${p.slots ?? ''}`,
   'l2.quantity.caption': '500円の課金の返金できる残り額（同じリクエストが 3回届いたとき）',
   'l2.quantity.written': '書き方',
   'l2.quantity.before': '届く前',
@@ -1531,9 +1535,11 @@ const ja = {
   'status.tooMany.wait': p => `${p.left}後に自動でもう一度試します。`,
   'status.down.head': 'サーバーから返事がありません。停止しているか、サーバーまでのネットワークが切れています。',
   'status.down.wait': p => `${p.left}後にもう一度試します…`,
+  'status.roomUnknown.head': 'サーバーは動いていますが、このページのアドレスにある部屋のコード（?room={code}）はこのサーバーが配ったものではないので、このページのサンドボックスは作られていません。',
+  'status.roomUnknown.wait': '部屋のコード「{code}」はこのサーバーにはありません。先生から受け取ったコードを確かめてページを開き直すか、?room= を付けずに開いてください。',
   'status.trying': 'もう一度試しています…',
   'status.answered.head': 'サーバーはこのページの表の代わりに {status} を返しました。サーバーは動いていますが、その後ろ（データベース、または前に置いたプロキシ）が動いていません。',
-  'status.expired': p => `前のサンドボックスは ${p.idle}使われなかったので、行ごと削除されました。これは新しいサンドボックスです。表にはその行だけが表示されます ・ 使わなければ ${p.time} に削除`,
+  'status.expired': p => `前のサンドボックスは ${p.idle}使われなかったので、行ごと削除されました。これは新しいサンドボックスです。表にはその行だけが表示されます\u00a0・ 使わなければ ${p.time} に削除`,
   'card.explain.noAnswer': '返事が届きませんでした。サーバーが停止しているか、サーバーまでのネットワークが切れています。サーバーが何をしたかは分かりません。',
   'card.explain.inFlightLease': p => `409: キーの行は in_progress で、リースの残りは約 ${p.left}です。キーを持っているリクエスト（A）は落ちているかもしれません（ここでは落ちています）。外からは見分けられません。Retry-After: ${p.retryAfter} は次に問い合わせる時期で、結果が出る時期ではありません。リースが切れるまでは、再送するたびにこの 409 が返ります。切れた後は、再送がキーを引き継ぎます。このリクエストでは何も課金されていません。`,
   'card.explain.tookOver': 'リースが切れていたので、C がキーを引き継ぎました。A が残した in_progress の行を取り、A が作らなかった課金を作りました。新しい課金（201）で、このキーの課金はこれだけです。',

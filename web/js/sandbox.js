@@ -6,6 +6,23 @@
 // by the server; the next answer is then 401, and the page makes a new one.
 
 const STORAGE_KEY = 'charges.sandbox';
+const ROOM_KEY = 'charges.room';
+
+/**
+ * The class's room code (docs/deploy.md), from the page's address
+ * (`/?room=CODE`) or, after that, from this tab: sent as `Demo-Room` when
+ * the page makes its sandbox, so a class behind one address is counted per
+ * room, not per address. Null without one.
+ */
+export function roomCode() {
+  const given = new URLSearchParams(location.search).get('room')?.trim();
+  try {
+    if (given) sessionStorage.setItem(ROOM_KEY, given);
+    return given || sessionStorage.getItem(ROOM_KEY) || null;
+  } catch {
+    return given || null;
+  }
+}
 
 let current = load();
 let making = null;
@@ -56,7 +73,8 @@ export function ensureSandbox() {
   if (current) return Promise.resolve(current);
   making ??= (async () => {
     try {
-      const response = await fetch('/demo/sandboxes', { method: 'POST', cache: 'no-store' });
+      const room = roomCode();
+      const response = await fetch('/demo/sandboxes', { method: 'POST', cache: 'no-store', headers: room ? { 'Demo-Room': room } : {} });
       const text = await response.text();
       let json = null;
       try {

@@ -8,7 +8,7 @@
 import { describeRequest } from '../api.js';
 import { L } from '../diagram.js';
 import { amountOf, shortKeyOf } from '../experiment.js';
-import { t, fmtAmount, fmtMs } from '../i18n.js';
+import { t, fmtAmount, fmtMs, msUnit } from '../i18n.js';
 import { outcomeOf, EXECUTED, REPLAYED, LOST } from '../outcome.js';
 import { server } from '../server.js';
 import { charge, refund, reply, T, LOSE_RESPONSE, sendCharge, experiment } from './shared.js';
@@ -62,7 +62,7 @@ function narrateRefund(d, rec, bar, { made }) {
     d.message('api', 'db', L(key ? 'd.refundAndSave' : 'd.insertRefund', { amount }), { tag });
   }
   if (replayed && outcome === LOST) {
-    d.message('api', 'client', L('d.lostReplay'), { tag, kind: 'lost', detail: [() => `${rec.status} ${rec.statusText} · ${fmtMs(rec.elapsedMs)} ms`] });
+    d.message('api', 'client', L('d.lostReplay'), { tag, kind: 'lost', detail: [() => `${rec.status} ${rec.statusText} · ${fmtMs(rec.elapsedMs)}${msUnit()}`] });
     d.closeBar(bar);
   } else {
     reply(d, rec, bar);

@@ -18,8 +18,6 @@ const HOLD_MS = 5000;
 const SEND_B_AFTER_MS = HOLD_MS / 5;
 /** atomic: B then waits on A's uncommitted key for the rest of the hold… */
 const ATOMIC_EXPECTED_WAIT_MS = HOLD_MS - SEND_B_AFTER_MS;
-/** …and it must have waited at least three fifths of the hold to count as waiting for A. */
-const ATOMIC_MIN_WAIT_MS = (HOLD_MS * 3) / 5;
 /** key-first: B's 409 must come within a fifth of the hold, well before A commits. */
 const KEY_FIRST_MAX_MS = HOLD_MS / 5;
 
@@ -56,11 +54,12 @@ const SLOT_POLL_MS = 100;
 
 /**
  * Sends A (`sendA()` starts it) until the server gives it a slot: resolves
- * { a, held: true } once GET /demo/slot says this sandbox holds its
- * transaction, `after` ms after A was sent (sooner if A's hold of `hold` ms
- * began earlier than the page heard of it, so that B still meets the rest of
- * it); { a, held: false } if A was answered without holding one (refused for
- * good, or another answer). Each refusal keeps its card (retitled), is drawn
+ * { a, held: true, holdEndsAt } once GET /demo/slot says this sandbox holds
+ * its transaction, `after` ms after A was sent (sooner if A's hold of `hold`
+ * ms began earlier than the page heard of it, so that B still meets the rest
+ * of it); holdEndsAt (performance.now()) is the earliest A's hold can end,
+ * from the slot's left_ms, measured after the page asked. { a, held: false }
+ * if A was answered without holding one (refused for good, or another answer). Each refusal keeps its card (retitled), is drawn
  * as it went, and is waited out with a live countdown.
  */
 async function holdA(ctx, sendA, { after = SEND_B_AFTER_MS, hold = HOLD_MS } = {}) {
@@ -74,9 +73,11 @@ async function holdA(ctx, sendA, { after = SEND_B_AFTER_MS, hold = HOLD_MS } = {
     a.answered.then(() => { answered = true; });
     await Promise.race([ctx.sleep(Math.min(after, 300)), a.answered]);
     while (!answered) {
+      const asked = performance.now();
       const slot = await getSlot().catch(() => null);
       if (answered) break;
       if (slot?.holds_transaction === true) {
+        ctx.vars.holdEndsAt = asked + (slot.left_ms ?? 0);
         // B is sent `after` into A's hold: at the time planned, or at once if the hold is further on.
         const wait = Math.min(after - (performance.now() - sent), (slot.left_ms ?? hold) - (hold - after));
         if (wait > 0) await Promise.race([ctx.sleep(wait), a.answered]);
@@ -229,12 +230,24 @@ async function runLesson4Atomic(ctx) {
   await Promise.all([aDone, bDone, a.done, b.done, watching]);
 }
 
+/**
+ * The rest of A's hold B was sent into (ms), and whether B's answer came no
+ * sooner than that hold's end: B waited on A by what happened, not by a
+ * share of the planned hold (a B sent late on a loaded server meets less of it).
+ */
+function holdMet(ctx, B) {
+  const ends = ctx.vars.holdEndsAt;
+  if (typeof ends !== 'number' || B.endedAt == null) return { metMs: 0, waited: false };
+  return { metMs: Math.max(0, Math.round(ends - B.startedAt)), waited: B.endedAt >= ends };
+}
+
 function verdictLesson4Atomic(ctx) {
   const { A, B } = ctx.records;
   if (!A || !B) return verdictNotHeld(ctx);
   const n = ctx.newCharges().length;
   const wait = ctx.vars.wait ?? { reads: 0, lock: null, inProgress: false };
-  const ok = outcomeOf(B) === REPLAYED && B.elapsedMs >= ATOMIC_MIN_WAIT_MS && n === 1 && A.json?.id === B.json?.id && !wait.inProgress;
+  const { metMs, waited } = holdMet(ctx, B);
+  const ok = outcomeOf(B) === REPLAYED && waited && n === 1 && A.json?.id === B.json?.id && !wait.inProgress;
   return {
     ok,
     key: 'l4.verdict',
@@ -243,7 +256,7 @@ function verdictLesson4Atomic(ctx) {
       n,
       status: B.status,
       replayed: B.replayed,
-      expectMs: ATOMIC_EXPECTED_WAIT_MS,
+      expectMs: fmtMs(metMs),
       reads: wait.reads,
       inProgress: wait.inProgress,
       lock: () => (wait.lock ? describeLockWait(wait.lock) : t('locks.notSeen')),
@@ -314,7 +327,7 @@ function verdictLesson4Rollback(ctx) {
   const wait = ctx.vars.wait ?? { reads: 0, lock: null, inProgress: false };
   const keyRow = ctx.latest?.idempotency_keys.find((k) => k.key === ctx.vars.key) ?? null;
   const aFailed = A.status !== null && A.status >= 400;
-  const ok = aFailed && outcomeOf(B) === EXECUTED && !B.replayed && B.elapsedMs >= ATOMIC_MIN_WAIT_MS * (ROLLBACK_HOLD_MS / HOLD_MS) * 0.8
+  const ok = aFailed && outcomeOf(B) === EXECUTED && !B.replayed && holdMet(ctx, B).waited
     && fresh.length === 1 && fresh[0].id === B.json?.id && keyRow?.charge_id === B.json?.id && !wait.inProgress;
   return {
     ok,

@@ -15,7 +15,7 @@
 import { chargeRequest, refundRequest, newKey, declines } from '../api.js';
 import { L } from '../diagram.js';
 import { amountOf, shortKeyOf } from '../experiment.js';
-import { t, fmtAmount, fmtMs, fmtSpan } from '../i18n.js';
+import { t, fmtAmount, fmtMs, fmtSpan, msUnit } from '../i18n.js';
 import { outcomeOf, EXECUTED, REPLAYED, MISMATCH, IN_FLIGHT, LOST, DECLINED } from '../outcome.js';
 import { server } from '../server.js';
 import { timeOf, nowOf } from '../tables.js';
@@ -43,7 +43,7 @@ export function reply(d, rec, bar) {
     // What was thrown away: the 201 (or a PUT's 200); an abandoned request had no answer at all.
     const faults = rec.spec.intent?.faults ?? [];
     const text = faults.includes('abandon') || faults.includes('abandon-after-network') ? L('d.abandonedReply') : L('d.lost', { status: rec.spec.kind === 'describe' ? 200 : declines(rec.spec.intent) ? 402 : 201 });
-    d.message('api', 'client', text, { tag, kind: 'lost', detail: [() => `${rec.status} ${rec.statusText} · ${ms()} ms`] });
+    d.message('api', 'client', text, { tag, kind: 'lost', detail: [() => `${rec.status} ${rec.statusText} · ${ms()}${msUnit()}`] });
   } else if (outcome === REPLAYED) {
     d.message('api', 'client', L('d.replyReplayed', { ms, status: rec.status }), { tag, kind: 'reply' });
   } else {

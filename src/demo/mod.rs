@@ -72,8 +72,10 @@
 
 mod faults;
 mod gate;
+pub mod lesson8;
 pub mod openapi;
 mod queries;
+mod receiver;
 mod routes;
 pub mod sandboxes;
 mod slots;

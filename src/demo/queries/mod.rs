@@ -12,6 +12,7 @@
 
 mod locks;
 mod postgres;
+pub mod receiver;
 pub mod sandboxes;
 mod sqlite;
 mod tables;
@@ -108,7 +109,8 @@ fn tables(store: &mut dyn Store) -> &mut dyn DemoTables {
 /// start, after the migrations).
 pub fn create_tables(store: &mut dyn Store) -> QueryResult<()> {
     tables(store).create_tables()?;
-    sandboxes::create_table(store)
+    sandboxes::create_table(store)?;
+    receiver::create_tables(store)
 }
 
 /// Runs `read` in one read-only transaction that sees the database as of
@@ -179,8 +181,10 @@ pub fn insert_unguarded(
     tables(store).insert_unguarded(account_id, row, charge_id)
 }
 
-/// Deletes the account's key rows, unguarded rows, refunds and charges.
+/// Deletes the account's key rows, unguarded rows, refunds and charges,
+/// and lesson 8's: its receiver, inbox rows, effects and webhook rows.
 pub fn delete_account_rows(store: &mut dyn Store, account_id: i64) -> QueryResult<()> {
+    receiver::delete_rows(store, account_id)?;
     tables(store).delete_account_rows(account_id)
 }
 

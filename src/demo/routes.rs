@@ -426,6 +426,8 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
             (Some(_), false) => Some("sandbox"),
         },
         "recovery_interval_ms": s.recovery_interval.as_millis() as u64,
+        // Lesson 8: when the sender retries (the demo's short schedule).
+        "webhook_retry_schedule_seconds": s.webhooks.retry_schedule.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
         "max_lease_ms": MAX_LEASE.as_millis() as u64,
         "problem_types": crate::http::problem::TYPES.iter().map(|t| json!({
             "type": t.uri(),

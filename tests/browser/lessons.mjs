@@ -1031,6 +1031,46 @@ async function l6BoxAgrees(page, c, v) {
     says === (c.replayed ? 'replay' : 'takeover'), `card: ${c.status}${c.replayed ? ' replayed' : ''}; box: ${said(v)}`);
 }
 
+/**
+ * Lesson 6's last section, "What goes wrong without each rule": the two
+ * counterexamples of /model/counterexamples.json (written by the model's
+ * example, pinned to the model by its drift test), each drawn row for row:
+ * in English with the model's own labels, in Japanese translated (no key
+ * left untranslated, the key's name kept), then the four views and axe.
+ */
+async function lesson6Model(page) {
+  const response = await fetch(`${BASE_URL}/model/counterexamples.json`, { signal: AbortSignal.timeout(ACTION_TIMEOUT_MS) });
+  const file = await response.json();
+  const all = file.counterexamples ?? [];
+  check('lesson 6 (model): /model/counterexamples.json is served as JSON, with two counterexamples, each with its bound, states explored, rows and the command that wrote them',
+    response.status === 200 && /json/.test(response.headers.get('content-type') ?? '') && all.length === 2
+      && all.every((c) => c.bound?.label && c.states_explored > 0 && c.rows?.length > 0) && /--example counterexamples/.test(file.generated_by ?? ''),
+    `${response.status}, ${all.length} counterexamples`);
+  await page.getByTestId('l6-model-section').scrollIntoViewIfNeeded({ timeout: ACTION_TIMEOUT_MS });
+  await page.locator('[data-testid="l6-model"][data-state="ready"]').waitFor({ timeout: ACTION_TIMEOUT_MS });
+  // The rows told in words of the language, each naming its key (COMMIT stays COMMIT).
+  const WORDED = ['send', 'select', 'insert', 'take_over', 'complete', 'expire', 'recover'];
+  for (const lang of ['en', 'ja']) {
+    await setLang(page, lang);
+    const shown = await page.evaluate(() => Object.fromEntries([...document.querySelectorAll('[data-testid="model-counterexample"]')].map((box) => [box.dataset.id, {
+      steps: Number(box.dataset.steps),
+      items: [...box.querySelectorAll('ol.visually-hidden li')].map((li) => li.textContent),
+      drawn: box.querySelector('.diagram-canvas svg')?.getBoundingClientRect().height ?? 0,
+      story: box.querySelector('p')?.textContent ?? '',
+    }])));
+    for (const c of all) {
+      const s = shown[c.id];
+      // One item per row of the model's, in its order, then the page's note of the broken promise.
+      const rowsOk = Boolean(s) && s.steps === c.rows.length && s.items.length === c.rows.length + 1 && c.rows.every((row, i) => (lang === 'en'
+        ? s.items[i].endsWith(`: ${row.note}`)
+        : !/model\.row\./.test(s.items[i]) && (!WORDED.includes(row.action) || (s.items[i].includes(row.args.key) && !s.items[i].endsWith(`: ${row.note}`)))));
+      check(`lesson 6 (model, ${lang}): the ${c.id} counterexample is drawn with the file's ${c.rows.length} steps, in order, and told in a sentence`,
+        rowsOk && s.drawn > 100 && s.story.length > 80, s ? `${s.items.length} items, drawn ${s.drawn} px: ${s.items.slice(0, 2).join(' | ')}` : 'not shown');
+    }
+  }
+  await look(page, 'lesson 6: what goes wrong without each rule', { section: 'l6-model-section', shot: 'lesson-6-model' });
+}
+
 async function lesson6(page) {
   // ---- (a) the database forgets an acknowledged commit ---------------------------------------
   await resetViaPage(page);
@@ -2056,6 +2096,7 @@ async function tour(browser) {
   await lesson('lesson 4 in a class: every slot for a held transaction taken', () => lesson4SlotBusy(page));
   await lesson('lesson 5: key lifetime and reuse', () => lesson5(page));
   await lesson('lesson 6: what a key cannot promise', () => lesson6(page));
+  await lesson('lesson 6: what goes wrong without each rule (the model\'s counterexamples)', () => lesson6Model(page));
   await lesson('lesson 7: the charge reaches the card network', () => lesson7(page));
   await lesson('lesson 8: the other direction: webhooks', () => lesson8(page));
   await lesson('self-check', () => selfCheck(page));

@@ -42,9 +42,16 @@ export const L = (key, params = {}) => () => {
 };
 
 export class SequenceDiagram {
-  constructor(host, { lanes = LANES } = {}) {
+  /**
+   * laneLabel(lane, narrow): a lane's name; by default the page's own lanes'
+   * (lane.client …). A diagram with lanes of its own (the model's
+   * counterexamples) names them; `narrow` asks for a short name, for the
+   * boxes of a phone-wide drawing.
+   */
+  constructor(host, { lanes = LANES, laneLabel = (lane) => t(`lane.${lane}`) } = {}) {
     this.host = host;
     this.lanes = lanes;
+    this.laneLabel = laneLabel;
     this.host.classList.add('diagram');
     this.emptyNote = document.createElement('p');
     this.emptyNote.className = 'diagram-empty';
@@ -147,7 +154,7 @@ export class SequenceDiagram {
     const m = metrics(W);
     // Participant boxes as wide as their names need (Japanese names are longer).
     const lanes = this.lanes;
-    const widest = Math.max(...lanes.map((lane) => measure(t(`lane.${lane}`), m.font, false)));
+    const widest = Math.max(...lanes.map((lane) => measure(this.laneLabel(lane, m.narrow), m.font, false)));
     m.boxW = Math.min(W / lanes.length - 8, Math.max(m.boxW, widest + 18));
     // The outer lanes at the edges, the others evenly between them.
     const first = m.pad + m.boxW / 2;
@@ -209,7 +216,7 @@ export class SequenceDiagram {
     // Participants on top.
     for (const lane of lanes) {
       out.push(`<rect x="${lx[lane] - m.boxW / 2}" y="4" width="${m.boxW}" height="${m.boxH}" rx="4" fill="#eaf1f5" stroke="#9cabb5"/>`);
-      out.push(text(lx[lane], 4 + m.boxH / 2 + m.font * 0.36, t(`lane.${lane}`), { size: m.font, weight: 600 }));
+      out.push(text(lx[lane], 4 + m.boxH / 2 + m.font * 0.36, this.laneLabel(lane, m.narrow), { size: m.font, weight: 600 }));
     }
 
     this.canvas.innerHTML =
@@ -320,7 +327,7 @@ export class SequenceDiagram {
   _renderTextList() {
     const items = this.rows.map((row) => {
       if (row.type === 'gap') return t('d.gap', { s: (row.ms / 1000).toFixed(1) });
-      const head = `${t(`lane.${row.type === 'message' ? row.from : row.lanes[0]}`)}${row.type === 'message' ? ` → ${t(`lane.${row.to}`)}` : ''}`;
+      const head = `${this.laneLabel(row.type === 'message' ? row.from : row.lanes[0], false)}${row.type === 'message' ? ` → ${this.laneLabel(row.to, false)}` : ''}`;
       const detail = row.type === 'message' ? row.detail.map((d) => d()).join('; ') : '';
       return `${head}: ${prefixed(row)}${detail ? ` (${detail})` : ''}`;
     });

@@ -7,6 +7,7 @@ import { getState, resetDemo } from './api.js';
 import { loadServer, server, serverOrNull } from './server.js';
 import { mountExperiments, renderServerFacts } from './lessons/index.js';
 import { mountSelfCheck } from './selfcheck.js';
+import { mountModelSection } from './lessons/model.js';
 import { rerenderAll, onBusyChange, onState, isBusy, afterReset } from './experiment.js';
 import { updateScrollHints } from './tables.js';
 import { sandboxOrNull, SandboxRefused, sandboxWasRenewed } from './sandbox.js';
@@ -137,6 +138,7 @@ async function start() {
   applyStatic(document);
   renderLangButton();
   mountExperiments(document);
+  mountModelSection(document);
   mountSelfCheck(document);
   onState(showState);
   onBusyChange((busy) => {

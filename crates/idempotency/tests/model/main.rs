@@ -9,34 +9,11 @@ use std::io::Write as _;
 use std::time::Instant;
 
 use idempotency::Mode;
-use machine::{Budget, Bugs, ClientSpec, Config, Protocol};
+use machine::bounds::{budget, clients, faulty, name};
+use machine::{Bugs, ClientSpec, Config, Protocol};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 use machine::properties as p;
-
-/// Two clients with one key and body (a retry from elsewhere, or a
-/// concurrent duplicate; the first may send twice), and a third that
-/// reuses the key with another body.
-fn clients() -> Vec<ClientSpec> {
-    let c = |body, sends| ClientSpec {
-        account: 0,
-        key: 0,
-        body,
-        sends,
-    };
-    vec![c(0, 2), c(0, 1), c(1, 1)]
-}
-
-fn budget(crashes: u8, lost_answers: u8, lost_calls: u8, other_recoveries: u8) -> Budget {
-    Budget {
-        crashes,
-        lost_answers,
-        lost_calls,
-        // One lease runs out early; once all is quiet, time passes freely.
-        expiries: 1,
-        other_recoveries,
-    }
-}
 
 /// The CI bound: 3 clients, 2 workers and the recovery task, both designs,
 /// with and without a foreign step; the faults in mixes that fit the CI's
@@ -62,26 +39,6 @@ fn ci() -> Vec<Config> {
     known.known = true;
     all.push(known);
     all
-}
-
-fn name(cfg: &Config) -> String {
-    let step = if cfg.foreign { "with" } else { "without" };
-    let b = cfg.budget;
-    let known = if cfg.known { ", response known" } else { "" };
-    let accounts = match cfg.clients.iter().any(|c| c.account > 0) {
-        true => " on two accounts",
-        false => "",
-    };
-    format!(
-        "{}{known} {step} a foreign step, {} clients{accounts} ({} crash, {} lost answer, {} lost call, {} early expiry, {} other recovery)",
-        cfg.mode.as_str(),
-        cfg.clients.len(),
-        b.crashes,
-        b.lost_answers,
-        b.lost_calls,
-        b.expiries,
-        b.other_recoveries
-    )
 }
 
 /// Explores every state of `cfg` and checks every property there.
@@ -153,17 +110,6 @@ fn the_protocol_keeps_every_promise_up_to_the_bigger_bound() {
         2,
         budget(1, 0, 0, 0),
     ));
-}
-
-/// A revert test's bound: one of each fault but the crash.
-fn faulty(mode: Mode, foreign: bool) -> Config {
-    Config::new(
-        mode,
-        foreign,
-        clients(),
-        2,
-        budget(0, 1, u8::from(foreign), 1),
-    )
 }
 
 /// With `bugs` on, the model finds a path that breaks `property`: printed
@@ -287,4 +233,20 @@ fn without_the_recovery_task_a_key_left_by_a_crash_stays_in_progress() {
     let cfg = Config::new(Mode::KeyFirst, false, clients(), 2, budget(1, 0, 0, 0));
     let diagram = counterexample(cfg, bugs, p::SETTLES);
     assert!(diagram.contains("crash"), "a crash");
+}
+
+/// The page's lesson 6 draws two counterexamples from a file the example
+/// `counterexamples` wrote; the model must still find exactly those.
+#[test]
+fn the_pages_counterexamples_are_what_the_model_finds_now() {
+    let text = std::fs::read_to_string(machine::page::FILE)
+        .unwrap_or_else(|e| panic!("{}: {e}", machine::page::FILE));
+    let committed: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let now = machine::page::counterexamples();
+    assert!(
+        committed == now,
+        "web/model/counterexamples.json is not what the model finds now: run `{}` and look at the page's lesson 6\nnow:\n{}",
+        machine::page::COMMAND,
+        serde_json::to_string_pretty(&now).expect("JSON")
+    );
 }

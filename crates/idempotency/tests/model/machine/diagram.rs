@@ -1,9 +1,76 @@
-//! A path as a Mermaid sequence diagram: one arrow per statement, call,
-//! answer or fault, as the article draws them.
+//! A path as rows (who acts, what, from which lane to which, the label),
+//! and the rows as a Mermaid sequence diagram: one arrow per statement,
+//! call, answer or fault, as the article draws them. The page draws the
+//! same rows (`page`), so both show one path the same way.
+
+use serde_json::{Value, json};
 
 use super::replay::{Called, Entry, Seen};
 use super::world::{KeyId, Service};
-use super::{Action, Protocol, State};
+use super::{Action, Answer, Protocol, State};
+
+/// One arrow or note of a path.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// The lane that acts: an arrow's start, a note's lane.
+    pub actor: String,
+    /// What happens, by a stable name (`send`, `select`, `insert`, …) that
+    /// the page's messages translate with `args`.
+    pub action: &'static str,
+    pub from: String,
+    /// For a note, its own lane.
+    pub to: String,
+    /// `call`, `reply`, `lost` or `note`.
+    pub arrow: &'static str,
+    /// The label in English, as the Mermaid diagram prints it.
+    pub note: String,
+    /// The label's parts (`key`, `lease`, …).
+    pub args: Value,
+}
+
+impl Row {
+    fn call(from: &str, to: &str, action: &'static str, note: String, args: Value) -> Row {
+        Row {
+            actor: from.into(),
+            action,
+            from: from.into(),
+            to: to.into(),
+            arrow: "call",
+            note,
+            args,
+        }
+    }
+
+    fn note(over: &str, action: &'static str, note: String, args: Value) -> Row {
+        Row {
+            arrow: "note",
+            ..Row::call(over, over, action, note, args)
+        }
+    }
+
+    fn mermaid(&self) -> String {
+        let (from, to, note) = (&self.from, &self.to, &self.note);
+        match self.arrow {
+            "note" => format!("Note over {from}: {note}"),
+            "reply" => format!("{from}-->>{to}: {note}"),
+            "lost" => format!("{from}--x{to}: {note}"),
+            _ => format!("{from}->>{to}: {note}"),
+        }
+    }
+
+    pub fn json(&self, step: usize) -> Value {
+        json!({
+            "step": step,
+            "actor": self.actor,
+            "action": self.action,
+            "from": self.from,
+            "to": self.to,
+            "arrow": self.arrow,
+            "note": self.note,
+            "args": self.args,
+        })
+    }
+}
 
 fn key(k: KeyId) -> String {
     match k.0 {
@@ -12,13 +79,19 @@ fn key(k: KeyId) -> String {
     }
 }
 
-fn seen(row: &Option<Seen>) -> String {
+fn seen(row: &Option<Seen>) -> (String, Value) {
     match row {
-        None => "none".into(),
-        Some(r) if !r.in_progress => format!("completed, body b{}", r.body),
+        None => ("none".into(), json!({ "row": "none" })),
+        Some(r) if !r.in_progress => (
+            format!("completed, body b{}", r.body),
+            json!({ "row": "completed", "body": format!("b{}", r.body) }),
+        ),
         Some(r) => {
             let lease = if r.lease_live { "live" } else { "run out" };
-            format!("in progress, body b{}, lease {lease}", r.body)
+            (
+                format!("in progress, body b{}, lease {lease}", r.body),
+                json!({ "row": "in_progress", "body": format!("b{}", r.body), "lease_live": r.lease_live }),
+            )
         }
     }
 }
@@ -30,33 +103,95 @@ fn net(s: Service) -> &'static str {
     }
 }
 
+/// `args` with `more`'s fields added.
+fn with(mut args: Value, more: Value) -> Value {
+    if let (Some(a), Value::Object(m)) = (args.as_object_mut(), more) {
+        a.extend(m);
+    }
+    args
+}
+
 /// One entry as an arrow from worker `w`.
-fn entry(w: &str, k: &str, e: &Entry) -> String {
-    let db = |what: String| format!("{w}->>DB: {what}");
+fn entry(w: &str, k: &str, e: &Entry) -> Row {
+    let key = json!({ "key": k });
+    let db = |action, what: String, more: Value| {
+        Row::call(w, "DB", action, what, with(key.clone(), more))
+    };
+    let lease = |t: &u8| format!("t{t}");
     match e {
         Entry::Read { in_tx, row } => {
             let at = if *in_tx { "" } else { " (no transaction)" };
-            db(format!("SELECT {k}{at} → {}", seen(row)))
+            let (text, args) = seen(row);
+            let args = with(args, json!({ "in_transaction": in_tx }));
+            db("select", format!("SELECT {k}{at} → {text}"), args)
         }
-        Entry::Insert(Some(t)) => db(format!("INSERT {k} → ours, lease t{t}")),
-        Entry::Insert(None) => db(format!("INSERT {k} → conflict")),
-        Entry::TakeOver(Some(t)) => db(format!("take over {k} → ours, lease t{t}")),
-        Entry::TakeOver(None) => db(format!("take over {k} → refused")),
-        Entry::Complete(true) => db(format!("complete {k} → done")),
-        Entry::Complete(false) => db(format!("complete {k} → lease lost")),
-        Entry::Release(true) => db(format!("release {k} → deleted")),
-        Entry::Release(false) => db(format!("release {k} → not ours")),
-        Entry::Charge(id) => db(format!("INSERT charge ch{id}")),
-        Entry::Commit => db("COMMIT".into()),
-        Entry::Rollback => db("ROLLBACK".into()),
+        Entry::Insert(Some(t)) => db(
+            "insert",
+            format!("INSERT {k} → ours, lease {}", lease(t)),
+            json!({ "won": true, "lease": lease(t) }),
+        ),
+        Entry::Insert(None) => db(
+            "insert",
+            format!("INSERT {k} → conflict"),
+            json!({ "won": false }),
+        ),
+        Entry::TakeOver(Some(t)) => db(
+            "take_over",
+            format!("take over {k} → ours, lease {}", lease(t)),
+            json!({ "won": true, "lease": lease(t) }),
+        ),
+        Entry::TakeOver(None) => db(
+            "take_over",
+            format!("take over {k} → refused"),
+            json!({ "won": false }),
+        ),
+        Entry::Complete(done) => {
+            let what = if *done { "done" } else { "lease lost" };
+            db(
+                "complete",
+                format!("complete {k} → {what}"),
+                json!({ "done": done }),
+            )
+        }
+        Entry::Release(deleted) => {
+            let what = if *deleted { "deleted" } else { "not ours" };
+            db(
+                "release",
+                format!("release {k} → {what}"),
+                json!({ "deleted": deleted }),
+            )
+        }
+        Entry::Charge(id) => db(
+            "charge",
+            format!("INSERT charge ch{id}"),
+            json!({ "charge": format!("ch{id}") }),
+        ),
+        Entry::Commit => db("commit", "COMMIT".into(), json!({})),
+        Entry::Rollback => db("rollback", "ROLLBACK".into(), json!({})),
         Entry::Call(s, c) => {
-            let answer = match c {
-                Called::Done => "authorized",
-                Called::Lost => "authorized, answer lost",
-                Called::Refused => "refused: key holds another request",
+            let (answer, code) = match c {
+                Called::Done => ("authorized", "done"),
+                Called::Lost => ("authorized, answer lost", "lost"),
+                Called::Refused => ("refused: key holds another request", "refused"),
             };
-            format!("{w}->>{}: authorize {k} → {answer}", net(*s))
+            let args = with(key.clone(), json!({ "service": s.name(), "answer": code }));
+            Row::call(
+                w,
+                net(*s),
+                "authorize",
+                format!("authorize {k} → {answer}"),
+                args,
+            )
         }
+    }
+}
+
+fn answer_args(answer: &Answer) -> Value {
+    match answer {
+        Answer::Charged { replay, charge, .. } => {
+            json!({ "status": 201, "charge": format!("ch{charge}"), "replay": replay })
+        }
+        Answer::Status(s) => json!({ "status": s }),
     }
 }
 
@@ -96,95 +231,124 @@ impl Protocol {
         job.log[before..].to_vec()
     }
 
-    /// `path` as a Mermaid sequence diagram, naming only who takes part.
-    pub fn diagram(&self, path: &[(State, Option<Action>)]) -> String {
-        let mut lines = Vec::new();
+    /// `path`'s arrows and notes, in order.
+    pub fn rows(&self, path: &[(State, Option<Action>)]) -> Vec<Row> {
+        let mut rows = Vec::new();
         for (s, action) in path {
             // The last state has no action.
             let Some(action) = *action else { continue };
-            lines.extend(self.lines(s, action));
+            rows.extend(self.lines(s, action));
         }
-        let mut names: Vec<(String, &str)> = (0..self.0.clients.len())
-            .map(|c| (format!("C{c}"), ""))
-            .chain((0..=self.0.workers).map(|w| (self.worker_name(w), "")))
-            .collect();
-        names.extend([
-            ("DB".into(), ""),
-            ("N".into(), " as Network"),
-            ("A".into(), " as Another"),
-        ]);
-        let takes_part = |name: &str| {
-            lines.iter().any(|l| {
-                l.starts_with(&format!("{name}-"))
-                    || l.contains(&format!(">{name}:"))
-                    || l.contains(&format!("x{name}:"))
-                    || l.starts_with(&format!("Note over {name}:"))
-            })
-        };
+        rows
+    }
+
+    /// The lanes `rows` use, in the diagram's order: clients, workers, the
+    /// recovery worker, the database, the card networks.
+    pub fn lanes(&self, rows: &[Row]) -> Vec<String> {
+        (0..self.0.clients.len())
+            .map(|c| format!("C{c}"))
+            .chain((0..=self.0.workers).map(|w| self.worker_name(w)))
+            .chain(["DB", "N", "A"].map(String::from))
+            .filter(|lane| rows.iter().any(|r| &r.from == lane || &r.to == lane))
+            .collect()
+    }
+
+    /// `path` as a Mermaid sequence diagram, naming only who takes part.
+    pub fn diagram(&self, path: &[(State, Option<Action>)]) -> String {
+        let rows = self.rows(path);
         let mut out = vec!["sequenceDiagram".to_owned()];
-        for (name, alias) in &names {
-            if takes_part(name) {
-                out.push(format!("    participant {name}{alias}"));
-            }
+        for lane in self.lanes(&rows) {
+            let alias = match lane.as_str() {
+                "N" => " as Network",
+                "A" => " as Another",
+                _ => "",
+            };
+            out.push(format!("    participant {lane}{alias}"));
         }
-        out.extend(lines.into_iter().map(|l| format!("    {l}")));
+        out.extend(rows.iter().map(|r| format!("    {}", r.mermaid())));
         out.join("\n")
     }
 
-    fn lines(&self, s: &State, action: Action) -> Vec<String> {
+    fn lines(&self, s: &State, action: Action) -> Vec<Row> {
         let w = |w: usize| self.worker_name(w);
-        let job_key = |worker: usize| s.workers[worker].job.as_ref().map(|j| key(j.key));
-        let mut lines = match action {
+        let reply = |worker: usize| s.workers[worker].reply.clone().expect("a reply");
+        let mut rows = match action {
             Action::Send { client, worker } => {
                 let spec = self.0.clients[client];
                 let k = key((spec.account, spec.key));
-                vec![format!(
-                    "C{client}->>{}: POST /charges, key {k}, body b{}",
-                    w(worker),
-                    spec.body
+                let note = format!("POST /charges, key {k}, body b{}", spec.body);
+                let args = json!({ "key": k, "body": format!("b{}", spec.body) });
+                vec![Row::call(
+                    &format!("C{client}"),
+                    &w(worker),
+                    "send",
+                    note,
+                    args,
                 )]
             }
             Action::Recover { key: k, step } => {
                 let step = step.map_or("no foreign step", |s| s.name());
-                vec![format!("Note over R: recovery takes {} ({step})", key(k))]
+                let note = format!("recovery takes {} ({step})", key(k));
+                let args = json!({ "key": key(k), "step": step });
+                vec![Row::note("R", "recover", note, args)]
             }
-            Action::Deliver { worker } => {
-                let (client, answer) = s.workers[worker].reply.clone().expect("a reply");
-                vec![format!("{}-->>C{client}: {}", w(worker), answer.label())]
+            Action::Deliver { worker } | Action::Lose { worker } => {
+                let (client, answer) = reply(worker);
+                let lost = matches!(action, Action::Lose { .. });
+                let (verb, arrow, note) = match lost {
+                    false => ("deliver", "reply", answer.label()),
+                    true => ("lose", "lost", format!("{} (lost)", answer.label())),
+                };
+                let row = Row::call(
+                    &w(worker),
+                    &format!("C{client}"),
+                    verb,
+                    note,
+                    answer_args(&answer),
+                );
+                vec![Row { arrow, ..row }]
             }
-            Action::Lose { worker } => {
-                let (client, answer) = s.workers[worker].reply.clone().expect("a reply");
-                vec![format!(
-                    "{}--xC{client}: {} (lost)",
-                    w(worker),
-                    answer.label()
+            Action::Crash { worker } => vec![Row::note(
+                &w(worker),
+                "crash",
+                "crash: its transaction rolls back".into(),
+                json!({}),
+            )],
+            Action::GiveUp { client } => {
+                vec![Row::note(
+                    &format!("C{client}"),
+                    "give_up",
+                    "gives up".into(),
+                    json!({}),
                 )]
             }
-            Action::Crash { worker } => vec![format!(
-                "Note over {}: crash: its transaction rolls back",
-                w(worker)
+            Action::Expire { key: k } => vec![Row::note(
+                "DB",
+                "expire",
+                format!("the lease on {} runs out", key(k)),
+                json!({ "key": key(k) }),
             )],
-            Action::GiveUp { client } => vec![format!("Note over C{client}: gives up")],
-            Action::Expire { key: k } => {
-                vec![format!("Note over DB: the lease on {} runs out", key(k))]
-            }
             Action::Step { .. } => Vec::new(),
         };
         let worker = match action {
             Action::Send { worker, .. } | Action::Step { worker, .. } => worker,
             Action::Recover { .. } => self.0.workers,
-            _ => return lines,
+            _ => return rows,
         };
         let k = match action {
             Action::Send { client, .. } => key(self.key(client)),
             Action::Recover { key: k, .. } => key(k),
-            _ => job_key(worker).unwrap_or_default(),
+            _ => s.workers[worker]
+                .job
+                .as_ref()
+                .map(|j| key(j.key))
+                .unwrap_or_default(),
         };
-        lines.extend(
+        rows.extend(
             self.made(s, action)
                 .iter()
                 .map(|e| entry(&w(worker), &k, e)),
         );
-        lines
+        rows
     }
 }

@@ -6,7 +6,9 @@
 //! a recovery task, and the card networks (`world`). What every state must
 //! satisfy is in `properties`; `Bugs` switches one rule off at a time.
 
+pub mod bounds;
 pub mod diagram;
+pub mod page;
 pub mod properties;
 pub mod replay;
 pub mod world;

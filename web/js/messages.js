@@ -1636,7 +1636,7 @@ const ja = {
   'l8.p1.html':
     'ここまでは、お店が尋ね、こちらが答えてきました。支払いには逆向きの流れもあります。課金が成功すると、こちらからお店のサーバーに <strong>Webhook</strong>（こちらが送る HTTP リクエスト）で知らせます。その返事も、こちらの返事と同じように失われることがあります。だから送信側は再送し、Webhook は<strong>少なくとも 1回</strong>届きます。2回以上届くこともあります。受信側にも、こちらのキーと同じ対策が要ります。向きが逆になっただけです。',
   'l8.p2.html':
-    '課金は、自分のトランザクションの中でイベント（<code>charge.succeeded</code>）と未配送の配送 1件を書きます。だから、どちらか一方だけが残ることはありません。その後、サーバーの送信側がイベントをサンドボックスのエンドポイントに POST します。宛先は、このデモがあなたのために用意した受信側です。ヘッダは 3つです（Standard Webhooks）。<code>webhook-id</code> はイベントの ID で、何回目の試行でも同じです。<code>webhook-timestamp</code> はその試行の時刻です。<code>webhook-signature</code> は、ID・時刻・本文をエンドポイントの秘密鍵で計算した HMAC-SHA256 です。<code>2xx</code> が返れば配送は終わり、それ以外なら再送します。受信側はまず署名を確かめます。それから<strong>1つのトランザクション</strong>で、イベントの ID を主キー付きの受信箱（inbox）に記録し、注文に支払いを反映します。',
+    '課金は、自分のトランザクションの中で、イベント（<code>charge.succeeded</code>）とその配送待ちの行 1件を書きます。だから、どちらか一方だけが残ることはありません。その後、サーバーの送信側がイベントをサンドボックスのエンドポイントに POST します。宛先は、このデモがあなたのために用意した受信側です。ヘッダは 3つです（Standard Webhooks）。<code>webhook-id</code> はイベントの ID で、何回目の試行でも同じです。<code>webhook-timestamp</code> はその試行の時刻です。<code>webhook-signature</code> は、ID・時刻・本文をエンドポイントの秘密鍵で計算した HMAC-SHA256 です。<code>2xx</code> が返れば配送は終わり、それ以外なら再送します。受信側はまず署名を確かめます。それから<strong>1つのトランザクション</strong>で、イベントの ID を主キー付きの受信箱（inbox）に記録し、注文に支払いを反映します。',
   'l8.schedule': p => `このサーバーの送信側は、各試行の前に ${p.schedule} 待ちます（デモ用の短い間隔です。実際の間隔は数日に及びます）。`,
   'l8.lost.title': '受信側の返事が 2回失われる',
   'l8.lost.p.html':
@@ -1677,7 +1677,7 @@ const ja = {
   'title.l8untouched': '書き換えていない同じ配送',
   'd.l8setup': p => (p.n ? `デモ: 受信側は次の返事を ${p.n}回失う。受信箱は使う` : 'デモ: 受信側はどの配送にも返事をする。受信箱は使う'),
   'd.l8setupNoInbox': p => (p.n ? `デモ: 受信側は次の返事を ${p.n}回失う。受信箱は使わない` : 'デモ: 受信側は受信箱を使わない'),
-  'd.l8outbox': p => `BEGIN; 課金（${p.amount}）、そのイベント charge.succeeded、未配送の配送 1件; COMMIT`,
+  'd.l8outbox': p => `BEGIN; 課金（${p.amount}）、そのイベント charge.succeeded、配送待ちの行 1件; COMMIT`,
   'd.l8sender': p => `送信側がイベントを届ける（待ち時間: ${p.schedule}）`,
   'd.l8post': p => `イベントを POST（${p.n}回目）`,
   'd.l8first': '署名を確認 · BEGIN; 受信箱に新しい行; 支払いを反映; COMMIT',

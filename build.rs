@@ -4,6 +4,7 @@
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(postgres_tests)");
+    standardwebhooks();
     // The browser test reports itself ignored, never passed, where Node, its
     // npm packages or Chromium are missing, unless BROWSER_TESTS=required
     // (CI), where it runs and fails on what is missing. The cfg names exactly
@@ -100,5 +101,24 @@ fn main() {
         .is_ok_and(|o| o.status.success());
     if !unshare {
         println!("cargo::rustc-cfg=namespace_tests_unavailable");
+    }
+}
+
+/// `standardwebhooks_missing` unless PyPI's `standardwebhooks` imports in
+/// the virtual environment `.ci/standardwebhooks` makes: the delivery test
+/// that verifies our signatures with it then reports itself ignored.
+fn standardwebhooks() {
+    println!("cargo::rustc-check-cfg=cfg(standardwebhooks_missing)");
+    println!("cargo::rerun-if-env-changed=STANDARDWEBHOOKS_VENV");
+    let venv = std::env::var("STANDARDWEBHOOKS_VENV")
+        .unwrap_or_else(|_| "/var/tmp/standardwebhooks-1.1.0".into());
+    println!("cargo::rerun-if-changed={venv}");
+    println!("cargo::rustc-env=STANDARDWEBHOOKS_PYTHON={venv}/bin/python");
+    let present = std::process::Command::new(format!("{venv}/bin/python"))
+        .args(["-c", "import standardwebhooks"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !present {
+        println!("cargo::rustc-cfg=standardwebhooks_missing");
     }
 }

@@ -473,6 +473,14 @@ impl Settings {
         }
         policy
     }
+
+    /// Whether `POST /webhook_endpoints` refuses every URL: in the demo
+    /// hosted for others (`--public`) unless DEMO_PUBLIC_WEBHOOKS, so that a
+    /// public page does not send requests wherever a visitor asks. (The
+    /// demo's own receiver is registered by the demo, not through the API.)
+    pub fn webhook_registration_closed(&self) -> bool {
+        self.demo_enabled() && self.demo_public && !self.webhooks.demo_public_webhooks
+    }
 }
 
 /// What a caller can do to a server in demo mode, logged when it is switched

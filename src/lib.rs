@@ -65,13 +65,17 @@ pub const LAYERS: &[&[&str]] = &[
         "webhooks::targets",
         "webhooks::events",
     ],
-    // The webhook settings (they name the target rule).
-    &["webhooks::settings"],
+    // The webhook settings (they name the target rule); the deliveries'
+    // HTTP client (it applies the rule at each connect).
+    &["webhooks::settings", "webhooks::client"],
     // The validated domain types (their field errors are the edge's).
     &["payments::domain"],
     // The database, one store per backend (the key table's is the protocol
     // crate's); logging.
     &["store", "telemetry"],
+    // What an attempt makes of a delivery; the sender (claims, sends, records).
+    &["webhooks::schedule"],
+    &["webhooks::sender"],
     // Settings (they name the protocol's modes and the pool's size).
     &["config"],
     // HTTP: errors as problem+json, the route table, who is calling.
@@ -85,10 +89,13 @@ pub const LAYERS: &[&[&str]] = &[
     // What every write goes through: its checks, the protocol, the answer.
     &["http::requests"],
     // The bodies' and parameters' schemas, for the document.
-    &["payments::schemas"],
+    &["payments::schemas", "webhooks::registration"],
     // The operations' handlers.
     &["payments::charges", "http::ops"],
+    &["webhooks::events_api", "webhooks::endpoints"],
     &["payments::refunds"],
+    // An event's deliveries and redelivery, at the edge.
+    &["webhooks::deliveries"],
     // The card network, a service of its own (`charges network`); and the
     // recovery of keys left in progress.
     &["simulator", "payments::recovery"],

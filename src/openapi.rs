@@ -25,7 +25,8 @@ use crate::http::problem::{
     INTERNAL, INVALID_IDEMPOTENCY_KEY, INVALID_REQUEST, NETWORK_UNAVAILABLE, NOT_FOUND,
     PAYLOAD_TOO_LARGE, Problem, ProblemType, RATE_LIMITED, REFUND_EXCEEDS_CHARGE,
     REQUEST_NOT_RECOVERABLE, REQUEST_TIMEOUT, SERVICE_UNAVAILABLE, TYPES, UNAUTHORIZED,
-    UNSUPPORTED_CONTENT_ENCODING, UNSUPPORTED_MEDIA_TYPE, retries_after,
+    UNSUPPORTED_CONTENT_ENCODING, UNSUPPORTED_MEDIA_TYPE, WEBHOOK_ENDPOINT_LIMIT,
+    WEBHOOK_TARGET_NOT_ALLOWED, retries_after,
 };
 use crate::http::state::AppState;
 
@@ -50,6 +51,17 @@ has run out, and your retry then replays it. Errors are `application/problem+jso
         crate::payments::charges::set_description,
         crate::payments::refunds::create,
         crate::payments::refunds::list,
+        // events and webhook endpoints (#48)
+        crate::webhooks::events_api::list,
+        crate::webhooks::events_api::get,
+        crate::webhooks::endpoints::create,
+        crate::webhooks::endpoints::list,
+        crate::webhooks::endpoints::get,
+        crate::webhooks::endpoints::delete,
+        crate::webhooks::endpoints::rotate_secret,
+        // webhook deliveries
+        crate::webhooks::deliveries::list,
+        crate::webhooks::deliveries::redeliver,
         crate::http::ops::healthz,
         crate::http::ops::readyz,
         crate::http::ops::problem_type,
@@ -60,7 +72,10 @@ has run out, and your retry then replays it. Errors are `application/problem+jso
     modifiers(&Security),
     tags(
         (name = "charges", description = "Payments, with Idempotency-Key"),
+        (name = "events", description = "What happened to the account's charges, written in their transactions"),
+        (name = "webhooks", description = "Endpoints the events are sent to, signed (Standard Webhooks)"),
         (name = "operations", description = "Health, problem types, this document"),
+        (name = "webhooks", description = "Events sent to your endpoints, signed as Standard Webhooks says; see docs/webhooks.md"),
     )
 )]
 pub struct ApiDoc;
@@ -91,15 +106,23 @@ impl utoipa::Modify for Security {
 pub const ANSWERS: &[Answer] = &[
     answer(&INVALID_REQUEST, Authenticated, "a header given twice"),
     answer(&INVALID_REQUEST, WithABody, "a field or the JSON (see `errors`)"),
-    answer(&INVALID_REQUEST, By(&["list", "list_refunds"]), "`limit` out of range, `starting_after` and `ending_before` both, a cursor that is no row of this list, or an unknown query parameter"),
+    answer(&INVALID_REQUEST, By(&["list", "list_refunds", "list_events", "list_webhook_endpoints"]), "`limit` out of range, `starting_after` and `ending_before` both, a cursor that is no row of this list, or an unknown query parameter"),
+    answer(&INVALID_REQUEST, By(&["list_events"]), "a `type` that is no event type"),
+    answer(&INVALID_REQUEST, By(&["create_webhook_endpoint"]), "a `url` whose host does not resolve"),
+    answer(&WEBHOOK_TARGET_NOT_ALLOWED, By(&["create_webhook_endpoint"]), "the URL's host resolves to an address webhooks are not sent to (loopback, private, link-local, multicast, unspecified, reserved: the detail names the range), `http://` where only `https://` is allowed, or any URL on a demo hosted for others"),
+    answer(&WEBHOOK_ENDPOINT_LIMIT, By(&["create_webhook_endpoint"]), "the account has 16 endpoints already; stored under the key like a 201"),
     answer(&INVALID_REQUEST, By(&["create"]), "card details (a card number, a `card` object): refused and kept nowhere, this demo never takes a real card"),
     answer(&INVALID_IDEMPOTENCY_KEY, Keyed, "malformed, or given twice"),
     answer(&REFUND_EXCEEDS_CHARGE, By(&["create_refund"]), "more than is left of the charge; stored under the key like a 201"),
     answer(&CHARGE_NOT_REFUNDABLE, By(&["create_refund"]), "the charge failed (was declined), so nothing can be refunded; stored under the key like a 201"),
     answer(&CARD_DECLINED, By(&["create"]), "a declining test payment method (`decline_code`, and `charge`: the failed charge's id): the failed charge is recorded, and this answer is stored under the key and replayed like a 201 (`Idempotent-Replayed: true`); a new attempt needs a new key"),
     answer(&UNAUTHORIZED, Authenticated, "no API key, or an unknown one"),
+    answer(&ACCOUNT_REVOKED, By(&["create_webhook_endpoint", "rotate_webhook_endpoint_secret"]), "the request was left unfinished by a crash and the account revoked before the recovery task completed it; stored under the key"),
     answer(&ACCOUNT_REVOKED, By(&["create"]), "the account was revoked while the charge waited on the card network (or was left unfinished by a crash): nothing charged, the network's authorization voided; stored under the key"),
     answer(&NOT_FOUND, OnACharge, "no such charge for this account (also another account's)"),
+    answer(&NOT_FOUND, By(&["get_event"]), "no such event for this account (also another account's, or an id not spelled `evt_…` as given)"),
+    answer(&NOT_FOUND, By(&["get_webhook_endpoint", "delete_webhook_endpoint", "rotate_webhook_endpoint_secret"]), "no such webhook endpoint for this account (also another account's, or one deleted)"),
+    answer(&NOT_FOUND, By(&["event_deliveries", "redeliver_event"]), "no such event for this account (also another account's)"),
     answer(&NOT_FOUND, By(&["create_refund"]), "stored under the key, like every answer of the operation"),
     answer(&REQUEST_TIMEOUT, WithABody, "the body did not arrive within BODY_TIMEOUT (10 s by default)"),
     answer(&IDEMPOTENCY_KEY_IN_FLIGHT, Keyed, "the key's first request is still running (key-first mode; in atomic mode, only when it still runs at this request's deadline)"),
@@ -144,8 +167,9 @@ fn answers(path: &str, operation: &Operation, answered: Answered) -> bool {
         ByTheDatabase => !STATIC.contains(&id),
         Authenticated => operation.security.is_some(),
         WithABody => operation.request_body.is_some(),
+        Answered::ChargeWrites => path.starts_with("/charges") && operation.request_body.is_some(),
         Keyed => parameters.any(|p| p.name == "Idempotency-Key"),
-        OnACharge => path.contains("{id}"),
+        OnACharge => path.starts_with("/charges/{id}"),
         By(ids) => ids.contains(&id),
     }
 }
@@ -258,11 +282,50 @@ pub fn build(state: &AppState, demo: bool) -> Value {
         "ListRefunds": link("list_refunds", "Its refunds."),
         "SetDescription": link("set_description", "Set its description."),
     });
+    // A rotation's body may be left out (utoipa's `request_body` cannot say
+    // so without making it nullable, and `null` is a 400).
+    doc["paths"]["/webhook_endpoints/{id}/rotate_secret"]["post"]["requestBody"]["required"] =
+        Value::Bool(false);
     // The problem types `/problems/{slug}` serves.
     let slugs: Vec<&str> = TYPES.iter().map(|t| t.slug).collect();
     doc["paths"]["/problems/{slug}"]["get"]["parameters"][0]["schema"] =
         serde_json::json!({"type": "string", "enum": slugs});
+    // webhook deliveries: what a receiver gets (OpenAPI 3.1's `webhooks`).
+    doc["webhooks"] = webhooks_section();
     doc
+}
+
+/// OpenAPI 3.1's top-level `webhooks`: the `POST` an endpoint receives for
+/// each event, its three Standard Webhooks headers and its body.
+fn webhooks_section() -> Value {
+    let header = |name: &str, description: &str, schema: Value| serde_json::json!({"name": name, "in": "header", "required": true, "description": description, "schema": schema});
+    serde_json::json!({"event": {"post": {
+        "operationId": "receive_event",
+        "tags": ["webhooks"],
+        "summary": "An event, as your endpoint receives it",
+        "description": "Sent at least once: until your endpoint answers a 2xx, on WEBHOOK_RETRY_SCHEDULE (by default 8 attempts over 27 h 35 min, with up to 10 % jitter). No redirect is followed (a 3xx is a failed attempt); 410 Gone disables the endpoint. Every attempt of one event carries the same `webhook-id`: record it under a unique constraint in the transaction of your effect (the idempotency crate's inbox) and answer 2xx to a repeat. Ordering between events is not promised.",
+        "parameters": [
+            header("webhook-id", "The event's id, the same on every attempt: dedupe by it.", serde_json::json!({"type": "string", "pattern": "^evt_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"})),
+            header("webhook-timestamp", "Unix seconds of this attempt; refuse one more than 5 minutes from your clock.", serde_json::json!({"type": "string", "pattern": "^[0-9]+$"})),
+            header("webhook-signature", "Space-separated `v1,<base64 HMAC-SHA256 of \"{webhook-id}.{webhook-timestamp}.{body}\">` entries, keyed with the base64-decoded part of your `whsec_` secret; two while a rotated secret's grace lasts. Compare in constant time.", serde_json::json!({"type": "string", "pattern": "^v1,[A-Za-z0-9+/=]+( v1,[A-Za-z0-9+/=]+)*$"})),
+        ],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {
+            "type": "object",
+            "required": ["id", "object", "type", "created_at", "data"],
+            "properties": {
+                "id": {"type": "string", "description": "`evt_…`, as in `webhook-id`"},
+                "object": {"const": "event"},
+                "type": {"enum": crate::webhooks::events::TYPES},
+                "created_at": {"type": "string", "format": "date-time"},
+                "data": {"type": "object", "required": ["object"], "properties": {"object": {"type": "object", "description": "The charge (or, for charge.refunded, the refund) as it was when the event happened"}}},
+            },
+        }}}},
+        "responses": {
+            "2XX": {"description": "Delivered: no further attempt"},
+            "410": {"description": "Gone: the endpoint is disabled, its pending deliveries fail"},
+            "default": {"description": "Any other answer, none within WEBHOOK_TIMEOUT (10 s), or no connection: retried"},
+        },
+    }}})
 }
 
 /// This OpenAPI 3.1 document.

@@ -25,6 +25,9 @@ use crate::network::client::NetworkClient;
 use crate::openapi;
 use crate::payments::{charges, recovery, refunds};
 use crate::store::{DbPool, SetupError};
+use crate::webhooks::deliveries;
+use crate::webhooks::sender::Sender;
+use crate::webhooks::{endpoints, events_api};
 use crate::{demo, telemetry};
 
 mod networks;
@@ -94,6 +97,10 @@ impl Application {
         let demo = settings.demo_enabled();
         if demo && !settings.demo_public && !local.ip().is_loopback() {
             tracing::warn!("{}", crate::config::DEMO_EXPOSED_WARNING);
+        }
+        if demo && settings.demo_public {
+            // The hosted demo sends only to the receiver it hosts itself.
+            settings.webhooks.also_allow = own_addresses(local);
         }
         let pool = DbPool::open(&settings.pool())?;
         let Networks {
@@ -208,7 +215,16 @@ impl Application {
                 self.recovery_interval,
             ))
         });
+        // Due webhook deliveries, sent (WEBHOOK_POLL_INTERVAL=0s: not here).
+        let settings = &self.state.settings;
+        let sender = (!settings.webhooks.poll_interval.is_zero()).then(|| {
+            let policy = settings.webhook_target_policy();
+            tokio::spawn(Sender::new(self.pool.clone(), &settings.webhooks, policy).run())
+        });
         let result = self.server.await;
+        if let Some(sender) = sender {
+            sender.abort();
+        }
         forgetter.abort();
         if let Some(sandboxes) = sandboxes {
             sandboxes.abort();
@@ -400,6 +416,20 @@ fn metrics_server(
     Ok(server)
 }
 
+/// The addresses a receiver this server hosts is reached at: the one bound,
+/// or for an unspecified bind the loopback ones on its port.
+fn own_addresses(local: std::net::SocketAddr) -> Vec<std::net::SocketAddr> {
+    if local.ip().is_unspecified() {
+        let port = local.port();
+        vec![
+            std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
+        ]
+    } else {
+        vec![local]
+    }
+}
+
 /// Deletes expired idempotency keys every `interval`, in batches.
 async fn purge_periodically(
     pool: DbPool,
@@ -486,6 +516,27 @@ pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
                 at("/charges/{id}/description").route(web::put().to(charges::set_description)),
             ),
     );
+    // events and webhook endpoints (#48): plain resources, outside the
+    // charges' scope (the demo's faults act on charges only).
+    cfg.service(resource("/events").route(get().to(events_api::list)));
+    cfg.service(resource("/events/{id}").route(get().to(events_api::get)));
+    cfg.service(
+        resource("/webhook_endpoints")
+            .route(web::post().to(endpoints::create))
+            .route(get().to(endpoints::list)),
+    );
+    cfg.service(
+        resource("/webhook_endpoints/{id}")
+            .route(get().to(endpoints::get))
+            .route(web::delete().to(endpoints::delete)),
+    );
+    cfg.service(
+        resource("/webhook_endpoints/{id}/rotate_secret")
+            .route(web::post().to(endpoints::rotate_secret)),
+    );
+    // webhook deliveries: an event's attempts, and sending it again.
+    cfg.service(resource("/events/{id}/deliveries").route(get().to(deliveries::list)));
+    cfg.service(resource("/events/{id}/redeliver").route(web::post().to(deliveries::redeliver)));
     cfg.service(resource("/healthz").route(get().to(ops::healthz)));
     cfg.service(resource("/readyz").route(get().to(ops::readyz)));
     cfg.service(resource("/problems/{slug}").route(get().to(ops::problem_type)));

@@ -23,6 +23,7 @@ use crate::config::Settings;
 use crate::http::problem::ApiError;
 use crate::http::state::AppState;
 use crate::store::Store;
+use crate::webhooks::endpoints::new_secret;
 use crate::webhooks::events;
 use crate::webhooks::settings::WebhookSettings;
 use idempotency::webhook::{Secret, signature_header};
@@ -59,15 +60,6 @@ fn receiver_url(req: &HttpRequest, receiver_id: &str) -> String {
         addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
     format!("http://{addr}/demo/receivers/{receiver_id}")
-}
-
-/// A new signing secret: `whsec_` and 32 random bytes.
-fn new_secret() -> String {
-    let mut bytes = vec![0u8; 32];
-    getrandom::fill(&mut bytes).expect("the operating system's random number generator");
-    Secret::from_bytes(bytes)
-        .expect("32 bytes make a secret")
-        .to_whsec()
 }
 
 /// Demo mode only: the sandbox's webhook endpoint, made once: it points at

@@ -5,7 +5,7 @@ use utoipa::OpenApi;
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::SecurityScheme;
 
-use crate::http::problem::Answered::{Authenticated, By, WithABody};
+use crate::http::problem::Answered::{Authenticated, By, ChargeWrites};
 use crate::http::problem::{
     Answer, CROSS_SITE_REQUEST, DEMO_ACCOUNT_ONLY, DEMO_ROOM_FULL, SIMULATED_LOST_ANSWER,
     SIMULATED_LOST_RESPONSE, WEBHOOK_NOT_VERIFIED,
@@ -58,7 +58,7 @@ pub const ANSWERS: &[Answer] = &[
     },
     Answer {
         kind: &SIMULATED_LOST_RESPONSE,
-        answered: WithABody,
+        answered: ChargeWrites,
         note: "demo mode, `Demo-Fault: lose-response` or `abandon` only: the work was done (or, for `abandon`, left half done), only the answer was thrown away",
     },
     Answer {

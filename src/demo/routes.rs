@@ -108,6 +108,7 @@ async fn check_then_insert(
                 };
                 store.transaction(|tx| {
                     tx.insert_charge(&create.charge)?;
+                    tx.write_event(&charges::charge_event(&create.charge))?;
                     queries::insert_unguarded(tx, account_id, &row, create.charge.id)?;
                     hooks.get().before_commit()?;
                     Ok::<_, ApiError>(())

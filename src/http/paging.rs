@@ -24,6 +24,38 @@ struct Query {
     starting_after: Option<String>,
     ending_before: Option<String>,
     status: Option<String>,
+    #[serde(rename = "type")]
+    type_: Option<String>,
+}
+
+/// What a list pages over: its filter's name and values, and how its rows'
+/// ids are spelled.
+#[derive(Clone, Copy)]
+pub struct Listed {
+    /// `status` (charges) or `type` (events).
+    pub filter: &'static str,
+    /// The values the filter may take (none: the list has no filter).
+    pub values: &'static [&'static str],
+    /// A row's id as the API gives it out, or `None`.
+    pub id: fn(&str) -> Option<Uuid>,
+}
+
+impl Listed {
+    /// Rows named by UUIDs, lowercase and hyphenated; filtered by `status`.
+    pub const fn by_status(values: &'static [&'static str]) -> Listed {
+        Listed {
+            filter: "status",
+            values,
+            id: plain_id,
+        }
+    }
+}
+
+/// An id as the API gives them out (lowercase, hyphenated).
+pub fn plain_id(text: &str) -> Option<Uuid> {
+    Uuid::parse_str(text)
+        .ok()
+        .filter(|id| id.hyphenated().to_string() == text)
 }
 
 /// A list request's query string, checked.
@@ -44,7 +76,12 @@ enum Start {
 impl ListRequest {
     /// Parses the query string; `statuses` are the values `status` may
     /// take (none: the list has no `status` filter, and it is refused).
-    pub fn parse(query: &str, statuses: &[&'static str]) -> Result<ListRequest, ApiError> {
+    pub fn parse(query: &str, statuses: &'static [&'static str]) -> Result<ListRequest, ApiError> {
+        ListRequest::parse_for(query, Listed::by_status(statuses))
+    }
+
+    /// Parses the query string of a list of `listed`.
+    pub fn parse_for(query: &str, listed: Listed) -> Result<ListRequest, ApiError> {
         let q = actix_web::web::Query::<Query>::from_query(query)
             .map_err(|e| ApiError::invalid(format!("Bad query string: {e}.")))?
             .into_inner();
@@ -60,21 +97,31 @@ impl ListRequest {
                     "Send `starting_after` or `ending_before`, not both: a page runs one way from one row.",
                 ));
             }
-            (Some(id), None) => Some(Start::After(row_id("starting_after", &id)?)),
-            (None, Some(id)) => Some(Start::Before(row_id("ending_before", &id)?)),
+            (Some(id), None) => Some(Start::After(row_id(listed, "starting_after", &id)?)),
+            (None, Some(id)) => Some(Start::Before(row_id(listed, "ending_before", &id)?)),
             (None, None) => None,
         };
-        let status = match q.status {
+        let (given, other) = match listed.filter {
+            "type" => (q.type_, q.status.map(|_| "status")),
+            _ => (q.status, q.type_.map(|_| "type")),
+        };
+        if let Some(other) = other {
+            return Err(ApiError::invalid(format!(
+                "This list has no `{other}` filter."
+            )));
+        }
+        let (name, values) = (listed.filter, listed.values);
+        let status = match given {
             None => None,
             Some(s) => Some(
-                statuses
+                values
                     .iter()
                     .copied()
                     .find(|known| *known == s)
                     .ok_or_else(|| {
-                        ApiError::invalid(match statuses {
-                            [] => "This list has no `status` filter.".to_owned(),
-                            _ => format!("`status` must be one of: {}.", statuses.join(", ")),
+                        ApiError::invalid(match values {
+                            [] => format!("This list has no `{name}` filter."),
+                            _ => format!("`{name}` must be one of: {}.", values.join(", ")),
                         })
                     })?,
             ),
@@ -122,16 +169,13 @@ impl ListRequest {
     }
 }
 
-/// An id as the API gives them out (lowercase, hyphenated).
-fn row_id(parameter: &str, text: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(text)
-        .ok()
-        .filter(|id| id.hyphenated().to_string() == text)
-        .ok_or_else(|| {
-            ApiError::invalid(format!(
-                "`{parameter}` must be the id of a row of this list, as the API gave it (lowercase, hyphenated)."
-            ))
-        })
+/// A row's id as the API gives them out.
+fn row_id(listed: Listed, parameter: &str, text: &str) -> Result<Uuid, ApiError> {
+    (listed.id)(text).ok_or_else(|| {
+        ApiError::invalid(format!(
+            "`{parameter}` must be the id of a row of this list, as the API gave it (lowercase, hyphenated)."
+        ))
+    })
 }
 
 fn found(at: Option<DateTime<Utc>>, parameter: &str) -> Result<DateTime<Utc>, ApiError> {

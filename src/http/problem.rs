@@ -55,6 +55,7 @@ problem_types! {
     INVALID_IDEMPOTENCY_KEY = ("invalid-idempotency-key", 400, "The Idempotency-Key header is invalid");
     REFUND_EXCEEDS_CHARGE = ("refund-exceeds-charge", 400, "The refund is more than is left of the charge");
     CHARGE_NOT_REFUNDABLE = ("charge-not-refundable", 400, "The charge failed, so there is nothing to refund");
+    WEBHOOK_TARGET_NOT_ALLOWED = ("webhook-target-not-allowed", 400, "Webhooks may not be sent to this URL");
     UNAUTHORIZED = ("unauthorized", 401, "Authentication is required");
     CARD_DECLINED = ("card-declined", 402, "The card was declined");
     ACCOUNT_REVOKED = ("account-revoked", 403, "The account was revoked before the request was completed");
@@ -62,6 +63,7 @@ problem_types! {
     METHOD_NOT_ALLOWED = ("method-not-allowed", 405, "Method not allowed");
     REQUEST_TIMEOUT = ("request-timeout", 408, "The request body arrived too slowly");
     IDEMPOTENCY_KEY_IN_FLIGHT = ("idempotency-key-in-flight", 409, "A request with this Idempotency-Key is still being processed");
+    WEBHOOK_ENDPOINT_LIMIT = ("webhook-endpoint-limit", 409, "The account has as many webhook endpoints as it may");
     PAYLOAD_TOO_LARGE = ("payload-too-large", 413, "The request body is too large");
     UNSUPPORTED_MEDIA_TYPE = ("unsupported-media-type", 415, "The request body must be JSON");
     UNSUPPORTED_CONTENT_ENCODING = ("unsupported-content-encoding", 415, "The request body must not be compressed");
@@ -99,6 +101,9 @@ pub enum Answered {
     Authenticated,
     /// Every operation that reads a JSON body.
     WithABody,
+    /// Every operation under `/charges` that reads a JSON body: where the
+    /// demo's faults are mounted.
+    ChargeWrites,
     /// Every operation that reads an `Idempotency-Key`.
     Keyed,
     /// Every operation on one charge (its path names `{id}`).
@@ -174,6 +179,13 @@ pub enum ApiError {
     BodyTimeout { secs: u64 },
     #[error("internal error: {0}")]
     Internal(String),
+    /// A problem of its own kind whose detail says all (a webhook target
+    /// refused, say).
+    #[error("{detail}")]
+    Refused {
+        kind: &'static ProblemType,
+        detail: String,
+    },
 }
 
 impl ApiError {
@@ -210,6 +222,7 @@ impl ApiError {
             ApiError::Network(_) => &NETWORK_UNAVAILABLE,
             ApiError::BodyTimeout { .. } => &REQUEST_TIMEOUT,
             ApiError::Internal(_) => &INTERNAL,
+            ApiError::Refused { kind, .. } => kind,
         }
     }
 
@@ -240,7 +253,7 @@ impl ApiError {
                 "This Idempotency-Key was already used with a different request, which reached the card network: the network authorized it, and its answer was lost before anything was stored here. Nothing was done. Retry that first request with this key to complete it, or use a new key for this one.".into()
             }
             ApiError::Unavailable(_) => "The database cannot be reached right now. Retry the same request (with the same Idempotency-Key) shortly.".into(),
-            ApiError::Overloaded { detail } => detail.clone(),
+            ApiError::Overloaded { detail } | ApiError::Refused { detail, .. } => detail.clone(),
             ApiError::Network(cause) => format!("The charge could not be authorized: {cause}. Nothing was stored here, and nothing will be completed under this key unless you retry. Whether the card network authorized is not always known: retry the same request with the same Idempotency-Key. The network is asked under a key derived from yours, so it authorizes at most once however often we ask, and your retry completes the charge with that authorization."),
             ApiError::RateLimited { retry_after_secs, scope } => format!("This {scope} has sent more requests than it may; nothing was done. Retry after {retry_after_secs} s (with the same Idempotency-Key: this answer was not stored under it)."),
             ApiError::DeadlineExceeded { secs } => format!("The database did not answer within {secs} s, so this request was given up. Whether it took effect is unknown: retry it with the same Idempotency-Key, which replays its result if it took effect and runs it once if it did not."),

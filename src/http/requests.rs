@@ -59,6 +59,26 @@ pub async fn read_json(
     state: &AppState,
     key_use: KeyUse,
 ) -> Result<JsonRequest, ApiError> {
+    read(req, payload, state, key_use, false).await
+}
+
+/// As [`read_json`] for a keyed write whose body is optional: no body at
+/// all (and then no `Content-Type` needed) reads as `{}`.
+pub async fn read_optional_json(
+    req: &HttpRequest,
+    payload: web::Payload,
+    state: &AppState,
+) -> Result<JsonRequest, ApiError> {
+    read(req, payload, state, KeyUse::Read, true).await
+}
+
+async fn read(
+    req: &HttpRequest,
+    payload: web::Payload,
+    state: &AppState,
+    key_use: KeyUse,
+    optional: bool,
+) -> Result<JsonRequest, ApiError> {
     let account_id = state.accounts.authenticate(req, &state.pool).await?;
     let key = match key_use {
         KeyUse::Read => IdempotencyKey::from_headers(req.headers())?,
@@ -67,7 +87,9 @@ pub async fn read_json(
     if key_use == KeyUse::Read && key.is_none() && state.settings.require_idempotency_key {
         return Err(ApiError::IdempotencyKeyRequired);
     }
-    require_json(req)?;
+    if !optional {
+        require_json(req)?;
+    }
     require_identity_encoding(req)?;
     let timeout = state.settings.body_timeout;
     let body = tokio::time::timeout(timeout, read_body(req, payload))
@@ -75,8 +97,15 @@ pub async fn read_json(
         .map_err(|_| ApiError::BodyTimeout {
             secs: timeout.as_secs_f64().ceil() as u64,
         })??;
-    let body = crate::http::json::parse_strict(&body)
-        .map_err(|e| ApiError::invalid(format!("The body is not valid JSON: {e}.")))?;
+    let body = if optional && body.is_empty() {
+        Value::Object(Default::default())
+    } else {
+        if optional {
+            require_json(req)?;
+        }
+        crate::http::json::parse_strict(&body)
+            .map_err(|e| ApiError::invalid(format!("The body is not valid JSON: {e}.")))?
+    };
     Ok(JsonRequest {
         account_id,
         key,

@@ -22,7 +22,10 @@ use crate::payments::methods::{self, Decline};
 use crate::payments::schemas::{
     self, ChargeId, ChargeRequestBody, ChargeStatus, DescriptionBody, KeyParam, ListCursor,
 };
-use crate::store::{AccountStore, Charge, ChargeStore, Checkouts, now_micros, time_text};
+use crate::store::{
+    AccountStore, Charge, ChargeStore, Checkouts, Event, WebhookStore, now_micros, time_text,
+};
+use crate::webhooks::events;
 use idempotency::hooks::RequestHooks;
 use idempotency::hooks::write_alone;
 use idempotency::{self, ForeignStep, IdempotencyKey, Operation, SavedResponse};
@@ -153,19 +156,19 @@ impl CreateCharge {
         self.authorized();
         let check_account = self.check_account;
         let charge = &self.charge;
-        let inserted = checkouts.with(|store| -> Result<bool, ApiError> {
-            if !check_account {
-                write_alone(store, hooks, |s| s.insert_charge(charge))?;
-                return Ok(true);
-            }
-            // The network answered long after the request was authenticated:
-            // the account must still be live when the charge is written, as
-            // for a keyed charge's phase 3.
+        let event = charge_event(charge);
+        // One transaction: the charge and its event (the outbox) commit
+        // together or not at all.
+        let inserted = checkouts.with(|store| {
             store.transaction(|tx| -> Result<bool, ApiError> {
-                if !tx.account_is_live(charge.account_id)? {
+                // The network answered long after the request was
+                // authenticated: the account must still be live when the
+                // charge is written, as for a keyed charge's phase 3.
+                if check_account && !tx.account_is_live(charge.account_id)? {
                     return Ok(false);
                 }
                 tx.insert_charge(charge)?;
+                tx.write_event(&event)?;
                 hooks.get().before_commit()?;
                 Ok(true)
             })
@@ -223,13 +226,14 @@ fn answer(charge: &Charge) -> SavedResponse {
 /// protocol asks for it between its phases, holding no connection, and
 /// then runs [`run`](Operation::run), the INSERT, in the transaction that
 /// stores the response.
-impl<Tx: ChargeStore + AccountStore + ?Sized> Operation<Tx> for CreateCharge {
+impl<Tx: ChargeStore + AccountStore + WebhookStore + ?Sized> Operation<Tx> for CreateCharge {
     fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
         if self.check_account && !tx.account_is_live(self.charge.account_id)? {
             return Ok(revoked());
         }
         self.authorized();
         tx.insert_charge(&self.charge)?;
+        tx.write_event(&charge_event(&self.charge))?;
         Ok(self.response.clone())
     }
 
@@ -398,6 +402,21 @@ impl From<&Charge> for ChargeView {
                 .map(|d| d.message),
         }
     }
+}
+
+/// The event a new charge is told by: `charge.succeeded`, or
+/// `charge.failed` for a decline, about the charge as `GET /charges/{id}`
+/// shows it. Written in the charge's transaction ([`WebhookStore::write_event`]).
+pub fn charge_event(charge: &Charge) -> Event {
+    let event_type = match charge.failure_code {
+        None => events::CHARGE_SUCCEEDED,
+        Some(_) => events::CHARGE_FAILED,
+    };
+    Event::new(
+        charge.account_id,
+        event_type,
+        charge_json(charge).to_string(),
+    )
 }
 
 pub fn charge_json(charge: &Charge) -> Value {

@@ -223,7 +223,7 @@ impl NewDescription {
 }
 
 /// An error for each member of `object` that is not one of `known`.
-fn unknown_fields(object: &Map<String, Value>, known: &[&str]) -> Vec<FieldError> {
+pub fn unknown_fields(object: &Map<String, Value>, known: &[&str]) -> Vec<FieldError> {
     object
         .keys()
         .filter(|k| !known.contains(&k.as_str()))
@@ -270,7 +270,8 @@ fn field<T>(
     result.map_err(|e| errors.push(error(name, &e))).ok()
 }
 
-fn error(field: &str, detail: &str) -> FieldError {
+/// The error of one field.
+pub fn error(field: &str, detail: &str) -> FieldError {
     FieldError {
         field: field.to_owned(),
         detail: detail.to_owned(),

@@ -29,8 +29,11 @@ use crate::network::client::NetworkClient;
 use crate::payments::charges::{self, CreateCharge};
 use crate::payments::domain::NewRefund;
 use crate::payments::refunds::CreateRefund;
-use crate::store::{AccountStore, ChargeStore, Store, StuckKey};
+use crate::store::{AccountStore, ChargeStore, Store, StuckKey, WebhookStore};
 use crate::telemetry::log_safe;
+use crate::webhooks::endpoints;
+use crate::webhooks::registration;
+use crate::webhooks::targets::TargetPolicy;
 use idempotency::{Connections, KeyedRequest, Operation, Policy, RequestHooks, SavedResponse};
 
 /// How much of a client's key a log line shows (escaped, as every field a
@@ -59,6 +62,9 @@ fn operation_for(
             .checking_account();
         return Some(Box::new(create));
     }
+    if let Some(webhooks) = webhook_operation(stuck) {
+        return Some(webhooks);
+    }
     let charge = path
         .strip_prefix("/charges/")?
         .strip_suffix("/refunds")
@@ -71,11 +77,42 @@ fn operation_for(
     })))
 }
 
+/// The webhook endpoints' keyed writes (key-first leaves them in progress
+/// too): a registration, with a secret chosen now (nobody saw the first
+/// one: its answer was never stored), and a secret rotation. Their bodies
+/// passed every check, the target's included, before their keys were
+/// written; the sender checks the target again at every connect.
+fn webhook_operation(stuck: &StuckKey) -> Option<Box<dyn Operation<dyn Store>>> {
+    let path = stuck.path.as_str();
+    if path == endpoints::PATH {
+        let checked = TargetPolicy {
+            allow_private: true,
+            allow_http: true,
+            also_allow: Vec::new(),
+        };
+        let new = registration::parse_new_endpoint(&stuck.body, &checked).ok()?;
+        let mut create = endpoints::CreateEndpoint::new(stuck.account_id, &new);
+        create.check_account = true;
+        return Some(Box::new(create));
+    }
+    let id = path
+        .strip_prefix("/webhook_endpoints/")?
+        .strip_suffix("/rotate_secret")
+        .and_then(crate::http::paging::plain_id)?;
+    Some(Box::new(endpoints::RotateSecret {
+        account_id: stuck.account_id,
+        id,
+        secret: endpoints::new_secret(),
+        expire_previous_in: registration::parse_rotation(&stuck.body).ok()?,
+        check_account: true,
+    }))
+}
+
 /// A refund the recovery task finishes, long after its request was
 /// authenticated: it checks first that the account may still act.
 struct RecoveredRefund(CreateRefund);
 
-impl<Tx: ChargeStore + AccountStore + ?Sized> Operation<Tx> for RecoveredRefund {
+impl<Tx: ChargeStore + AccountStore + WebhookStore + ?Sized> Operation<Tx> for RecoveredRefund {
     fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
         if !tx.account_is_live(self.0.account_id)? {
             return Ok(charges::revoked());

@@ -21,9 +21,12 @@ use crate::http::problem::{
 };
 use crate::http::requests::{self, KeyUse, json_response, record_outcome, respond};
 use crate::http::state::AppState;
-use crate::payments::charges::{PATH, charge_id};
+use crate::payments::charges::{PATH, charge_id, charge_json};
 use crate::payments::domain::NewRefund;
-use crate::store::{ChargeStore, Refund, RefundReservation, now_micros, time_text};
+use crate::store::{
+    ChargeStore, Event, Refund, RefundReservation, WebhookStore, now_micros, time_text,
+};
+use crate::webhooks::events::CHARGE_REFUNDED;
 use idempotency::{self, Operation, SavedResponse};
 
 /// A refund as the API shows it.
@@ -85,7 +88,7 @@ pub(crate) struct CreateRefund {
     pub amount: i64,
 }
 
-impl<Tx: ChargeStore + ?Sized> Operation<Tx> for CreateRefund {
+impl<Tx: ChargeStore + WebhookStore + ?Sized> Operation<Tx> for CreateRefund {
     fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
         refund(tx, self.account_id, self.charge, self.amount)
     }
@@ -105,9 +108,10 @@ fn refund_amount() -> utoipa::openapi::schema::ObjectBuilder {
 
 /// The refund operation: reserve the amount on the charge (one conditional
 /// statement, so concurrent refunds never pass the charge's amount), then
-/// record the refund, and answer.
+/// record the refund and its event (`charge.refunded`, about the charge as
+/// it is now), and answer.
 pub(crate) fn refund(
-    tx: &mut (impl ChargeStore + ?Sized),
+    tx: &mut (impl ChargeStore + WebhookStore + ?Sized),
     account_id: i64,
     charge: Uuid,
     amount: i64,
@@ -119,10 +123,12 @@ pub(crate) fn refund(
                 charge_id: charge.id,
                 account_id,
                 amount,
-                currency: charge.currency,
+                currency: charge.currency.clone(),
                 created_at: now_micros(),
             };
             tx.insert_refund(&refund)?;
+            let data = charge_json(&charge).to_string();
+            tx.write_event(&Event::new(account_id, CHARGE_REFUNDED, data))?;
             json_response(
                 StatusCode::CREATED,
                 Some(format!("{PATH}/{}/refunds/{}", charge.id, refund.id)),

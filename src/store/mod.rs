@@ -22,12 +22,14 @@
 //! knows nothing of HTTP or settings.
 
 pub mod database;
+pub mod deliveries;
 pub mod pool;
 pub mod postgres;
 pub mod redact;
 mod sqlite;
 // The demo's queries build their dialect on the store's.
 pub(crate) mod tables;
+pub mod webhooks;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use diesel::pg::PgConnection;
@@ -47,11 +49,19 @@ pub use pool::{
 };
 /// The SQLite schema, for the demo's sandbox queries.
 pub use sqlite::schema as sqlite_schema;
+pub use webhooks::{Endpoint, Event, WebhookStore};
 
 pub type QueryResult<T> = Result<T, DieselError>;
 
 /// Everything the application stores, on one connection of either backend.
-pub trait Store: KeyStore + ChargeStore + AccountStore + AuthorizationStore {
+pub trait Store:
+    KeyStore
+    + ChargeStore
+    + AccountStore
+    + AuthorizationStore
+    + WebhookStore
+    + deliveries::DeliveryStore
+{
     fn backend(&self) -> Backend;
 
     /// Runs `work` in one transaction: committed if it returns `Ok`, rolled
@@ -170,7 +180,8 @@ pub struct Page {
     /// Rows to return; the query reads one more, to tell `has_more`.
     pub limit: i64,
     pub cursor: Option<Cursor>,
-    /// Charges only: only those of this status (`"succeeded"`, `"failed"`).
+    /// The list's filter: charges of this status (`"succeeded"`,
+    /// `"failed"`), events of this type.
     pub status: Option<&'static str>,
 }
 

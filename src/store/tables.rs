@@ -38,6 +38,9 @@ pub trait Dialect {
     fn cached<Q>(statement: Q) -> Self::Cached<Q>;
     /// What every error passes on its way out (`.inspect_err(D::note)`).
     fn note(error: &diesel::result::Error);
+    /// Locks the account's row until the transaction ends, where the
+    /// backend has row locks (`store::webhooks`: the endpoint limit).
+    fn lock_account(conn: &mut Self, account_id: i64) -> QueryResult<()>;
 }
 
 /// A boxed query of `$table`, ordered and bounded by a [`Cursor`] (the

@@ -35,9 +35,18 @@ pub struct WebhookSettings {
     #[arg(long = "webhook-timeout", env = "WEBHOOK_TIMEOUT", default_value = "10s", value_parser = parse_delay)]
     pub timeout: Duration,
 
+    /// Demo mode hosted for others (`charges demo --public`): let visitors register webhook endpoints (each still checked against WEBHOOK_ALLOW_*). Off by default: a public page must not become anyone's request sender.
+    #[arg(long = "demo-public-webhooks", env = "DEMO_PUBLIC_WEBHOOKS", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub demo_public_webhooks: bool,
+
     /// How often the sender looks for due deliveries (0s: no sender in this process).
     #[arg(long = "webhook-poll-interval", env = "WEBHOOK_POLL_INTERVAL", default_value = "1s", value_parser = parse_delay)]
     pub poll_interval: Duration,
+
+    /// Exact addresses allowed beyond the rule (not a flag: the app sets
+    /// the hosted demo's own bound address, see `TargetPolicy::also_allow`).
+    #[arg(skip)]
+    pub also_allow: Vec<std::net::SocketAddr>,
 }
 
 impl Default for WebhookSettings {
@@ -51,6 +60,8 @@ impl Default for WebhookSettings {
                 .collect(),
             timeout: DEFAULT_TIMEOUT,
             poll_interval: DEFAULT_POLL_INTERVAL,
+            also_allow: Vec::new(),
+            demo_public_webhooks: false,
         }
     }
 }
@@ -61,6 +72,7 @@ impl WebhookSettings {
         TargetPolicy {
             allow_private: self.allow_private_targets,
             allow_http: self.allow_http,
+            also_allow: self.also_allow.clone(),
         }
     }
 }

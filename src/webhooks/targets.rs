@@ -8,7 +8,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 
 /// What the operator allows beyond public `https://` addresses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TargetPolicy {
     /// `WEBHOOK_ALLOW_PRIVATE_TARGETS`: loopback, private and link-local
     /// addresses too (the loopback demo and the tests, whose receivers run
@@ -16,6 +16,23 @@ pub struct TargetPolicy {
     pub allow_private: bool,
     /// `WEBHOOK_ALLOW_HTTP`: `http://` as well as `https://`.
     pub allow_http: bool,
+    /// Exact addresses allowed whatever their range, over `http://` too:
+    /// the hosted demo's own address, so that it reaches the receiver it
+    /// hosts and nothing else on its machine.
+    pub also_allow: Vec<SocketAddr>,
+}
+
+impl TargetPolicy {
+    /// Whether `http://` may be used to `host:port`: where the operator
+    /// allows it, or to an address of [`also_allow`](Self::also_allow)
+    /// written as itself.
+    pub fn http_allowed(&self, host: &str, port: u16) -> bool {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        self.allow_http
+            || bare
+                .parse::<IpAddr>()
+                .is_ok_and(|ip| self.also_allow.contains(&SocketAddr::new(ip, port)))
+    }
 }
 
 /// Why an address may not be sent to, or `None` if it may: the name of its
@@ -88,7 +105,7 @@ pub enum TargetError {
 pub fn resolve(
     host: &str,
     port: u16,
-    policy: TargetPolicy,
+    policy: &TargetPolicy,
 ) -> Result<Vec<SocketAddr>, TargetError> {
     // A bracketed IPv6 literal (as a URL writes it) resolves to itself.
     let bare = host.trim_start_matches('[').trim_end_matches(']');
@@ -107,11 +124,11 @@ pub fn resolve(
 }
 
 /// Refuses `addrs` if any is forbidden under `policy`.
-pub fn check(host: &str, addrs: &[SocketAddr], policy: TargetPolicy) -> Result<(), TargetError> {
+pub fn check(host: &str, addrs: &[SocketAddr], policy: &TargetPolicy) -> Result<(), TargetError> {
     if policy.allow_private {
         return Ok(());
     }
-    for addr in addrs {
+    for addr in addrs.iter().filter(|a| !policy.also_allow.contains(a)) {
         if let Some(range) = forbidden(addr.ip()) {
             return Err(TargetError::Forbidden {
                 host: host.to_owned(),
@@ -126,6 +143,24 @@ pub fn check(host: &str, addrs: &[SocketAddr], policy: TargetPolicy) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exact_address_is_allowed_and_its_neighbours_are_not() {
+        let own: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let policy = TargetPolicy {
+            also_allow: vec![own],
+            ..TargetPolicy::default()
+        };
+        assert_eq!(check("x", &[own], &policy), Ok(()));
+        for other in ["127.0.0.1:8081", "127.0.0.2:8080", "[::1]:8080"] {
+            let addr: SocketAddr = other.parse().unwrap();
+            assert!(check("x", &[addr], &policy).is_err(), "{other}");
+            assert!(check("x", &[own, addr], &policy).is_err(), "{other}");
+        }
+        assert!(policy.http_allowed("127.0.0.1", 8080));
+        assert!(!policy.http_allowed("127.0.0.1", 8081));
+        assert!(!policy.http_allowed("localhost", 8080));
+    }
 
     fn range(ip: &str) -> Option<&'static str> {
         forbidden(ip.parse().unwrap())
@@ -181,7 +216,7 @@ mod tests {
 
     #[test]
     fn a_name_is_refused_for_what_it_resolves_to_unless_the_operator_allows_it() {
-        let refused_as = |host| match resolve(host, 443, TargetPolicy::default()) {
+        let refused_as = |host| match resolve(host, 443, &TargetPolicy::default()) {
             Err(TargetError::Forbidden { range, .. }) => range,
             other => panic!("{host}: {other:?}"),
         };
@@ -189,10 +224,10 @@ mod tests {
         assert_eq!(refused_as("[::1]"), "loopback");
         let allowed = TargetPolicy {
             allow_private: true,
-            allow_http: false,
+            ..TargetPolicy::default()
         };
-        assert!(!resolve("127.0.0.1", 8080, allowed).unwrap().is_empty());
-        let err = resolve("no-such-host.invalid", 443, allowed).unwrap_err();
+        assert!(!resolve("127.0.0.1", 8080, &allowed).unwrap().is_empty());
+        let err = resolve("no-such-host.invalid", 443, &allowed).unwrap_err();
         assert!(matches!(err, TargetError::Unresolved { .. }), "{err:?}");
     }
 }

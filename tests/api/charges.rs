@@ -687,5 +687,43 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
         )
         .await;
 
+    provoke_webhook_problems(&app, &mut provoked).await;
     (app, provoked)
+}
+
+/// The webhook endpoints' own: a loopback target on a server that refuses
+/// them, and a 17th endpoint.
+async fn provoke_webhook_problems(app: &TestApp, provoked: &mut Provoked) {
+    use crate::webhook_endpoints::{endpoint_for, register};
+    let strict = spawn_app_with(|s| s.demo = Some(false)).await;
+    let loopback = json!({"url": "https://127.0.0.1/hook", "enabled_events": ["*"]});
+    let r = register(&strict, None, &loopback).await;
+    provoked
+        .check(
+            app,
+            "a loopback webhook target",
+            r,
+            400,
+            "webhook-target-not-allowed",
+        )
+        .await;
+    let shop = app.as_account(SHOP_KEY);
+    for _ in 0..16 {
+        endpoint_for(&shop, &["*"]).await;
+    }
+    let r = register(
+        &shop,
+        None,
+        &json!({"url": crate::webhook_endpoints::HOOK, "enabled_events": ["*"]}),
+    )
+    .await;
+    provoked
+        .check(
+            app,
+            "a 17th webhook endpoint",
+            r,
+            409,
+            "webhook-endpoint-limit",
+        )
+        .await;
 }

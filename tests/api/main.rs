@@ -16,6 +16,7 @@ mod demo_walls;
 mod deploy;
 mod early_close;
 mod ecosystem;
+mod events;
 mod fuzz;
 mod hosts;
 mod idempotency;
@@ -37,6 +38,9 @@ mod secrets;
 mod startup;
 mod telemetry;
 mod validation;
+mod webhook_endpoints;
+mod webhooks_delivery;
+mod webhooks_end_to_end;
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -163,21 +163,26 @@ crate::on_both_backends! {
         let app = spawn_app_with(|s| s.demo_sandbox_idle_expiry = Duration::from_secs(2)).await;
         let (gone, kept) = two_sandboxes(&app).await;
         let body = charge_body();
+        // An endpoint: every event of the sandbox owes it a delivery.
+        crate::webhook_endpoints::endpoint_for(&gone, &["*"]).await;
         let charge = gone.charge("k1", &body).await.charge_id().to_string();
         assert_eq!(gone.refund("k2", &charge, 10).await.status, 201);
         gone.charge_with("k3", &body, &[("demo-mode", "check-then-insert")]).await;
         gone.charge_with("k4", &body, &[("demo-mode", "key-first")]).await;
         let made = serde_json::from_str::<Value>(&app.post("/demo/sandboxes").await.body).unwrap();
         assert_eq!(made["idle_expiry_seconds"], 2);
+        assert_eq!(app.count("webhook_deliveries"), app.count("events"), "one delivery per event");
+        assert!(app.count("events") >= 3);
         assert_eq!(app.count("accounts WHERE demo AND id IN (SELECT account_id FROM charges)"), 1);
         // `kept` is used meanwhile: it stays.
         for _ in 0..8 {
             tokio::time::sleep(Duration::from_millis(500)).await;
             assert_eq!(rows(&kept).await["charges"].as_array().unwrap().len(), 0);
         }
-        for table in ["charges", "refunds", "idempotency_keys", "demo_unguarded_keys"] {
+        for table in ["charges", "refunds", "idempotency_keys", "demo_unguarded_keys", "events", "webhook_endpoints", "webhook_deliveries"] {
             assert_eq!(app.count(&format!("{table} WHERE account_id NOT IN (SELECT id FROM accounts WHERE NOT demo)")), 0, "{table} kept a deleted sandbox's rows");
         }
+        assert_eq!(app.count("webhook_attempts WHERE event_id NOT IN (SELECT id FROM events)"), 0);
         assert_eq!(app.count("demo_sandboxes WHERE NOT permanent"), 1, "only the one in use");
         gone.charge("k5", &body).await.assert_problem(401, "unauthorized");
         post(&gone, "/demo/reset").await.assert_problem(401, "unauthorized");

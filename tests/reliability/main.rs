@@ -47,6 +47,8 @@ mod lossy_network;
 mod network;
 #[cfg(postgres_tests)]
 mod retry_storm;
+#[cfg(postgres_tests)]
+mod webhooks;
 
 #[cfg(not(postgres_tests))]
 #[test]

@@ -22,7 +22,9 @@
 pub mod app;
 pub mod client;
 pub mod db;
+pub mod receiver;
 pub mod server;
+pub mod webhooks;
 
 pub use app::{TestApp, spawn_app, spawn_app_with};
 pub use client::{AppClient, Captured, DEMO_KEY, TEST_ACCOUNT, TEST_KEY, charge_body};

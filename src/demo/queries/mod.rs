@@ -181,9 +181,11 @@ pub fn insert_unguarded(
     tables(store).insert_unguarded(account_id, row, charge_id)
 }
 
-/// Deletes the account's key rows, unguarded rows, refunds and charges,
-/// and lesson 8's: its receiver, inbox rows, effects and webhook rows.
+/// Deletes the account's webhook rows (its events, endpoints, deliveries
+/// and their attempts) and lesson 8's receiver rows (its inbox rows and
+/// effects), then its key rows, unguarded rows, refunds and charges.
 pub fn delete_account_rows(store: &mut dyn Store, account_id: i64) -> QueryResult<()> {
+    store.delete_account_webhooks(account_id)?;
     receiver::delete_rows(store, account_id)?;
     tables(store).delete_account_rows(account_id)
 }
@@ -198,7 +200,7 @@ pub fn expire_key(store: &mut dyn Store, account_id: i64, key: &str) -> QueryRes
     tables(store).expire_key(account_id, key)
 }
 
-/// Forgets a committed charge and its key row, as a database that lost its
+/// Forgets a committed charge, its events and its key row, as a database that lost its
 /// last commit would (an asynchronous standby promoted after the primary
 /// acknowledged it): both in one transaction.
 pub fn forget_charge(
@@ -207,5 +209,8 @@ pub fn forget_charge(
     key: Option<&str>,
     charge_id: Uuid,
 ) -> QueryResult<()> {
-    store.transaction(|tx| tables(tx).forget_charge(account_id, key, charge_id))
+    store.transaction(|tx| {
+        tx.forget_charge_events(account_id, charge_id)?;
+        tables(tx).forget_charge(account_id, key, charge_id)
+    })
 }

@@ -14,6 +14,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
 
+use crate::store::webhooks::Endpoint;
 use crate::store::{AnyConnection, QueryResult, Store, now_micros, time_text};
 
 const CREATE: &str = "
@@ -224,96 +225,60 @@ pub fn apply_payment(
     Ok(())
 }
 
-/// An endpoint's signing secrets: the current one, and the previous one
-/// while its rotation lasts.
-#[derive(QueryableByName)]
-struct SecretsRow {
-    #[diesel(sql_type = Text)]
-    secret: String,
-    #[diesel(sql_type = Nullable<Text>)]
-    previous_secret: Option<String>,
-}
-
-/// The secrets the sandbox's endpoint signs with (none if it has no such
-/// endpoint, or it was deleted).
+/// The secrets the sandbox's endpoint signs with: the current one, and the
+/// previous one while its rotation lasts (none if it has no such endpoint,
+/// or it was deleted).
 pub fn endpoint_secrets(
     store: &mut dyn Store,
     account_id: i64,
     endpoint_id: &str,
 ) -> QueryResult<Vec<String>> {
-    let pg = "SELECT secret, CASE WHEN previous_secret_expires_at > now() \
-              THEN previous_secret END AS previous_secret \
-              FROM webhook_endpoints WHERE account_id = $1 AND id::text = $2";
-    let sqlite = "SELECT secret, CASE WHEN previous_secret_expires_at > $3 \
-                  THEN previous_secret END AS previous_secret \
-                  FROM webhook_endpoints WHERE account_id = $1 AND id = $2";
-    let sql = text(store, pg, Some(sqlite));
-    let now = time_text(now_micros());
-    let row: Option<SecretsRow> = match store.connection() {
-        AnyConnection::Pg(c) => diesel::sql_query(&sql)
-            .bind::<BigInt, _>(account_id)
-            .bind::<Text, _>(endpoint_id)
-            .get_result(c)
-            .optional()?,
-        AnyConnection::Sqlite(c) => diesel::sql_query(&sql)
-            .bind::<BigInt, _>(account_id)
-            .bind::<Text, _>(endpoint_id)
-            .bind::<Text, _>(&now)
-            .get_result(c)
-            .optional()?,
+    let Ok(id) = uuid::Uuid::parse_str(endpoint_id) else {
+        return Ok(Vec::new());
     };
-    Ok(row
-        .map(|r| std::iter::once(r.secret).chain(r.previous_secret).collect())
-        .unwrap_or_default())
+    let Some(endpoint) = store.find_endpoint(account_id, id)? else {
+        return Ok(Vec::new());
+    };
+    let previous = endpoint
+        .previous_secret
+        .filter(|_| endpoint.previous_secret_expires_at > Some(chrono::Utc::now()));
+    Ok(std::iter::once(endpoint.secret).chain(previous).collect())
 }
 
-/// Registers the sandbox's endpoint: `url`, every event type, `secret`.
-/// The one place the demo writes `webhook_endpoints` itself (until the
-/// endpoints' store function takes its place): the endpoint's id.
+/// Registers the sandbox's endpoint, with the endpoints' own store
+/// function: `url`, every event type, `secret`. The endpoint's id.
 pub fn insert_endpoint(
     store: &mut dyn Store,
     account_id: i64,
     url: &str,
     secret: &str,
 ) -> QueryResult<String> {
-    let id = uuid::Uuid::new_v4();
-    let pg = "INSERT INTO webhook_endpoints \
-              (id, account_id, url, description, enabled_events, secret, created_at) \
-              VALUES (CAST($1 AS UUID), $2, $3, 'lesson 8: the demo''s receiver', '[\"*\"]', $4, \
-              CAST($5 AS TIMESTAMPTZ))";
-    let sqlite = "INSERT INTO webhook_endpoints \
-                  (id, account_id, url, description, enabled_events, secret, created_at) \
-                  VALUES ($1, $2, $3, 'lesson 8: the demo''s receiver', '[\"*\"]', $4, $5)";
-    let sql = text(store, pg, Some(sqlite));
-    let now = time_text(now_micros());
-    let id_text = id.to_string();
-    on_either!(store, |c| {
-        let q = diesel::sql_query(&sql)
-            .bind::<Text, _>(&id_text)
-            .bind::<BigInt, _>(account_id)
-            .bind::<Text, _>(url)
-            .bind::<Text, _>(secret)
-            .bind::<Text, _>(&now);
-        q.execute(c)
-    })?;
-    Ok(id_text)
+    let endpoint = Endpoint {
+        id: uuid::Uuid::new_v4(),
+        account_id,
+        url: url.to_owned(),
+        description: Some("lesson 8: the demo's receiver".to_owned()),
+        enabled_events: vec!["*".to_owned()],
+        secret: secret.to_owned(),
+        previous_secret: None,
+        previous_secret_expires_at: None,
+        status: "enabled".to_owned(),
+        disabled_reason: None,
+        created_at: now_micros(),
+    };
+    store.insert_endpoint(&endpoint)?;
+    Ok(endpoint.id.to_string())
 }
 
-/// Deletes the sandbox's receiver, its inbox rows and its effects, and its
-/// webhook rows (attempts, deliveries, events, endpoints: the last point at
-/// the account).
+/// Deletes the sandbox's receiver, its inbox rows and its effects (its
+/// webhook rows are the store's to delete: `delete_account_webhooks`).
 pub fn delete_rows(store: &mut dyn Store, account_id: i64) -> QueryResult<()> {
-    let of_events = "(SELECT id FROM events WHERE account_id = $1)";
     let statements = [
-        format!("DELETE FROM webhook_attempts WHERE event_id IN {of_events}"),
-        "DELETE FROM webhook_deliveries WHERE account_id = $1".to_owned(),
-        "DELETE FROM events WHERE account_id = $1".to_owned(),
-        "DELETE FROM webhook_endpoints WHERE account_id = $1".to_owned(),
-        "DELETE FROM demo_payments_applied WHERE account_id = $1".to_owned(),
-        "DELETE FROM demo_receivers WHERE account_id = $1".to_owned(),
+        "DELETE FROM demo_payments_applied WHERE account_id = $1",
+        "DELETE FROM demo_receivers WHERE account_id = $1",
     ];
     for statement in statements {
-        let sql = text(store, &statement, None);
+        let sql = text(store, statement, None);
         on_either!(store, |c| diesel::sql_query(&sql)
             .bind::<BigInt, _>(account_id)
             .execute(c))?;

@@ -57,6 +57,17 @@ impl Dialect for PgConnection {
     fn note(error: &diesel::result::Error) {
         note(error)
     }
+
+    /// `FOR NO KEY UPDATE`: the charges' and events' foreign keys take `FOR
+    /// KEY SHARE`, which it does not wait on.
+    fn lock_account(conn: &mut PgConnection, account_id: i64) -> QueryResult<()> {
+        schema::accounts::table
+            .filter(schema::accounts::id.eq(account_id))
+            .select(schema::accounts::id)
+            .for_no_key_update()
+            .load::<i64>(conn)
+            .map(|_| ())
+    }
 }
 
 // The tables whose queries are written once, over `schema`.
@@ -66,8 +77,22 @@ mod accounts {
 mod charges {
     crate::store::tables::charge_store!(diesel::pg::PgConnection, diesel::pg::Pg);
 }
+mod deliveries {
+    // Several instances claim at once: each skips the endpoints another holds.
+    crate::store::deliveries::delivery_store!(
+        diesel::pg::PgConnection,
+        .for_no_key_update().skip_locked()
+    );
+}
 mod network {
     crate::store::tables::authorization_store!(diesel::pg::PgConnection, diesel::pg::Pg);
+}
+mod webhooks {
+    crate::store::webhooks::webhook_store!(
+        diesel::pg::PgConnection,
+        diesel::pg::Pg,
+        diesel::sql_types::Uuid
+    );
 }
 
 /// Every query's error passes here on its way out (`.inspect_err(note)`): a

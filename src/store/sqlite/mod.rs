@@ -56,6 +56,12 @@ impl Dialect for SqliteConnection {
     /// A SQLite connection is a file: it is never lost to a failover, so
     /// no error needs noting.
     fn note(_: &diesel::result::Error) {}
+
+    /// Every write transaction is `BEGIN IMMEDIATE`: it holds SQLite's one
+    /// write lock already.
+    fn lock_account(_: &mut SqliteConnection, _: i64) -> QueryResult<()> {
+        Ok(())
+    }
 }
 
 // The tables whose queries are written once, over `schema`.
@@ -65,10 +71,21 @@ mod accounts {
 mod charges {
     crate::store::tables::charge_store!(diesel::sqlite::SqliteConnection, diesel::sqlite::Sqlite);
 }
+mod deliveries {
+    // One process, write transactions serialized: no row locks to take.
+    crate::store::deliveries::delivery_store!(diesel::sqlite::SqliteConnection,);
+}
 mod network {
     crate::store::tables::authorization_store!(
         diesel::sqlite::SqliteConnection,
         diesel::sqlite::Sqlite
+    );
+}
+mod webhooks {
+    crate::store::webhooks::webhook_store!(
+        diesel::sqlite::SqliteConnection,
+        diesel::sqlite::Sqlite,
+        diesel::sql_types::Text
     );
 }
 

@@ -1,0 +1,452 @@
+//! The webhook sender's tables: `webhook_deliveries` (one row per event and
+//! endpoint, written by the outbox) and `webhook_attempts`, on both
+//! backends. Three rules live here:
+//!
+//! - **A claim is exclusive.** [`DeliveryStore::claim_deliveries`] locks the
+//!   endpoints it claims for (`FOR NO KEY UPDATE SKIP LOCKED` on PostgreSQL:
+//!   the outbox's inserts take only `FOR KEY SHARE` on an endpoint, so they
+//!   never wait for it), so several instances never claim one row.
+//! - **One delivery in flight per endpoint**: an endpoint whose receiver
+//!   hangs holds its own slot only, never another endpoint's or account's.
+//! - **Fencing.** [`DeliveryStore::record_attempt`] writes only while the
+//!   row's `claim_token` is still the caller's: a sender whose claim expired
+//!   and was taken over records nothing.
+//!
+//! Times are the app's clock on both backends (the sender passes `now`):
+//! a claim's lease is the attempt's timeout and a margin, far longer than
+//! the skew between instances.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::QueryResult;
+
+pub const PENDING: &str = "pending";
+pub const SUCCEEDED: &str = "succeeded";
+pub const FAILED: &str = "failed";
+
+/// A delivery a sender claimed, with what it needs to send it.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub event_id: Uuid,
+    pub endpoint_id: Uuid,
+    pub account_id: i64,
+    /// Attempts made before this one.
+    pub attempts: i32,
+    /// The claim's token: what [`DeliveryStore::record_attempt`] fences on.
+    pub token: Uuid,
+    pub url: String,
+    pub secret: String,
+    pub previous_secret: Option<String>,
+    pub previous_secret_expires_at: Option<DateTime<Utc>>,
+    pub event_type: String,
+    pub data: String,
+    pub event_created_at: DateTime<Utc>,
+}
+
+/// One attempt as `webhook_attempts` keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    pub webhook_timestamp: i64,
+    pub attempted_at: DateTime<Utc>,
+    /// `None`: no answer (a timeout, a refused connection, a refused target).
+    pub response_status: Option<i32>,
+    pub error: Option<String>,
+    pub duration_ms: i64,
+}
+
+/// What a delivery becomes after an attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    Succeeded,
+    /// Pending again, due then.
+    Retry(DateTime<Utc>),
+    /// The last attempt failed.
+    Failed,
+    /// The receiver answered 410 Gone: the endpoint is disabled with this
+    /// reason, and its other pending deliveries fail with this one.
+    Gone(String),
+}
+
+/// A delivery as `GET /events/{id}/deliveries` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryView {
+    pub endpoint_id: Uuid,
+    pub status: String,
+    pub attempts: i32,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub history: Vec<Attempt>,
+}
+
+/// The sender's queries (both backends: `delivery_store!`).
+pub trait DeliveryStore {
+    /// Whether any delivery is due at `now` (one read, no transaction: the
+    /// idle sender's poll, which then takes no write lock).
+    fn any_due(&mut self, now: DateTime<Utc>) -> QueryResult<bool>;
+
+    /// Claims up to `limit` due deliveries, at most one per endpoint and
+    /// none of an endpoint with one in flight, oldest due first, until
+    /// `lease_until`, under `token`. Call it inside a transaction: the
+    /// endpoints' locks are what make the claim exclusive.
+    fn claim_deliveries(
+        &mut self,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        token: Uuid,
+        limit: i64,
+    ) -> QueryResult<Vec<Claimed>>;
+
+    /// Records `attempt` and the delivery's `next` state if the row is
+    /// still claimed under `claim.token`; `false` (nothing written) if not.
+    /// Call it inside a transaction.
+    fn record_attempt(
+        &mut self,
+        claim: &Claimed,
+        attempt: &Attempt,
+        next: &Next,
+    ) -> QueryResult<bool>;
+
+    /// An event's deliveries and their attempts; `None` if the account has
+    /// no such event.
+    fn event_deliveries(
+        &mut self,
+        account_id: i64,
+        event_id: Uuid,
+    ) -> QueryResult<Option<Vec<DeliveryView>>>;
+
+    /// Makes the event's finished deliveries to enabled endpoints pending
+    /// and due at `now`; how many, or `None` if the account has no such
+    /// event.
+    fn redeliver(
+        &mut self,
+        account_id: i64,
+        event_id: Uuid,
+        now: DateTime<Utc>,
+    ) -> QueryResult<Option<usize>>;
+}
+
+/// `impl DeliveryStore for $conn`, over the `schema` beside the invocation;
+/// `$lock` is how the endpoints a claim picks are locked (PostgreSQL:
+/// `.for_no_key_update().skip_locked()`; SQLite: nothing, its write
+/// transactions are serialized).
+macro_rules! delivery_store {
+    ($conn:ty, $($lock:tt)*) => {
+        use chrono::{DateTime, Utc};
+        use diesel::prelude::*;
+        use uuid::Uuid;
+
+        use super::schema::{events, webhook_attempts as tries, webhook_deliveries as dl,
+            webhook_endpoints as ep};
+        use $crate::store::QueryResult;
+        use $crate::store::deliveries::*;
+        use $crate::store::tables::Dialect;
+
+        type D = $conn;
+        type Id = <D as Dialect>::Id;
+        type Time = <D as Dialect>::Time;
+
+        impl DeliveryStore for $conn {
+            fn any_due(&mut self, now: DateTime<Utc>) -> QueryResult<bool> {
+                diesel::select(diesel::dsl::exists(
+                    dl::table
+                        .filter(dl::status.eq(PENDING))
+                        .filter(dl::next_attempt_at.le(D::encode_time(now))),
+                ))
+                .get_result(self)
+                .inspect_err(D::note)
+            }
+
+            fn claim_deliveries(
+                &mut self,
+                now: DateTime<Utc>,
+                lease_until: DateTime<Utc>,
+                token: Uuid,
+                limit: i64,
+            ) -> QueryResult<Vec<Claimed>> {
+                let n = D::encode_time(now);
+                let due = due_endpoints(self, n.clone(), limit)?;
+                if due.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let locked: Vec<Id> = ep::table
+                    .filter(ep::id.eq_any(due.clone()))
+                    .filter(ep::status.eq("enabled"))
+                    .select(ep::id)
+                    $($lock)*
+                    .load(self)
+                    .inspect_err(D::note)?;
+                let mut claimed = Vec::new();
+                for endpoint in due.into_iter().filter(|e| locked.contains(e)) {
+                    if let Some(row) =
+                        claim_one(self, endpoint, n.clone(), D::encode_time(lease_until), token)?
+                    {
+                        claimed.push(row);
+                    }
+                }
+                Ok(claimed)
+            }
+
+            fn record_attempt(
+                &mut self,
+                claim: &Claimed,
+                attempt: &Attempt,
+                next: &Next,
+            ) -> QueryResult<bool> {
+                let (e, p) = (D::encode_id(claim.event_id), D::encode_id(claim.endpoint_id));
+                let (status, next_at) = match next {
+                    Next::Succeeded => (SUCCEEDED, None),
+                    Next::Retry(at) => (PENDING, Some(D::encode_time(*at))),
+                    Next::Failed | Next::Gone(_) => (FAILED, None),
+                };
+                // The fence: only while the row is still claimed under our token.
+                let n: Option<i32> = diesel::update(
+                    dl::table
+                        .filter(dl::event_id.eq(e.clone()))
+                        .filter(dl::endpoint_id.eq(p.clone()))
+                        .filter(dl::claim_token.eq(D::encode_id(claim.token))),
+                )
+                .set((
+                    dl::attempts.eq(dl::attempts + 1),
+                    dl::status.eq(status),
+                    dl::next_attempt_at.eq(next_at),
+                    dl::claim_token.eq(None::<Id>),
+                    dl::claimed_until.eq(None::<Time>),
+                ))
+                .returning(dl::attempts)
+                .get_result(self)
+                .optional()
+                .inspect_err(D::note)?;
+                let Some(n) = n else { return Ok(false) };
+                diesel::insert_into(tries::table)
+                    .values((
+                        tries::event_id.eq(e),
+                        tries::endpoint_id.eq(p.clone()),
+                        tries::attempt.eq(n),
+                        tries::webhook_timestamp.eq(attempt.webhook_timestamp),
+                        tries::attempted_at.eq(D::encode_time(attempt.attempted_at)),
+                        tries::response_status.eq(attempt.response_status),
+                        tries::error.eq(attempt.error.as_deref()),
+                        tries::duration_ms.eq(attempt.duration_ms),
+                    ))
+                    .execute(self)
+                    .inspect_err(D::note)?;
+                if let Next::Gone(reason) = next {
+                    disable(self, p, reason)?;
+                }
+                Ok(true)
+            }
+
+            fn event_deliveries(
+                &mut self,
+                account_id: i64,
+                event_id: Uuid,
+            ) -> QueryResult<Option<Vec<DeliveryView>>> {
+                if !has_event(self, account_id, event_id)? {
+                    return Ok(None);
+                }
+                let e = D::encode_id(event_id);
+                let rows: Vec<(Id, String, i32, Option<Time>)> = dl::table
+                    .filter(dl::event_id.eq(e.clone()))
+                    .filter(dl::account_id.eq(account_id))
+                    .order((dl::created_at.asc(), dl::endpoint_id.asc()))
+                    .select((dl::endpoint_id, dl::status, dl::attempts, dl::next_attempt_at))
+                    .load(self)
+                    .inspect_err(D::note)?;
+                let history: Vec<(Id, i64, Time, Option<i32>, Option<String>, i64)> = tries::table
+                    .filter(tries::event_id.eq(e))
+                    .order((tries::endpoint_id.asc(), tries::attempt.asc()))
+                    .select((
+                        tries::endpoint_id,
+                        tries::webhook_timestamp,
+                        tries::attempted_at,
+                        tries::response_status,
+                        tries::error,
+                        tries::duration_ms,
+                    ))
+                    .load(self)
+                    .inspect_err(D::note)?;
+                let mut views = Vec::new();
+                for (endpoint, status, attempts, next) in rows {
+                    let endpoint_id = D::decode_id(endpoint)?;
+                    let mut mine = Vec::new();
+                    for (p, ts, at, answer, error, ms) in &history {
+                        if D::decode_id(p.clone())? == endpoint_id {
+                            mine.push(Attempt {
+                                webhook_timestamp: *ts,
+                                attempted_at: D::decode_time(at.clone())?,
+                                response_status: *answer,
+                                error: error.clone(),
+                                duration_ms: *ms,
+                            });
+                        }
+                    }
+                    views.push(DeliveryView {
+                        endpoint_id,
+                        status,
+                        attempts,
+                        next_attempt_at: next.map(D::decode_time).transpose()?,
+                        history: mine,
+                    });
+                }
+                Ok(Some(views))
+            }
+
+            fn redeliver(
+                &mut self,
+                account_id: i64,
+                event_id: Uuid,
+                now: DateTime<Utc>,
+            ) -> QueryResult<Option<usize>> {
+                if !has_event(self, account_id, event_id)? {
+                    return Ok(None);
+                }
+                let enabled = ep::table.filter(ep::status.eq("enabled")).select(ep::id);
+                diesel::update(
+                    dl::table
+                        .filter(dl::event_id.eq(D::encode_id(event_id)))
+                        .filter(dl::account_id.eq(account_id))
+                        .filter(dl::status.ne(PENDING))
+                        .filter(dl::endpoint_id.eq_any(enabled)),
+                )
+                .set((
+                    dl::status.eq(PENDING),
+                    dl::next_attempt_at.eq(Some(D::encode_time(now))),
+                ))
+                .execute(self)
+                .inspect_err(D::note)
+                .map(Some)
+            }
+        }
+
+        /// Endpoints of enabled endpoints with a due delivery and none in
+        /// flight, the longest-waiting first (fairness: a busy endpoint
+        /// never takes another's turn).
+        fn due_endpoints(conn: &mut D, now: Time, limit: i64) -> QueryResult<Vec<Id>> {
+            // Loaded first (a few rows: one per delivery in flight), as Diesel
+            // will not put one table in a query twice without an alias.
+            let in_flight: Vec<Id> = dl::table
+                .filter(dl::status.eq(PENDING))
+                .filter(dl::claimed_until.gt(now.clone()))
+                .select(dl::endpoint_id)
+                .load(conn)
+                .inspect_err(D::note)?;
+            let enabled = ep::table.filter(ep::status.eq("enabled")).select(ep::id);
+            let rows: Vec<(Id, Option<Time>)> = dl::table
+                .filter(dl::status.eq(PENDING))
+                .filter(dl::next_attempt_at.le(now))
+                .filter(dl::endpoint_id.ne_all(in_flight))
+                .filter(dl::endpoint_id.eq_any(enabled))
+                .group_by(dl::endpoint_id)
+                .select((dl::endpoint_id, diesel::dsl::min(dl::next_attempt_at)))
+                .order(diesel::dsl::min(dl::next_attempt_at).asc())
+                .limit(limit)
+                .load(conn)
+                .inspect_err(D::note)?;
+            Ok(rows.into_iter().map(|(id, _)| id).collect())
+        }
+
+        /// Claims the endpoint's oldest due delivery, unless one of its
+        /// deliveries is in flight (checked again under the endpoint's lock:
+        /// another instance may have claimed since the first look).
+        fn claim_one(
+            conn: &mut D,
+            endpoint: Id,
+            now: Time,
+            lease_until: Time,
+            token: Uuid,
+        ) -> QueryResult<Option<Claimed>> {
+            let busy: bool = diesel::select(diesel::dsl::exists(
+                dl::table
+                    .filter(dl::endpoint_id.eq(endpoint.clone()))
+                    .filter(dl::status.eq(PENDING))
+                    .filter(dl::claimed_until.gt(now.clone())),
+            ))
+            .get_result(conn)
+            .inspect_err(D::note)?;
+            if busy {
+                return Ok(None);
+            }
+            let due: Option<(Id, i64, i32)> = dl::table
+                .filter(dl::endpoint_id.eq(endpoint.clone()))
+                .filter(dl::status.eq(PENDING))
+                .filter(dl::next_attempt_at.le(now))
+                .order((dl::next_attempt_at.asc(), dl::created_at.asc()))
+                .select((dl::event_id, dl::account_id, dl::attempts))
+                .first(conn)
+                .optional()
+                .inspect_err(D::note)?;
+            let Some((event, account_id, attempts)) = due else { return Ok(None) };
+            diesel::update(
+                dl::table
+                    .filter(dl::event_id.eq(event.clone()))
+                    .filter(dl::endpoint_id.eq(endpoint.clone())),
+            )
+            .set((
+                dl::claim_token.eq(Some(D::encode_id(token))),
+                dl::claimed_until.eq(Some(lease_until)),
+            ))
+            .execute(conn)
+            .inspect_err(D::note)?;
+            let (event_type, data, created): (String, String, Time) = events::table
+                .find(event.clone())
+                .select((events::event_type, events::data, events::created_at))
+                .first(conn)
+                .inspect_err(D::note)?;
+            let (url, secret, previous_secret, previous_expires): (String, String, Option<String>, Option<Time>) =
+                ep::table
+                    .find(endpoint.clone())
+                    .select((ep::url, ep::secret, ep::previous_secret, ep::previous_secret_expires_at))
+                    .first(conn)
+                    .inspect_err(D::note)?;
+            Ok(Some(Claimed {
+                event_id: D::decode_id(event)?,
+                endpoint_id: D::decode_id(endpoint)?,
+                account_id,
+                attempts,
+                token,
+                url,
+                secret,
+                previous_secret,
+                previous_secret_expires_at: previous_expires.map(D::decode_time).transpose()?,
+                event_type,
+                data,
+                event_created_at: D::decode_time(created)?,
+            }))
+        }
+
+        /// The receiver said 410 Gone: the endpoint is disabled and its
+        /// other pending deliveries fail (nothing more is sent there).
+        fn disable(conn: &mut D, endpoint: Id, reason: &str) -> QueryResult<()> {
+            diesel::update(ep::table.find(endpoint.clone()))
+                .set((ep::status.eq("disabled"), ep::disabled_reason.eq(Some(reason))))
+                .execute(conn)
+                .inspect_err(D::note)?;
+            diesel::update(
+                dl::table
+                    .filter(dl::endpoint_id.eq(endpoint))
+                    .filter(dl::status.eq(PENDING)),
+            )
+            .set((
+                dl::status.eq(FAILED),
+                dl::next_attempt_at.eq(None::<Time>),
+                dl::claim_token.eq(None::<Id>),
+                dl::claimed_until.eq(None::<Time>),
+            ))
+            .execute(conn)
+            .inspect_err(D::note)?;
+            Ok(())
+        }
+
+        fn has_event(conn: &mut D, account_id: i64, event_id: Uuid) -> QueryResult<bool> {
+            diesel::select(diesel::dsl::exists(
+                events::table
+                    .filter(events::id.eq(D::encode_id(event_id)))
+                    .filter(events::account_id.eq(account_id)),
+            ))
+            .get_result(conn)
+            .inspect_err(D::note)
+        }
+    };
+}
+
+pub(super) use delivery_store;

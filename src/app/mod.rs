@@ -81,6 +81,8 @@ impl Application {
             .check_network_key()
             .map_err(StartupError::Settings)?;
         demo::check_public(&settings).map_err(StartupError::Demo)?;
+        // The demo's sender retries within seconds (lesson 8).
+        demo::lesson8::shorten_retries(&mut settings);
         let Listeners {
             api,
             local,

@@ -72,8 +72,10 @@
 
 mod faults;
 mod gate;
+pub mod lesson8;
 pub mod openapi;
 mod queries;
+mod receiver;
 pub mod rooms;
 mod routes;
 pub mod sandboxes;

@@ -8,7 +8,7 @@ use utoipa::openapi::security::SecurityScheme;
 use crate::http::problem::Answered::{Authenticated, By, ChargeWrites};
 use crate::http::problem::{
     Answer, CROSS_SITE_REQUEST, DEMO_ACCOUNT_ONLY, DEMO_ROOM_FULL, DEMO_ROOM_UNKNOWN,
-    SIMULATED_LOST_RESPONSE,
+    SIMULATED_LOST_ANSWER, SIMULATED_LOST_RESPONSE, WEBHOOK_NOT_VERIFIED,
 };
 use idempotency::key::{MAX_LEN, VALUE_PATTERN};
 
@@ -22,6 +22,10 @@ use idempotency::key::{MAX_LEN, VALUE_PATTERN};
         super::routes::reset,
         super::routes::expire,
         super::routes::purge,
+        super::lesson8::lesson8_endpoint,
+        super::lesson8::lesson8_faults,
+        super::lesson8::lesson8_receiver,
+        super::receiver::receive_webhook,
     ),
     tags((name = "demo", description = "Demo mode only (DEMO=true): the teaching page's views of the database")),
 )]
@@ -37,7 +41,14 @@ pub const ANSWERS: &[Answer] = &[
     },
     Answer {
         kind: &CROSS_SITE_REQUEST,
-        answered: By(&["create_sandbox", "reset", "expire", "purge"]),
+        answered: By(&[
+            "create_sandbox",
+            "reset",
+            "expire",
+            "purge",
+            "lesson8_endpoint",
+            "receive_webhook",
+        ]),
         note: "a browser's request from a page on another site",
     },
     Answer {
@@ -55,13 +66,26 @@ pub const ANSWERS: &[Answer] = &[
         answered: ChargeWrites,
         note: "demo mode, `Demo-Fault: lose-response` or `abandon` only: the work was done (or, for `abandon`, left half done), only the answer was thrown away",
     },
+    Answer {
+        kind: &WEBHOOK_NOT_VERIFIED,
+        answered: By(&["receive_webhook"]),
+        note: "a webhook header missing, no signature matching under the sandbox's endpoint's secrets (a tampered body), or a timestamp more than 5 minutes from now: nothing was recorded",
+    },
+    Answer {
+        kind: &SIMULATED_LOST_ANSWER,
+        answered: By(&["receive_webhook"]),
+        note: "the sandbox's receiver fault `lose_answers`: the delivery was recorded and applied, only the answer was thrown away",
+    },
 ];
 
 /// Adds the demo's routes, and says what the demo account's key is.
 pub fn add(doc: &mut utoipa::openapi::OpenApi) {
     let mut demo = DemoDoc::openapi();
     // The key a demo route names: any value an Idempotency-Key can have.
-    for item in demo.paths.paths.values_mut() {
+    for (path, item) in demo.paths.paths.iter_mut() {
+        if !path.starts_with("/demo/keys/") {
+            continue;
+        }
         for p in item
             .post
             .iter_mut()

@@ -43,6 +43,18 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(resource("/demo/reset").route(web::post().to(reset)));
     cfg.service(resource("/demo/keys/{key}/expire").route(web::post().to(expire)));
     cfg.service(resource("/demo/purge").route(web::post().to(purge)));
+    cfg.service(
+        resource("/demo/lesson8/endpoint").route(web::post().to(super::lesson8::lesson8_endpoint)),
+    );
+    cfg.service(
+        resource("/demo/lesson8/faults").route(web::put().to(super::lesson8::lesson8_faults)),
+    );
+    cfg.service(
+        resource("/demo/lesson8/receiver").route(get().to(super::lesson8::lesson8_receiver)),
+    );
+    cfg.service(
+        resource("/demo/receivers/{id}").route(web::post().to(super::receiver::receive_webhook)),
+    );
 }
 
 /// The naive algorithm, kept only to be watched failing: SELECT the key; if
@@ -304,7 +316,7 @@ async fn yours(req: &HttpRequest, app: &AppState, sandbox: &Sandbox) -> Result<Y
 /// Runs `work` on one of the demo's own connections (as every /demo/*
 /// route: one that waits holds none of the server's) with the caller's
 /// sandbox's id, and answers what it returned.
-async fn on_your_connection<T: Send + 'static>(
+pub(super) async fn on_your_connection<T: Send + 'static>(
     req: &HttpRequest,
     app: &AppState,
     sandbox: &Sandbox,
@@ -415,6 +427,8 @@ pub async fn config(app: web::Data<AppState>, sandbox: web::Data<Sandbox>) -> Ht
             (Some(_), false) => Some("sandbox"),
         },
         "recovery_interval_ms": s.recovery_interval.as_millis() as u64,
+        // Lesson 8: when the sender retries (the demo's short schedule).
+        "webhook_retry_schedule_seconds": s.webhooks.retry_schedule.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
         "max_lease_ms": MAX_LEASE.as_millis() as u64,
         "problem_types": crate::http::problem::TYPES.iter().map(|t| json!({
             "type": t.uri(),

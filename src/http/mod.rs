@@ -59,6 +59,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("/demo/reset", "POST"),
     ("/demo/keys/{key}/expire", "POST"),
     ("/demo/purge", "POST"),
+    ("/demo/lesson8/endpoint", "POST"),
+    ("/demo/lesson8/faults", "PUT"),
+    ("/demo/lesson8/receiver", "GET, HEAD"),
+    ("/demo/receivers/{id}", "POST"),
 ];
 
 /// Whether a route of [`ROUTES`] belongs to demo mode.

@@ -81,6 +81,8 @@ problem_types! {
     DEMO_ROOM_UNKNOWN = ("demo-room-unknown", 403, "The Demo-Room code is not one this demo hands out");
     DEMO_ROOM_FULL = ("demo-room-full", 503, "Every sandbox of the demo is in use");
     SIMULATED_LOST_RESPONSE = ("simulated-lost-response", 504, "The response was lost on purpose (Demo-Fault)");
+    WEBHOOK_NOT_VERIFIED = ("webhook-not-verified", 400, "The webhook delivery did not verify");
+    SIMULATED_LOST_ANSWER = ("simulated-lost-answer", 500, "The demo receiver's answer was lost on purpose");
 }
 
 /// The problem type with this slug.

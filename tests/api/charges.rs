@@ -609,6 +609,7 @@ async fn provoke_every_problem_type() -> (TestApp, Provoked) {
             "simulated-lost-response",
         )
         .await;
+    provoke_lesson8_receiver(&app, &mut provoked).await;
 
     // PostgreSQL only: on SQLite a second delayed transaction waits for the
     // write lock of the first rather than reach the cap.
@@ -741,6 +742,69 @@ async fn provoke_webhook_problems(app: &TestApp, provoked: &mut Provoked) {
             r,
             409,
             "webhook-endpoint-limit",
+        )
+        .await;
+}
+
+/// Lesson 8's receiver (the demo account's): an unsigned delivery, and a
+/// signed one whose answer the receiver's fault `lose_answers` throws away.
+async fn provoke_lesson8_receiver(app: &TestApp, provoked: &mut Provoked) {
+    use charges::idempotency::webhook::{Secret, sign, unix_now};
+    let demo = app.demo();
+    let made = demo.post_as_self("/demo/lesson8/endpoint").await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    let path = format!(
+        "/demo/receivers/{}",
+        made.json()["receiver_id"].as_str().unwrap()
+    );
+    let body = r#"{"id":"evt_p","object":"event","type":"charge.succeeded","data":{"object":{"id":"ch_p"}}}"#;
+    let r = app.send(app.request(Method::POST, &path).body(body)).await;
+    provoked
+        .check(
+            app,
+            "an unsigned delivery to lesson 8's receiver",
+            r,
+            400,
+            "webhook-not-verified",
+        )
+        .await;
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let endpoint = made.json()["endpoint_id"].as_str().unwrap().to_owned();
+    app.execute(&format!(
+        "UPDATE webhook_endpoints SET secret = '{secret}' WHERE id = '{endpoint}'"
+    ));
+    let faults = json!({"lose_answers": 1, "inbox": true});
+    let set = demo
+        .send(
+            demo.request(Method::PUT, "/demo/lesson8/faults")
+                .bearer_auth(demo.api_key())
+                .json(&faults),
+        )
+        .await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    let now = unix_now();
+    let signature = sign(
+        &Secret::parse(secret).unwrap(),
+        "evt_p",
+        now,
+        body.as_bytes(),
+    );
+    let r = app
+        .send(
+            app.request(Method::POST, &path)
+                .header("webhook-id", "evt_p")
+                .header("webhook-timestamp", now.to_string())
+                .header("webhook-signature", signature)
+                .body(body),
+        )
+        .await;
+    provoked
+        .check(
+            app,
+            "lesson 8's receiver told to lose its answer",
+            r,
+            500,
+            "simulated-lost-answer",
         )
         .await;
 }

@@ -11,6 +11,7 @@ mod database;
 mod declines;
 mod demo;
 mod demo_network;
+mod demo_receiver;
 mod demo_walls;
 mod deploy;
 mod early_close;

@@ -43,7 +43,7 @@ async function sandboxKeyOf(page) {
   return JSON.parse(saved ?? 'null')?.api_key ?? null;
 }
 
-const RUN_TIMEOUT_MS = 480_000; // the whole script (it takes about 2½–4 minutes)
+const RUN_TIMEOUT_MS = 600_000; // the whole script (it takes about 3–5 minutes)
 const STEP_TIMEOUT_MS = 20_000; // one step of an experiment (lesson 4 needs ~5 s)
 // Lesson 4 in a room: a learner refused a slot waits for one (the page tries again every
 // few seconds, up to two minutes), so its step may take longer than one hold.
@@ -1415,6 +1415,121 @@ async function lesson7(page) {
   await clear(page, ['l7-lost', 'l7-fresh', 'l7-recover', 'l7-down']);
 }
 
+// ---- lesson 8: the other direction (webhooks) ------------------------------------------------
+
+/** The sender waits 0, 2, 4 and 8 s in demo mode: a step that watches the deliveries may take ~25 s. */
+const L8_STEP_TIMEOUT_MS = 45_000;
+
+/** The timeline of attempts the page shows for experiment `id` (from its webhook_attempts table). */
+async function shownAttempts(page, id) {
+  return exp(page, id).getByTestId('db-panel').locator('[data-testid="attempt-row"]').evaluateAll((rows) => rows.map((r) => ({
+    id: r.dataset.webhookId, n: Number(r.dataset.attempt), ts: r.dataset.timestamp, status: r.dataset.status, signature: r.dataset.signature,
+  })));
+}
+
+/** What the page shows of the receiver's own rows for experiment `id`: its inbox rows, and each payment's times applied. */
+async function shownReceiver(page, id) {
+  const panel = exp(page, id).getByTestId('db-panel');
+  return {
+    inbox: await panel.locator('[data-testid="inbox-row"]').evaluateAll((rows) => rows.map((r) => r.dataset.eventId)),
+    payments: await panel.locator('[data-testid="payment-row"]').evaluateAll((rows) => rows.map((r) => ({ charge: r.dataset.chargeId, times: Number(r.dataset.times) }))),
+  };
+}
+
+/** The receiver's rows for the charge of card A of experiment `id`, as the server reads them (GET /demo/lesson8/receiver). */
+async function receiverOf(page, id) {
+  const a = await card(page, id, 'A');
+  const chargeId = responseId(a.response);
+  const view = await api('GET', '/demo/lesson8/receiver');
+  const event = view.events.find((e) => {
+    try {
+      return JSON.parse(e.body).data.object.id === chargeId;
+    } catch {
+      return false;
+    }
+  }) ?? null;
+  return {
+    a,
+    chargeId,
+    event,
+    attempts: view.attempts.filter((x) => event && x.webhook_id === event.id),
+    inbox: view.inbox.filter((r) => event && r.event_id === event.id),
+    times: view.payments.find((p) => p.charge_id === chargeId)?.times_applied ?? 0,
+  };
+}
+
+/** The page's timeline agrees with the rows: the same attempts, ids, timestamps and answers, in order. */
+function sameTimeline(shown, attempts) {
+  return shown.length === attempts.length && shown.every((r, i) => r.id === attempts[i].webhook_id && r.n === attempts[i].attempt
+    && r.ts === String(attempts[i].webhook_timestamp) && r.status === String(attempts[i].response_status ?? '') && r.signature === attempts[i].webhook_signature);
+}
+
+async function lesson8(page) {
+  const config = await api('GET', '/demo/config');
+  check('lesson 8: the page quotes the sender\'s schedule from the server (the demo\'s short one)',
+    (await page.getByTestId('l8-schedule').innerText()).includes(config.webhook_retry_schedule_seconds.map((s) => `${s} s`).join(', ')), String(config.webhook_retry_schedule_seconds));
+
+  // ---- (a) the receiver loses two answers; the inbox records the event once ----
+  await resetViaPage(page);
+  await clickStep(page, 'l8-lost', 1);
+  await clickStep(page, 'l8-lost', 2, { timeout: L8_STEP_TIMEOUT_MS });
+  let r = await receiverOf(page, 'l8-lost');
+  check('lesson 8 (lost answers): the charge is created (201) and its event charge.succeeded is written', r.a.status === 201 && r.event?.type === 'charge.succeeded', `status ${r.a.status}, event ${r.event?.type}`);
+  const statuses = r.attempts.map((x) => x.response_status).join(', ');
+  check('lesson 8 (lost answers): the sender tried 3 times with one webhook-id, the event\'s, answered 500, 500, 200; the delivery succeeded',
+    r.attempts.length === 3 && statuses === '500, 500, 200' && r.attempts.every((x) => x.webhook_id === r.event.id) && r.event.delivery?.status === 'succeeded',
+    `${r.attempts.length} attempts (${statuses}), delivery ${r.event?.delivery?.status}`);
+  check('lesson 8 (lost answers): each attempt carries a new webhook-timestamp and a new signature',
+    new Set(r.attempts.map((x) => x.webhook_timestamp)).size === 3 && new Set(r.attempts.map((x) => x.webhook_signature)).size === 3,
+    r.attempts.map((x) => `${x.webhook_timestamp} ${String(x.webhook_signature).slice(0, 12)}`).join(' / '));
+  check('lesson 8 (lost answers): the inbox holds the event once, and the payment was applied once', r.inbox.length === 1 && r.times === 1, `${r.inbox.length} inbox rows, applied ${r.times}`);
+  let shown = await shownAttempts(page, 'l8-lost');
+  check('lesson 8 (lost answers): the page\'s timeline of attempts is the database\'s rows', sameTimeline(shown, r.attempts), JSON.stringify(shown).slice(0, 200));
+  let receiver = await shownReceiver(page, 'l8-lost');
+  check('lesson 8 (lost answers): the page shows 1 inbox row and the payment applied once, from the rows',
+    receiver.inbox.length === 1 && receiver.inbox[0] === r.event.id && receiver.payments.length === 1 && receiver.payments[0].times === 1, JSON.stringify(receiver));
+  const rows = await diagramRows(page, 'l8-lost');
+  check('lesson 8 (lost answers): the diagram draws each attempt to the receiver, two answers thrown away',
+    rows.filter((row) => /attempt \d/.test(row)).length === 3 && rows.filter((row) => /thrown away/.test(row)).length === 2, rows.slice(-8).join(' | '));
+  const va = await verdict(page, 'l8-lost');
+  check('lesson 8 (lost answers): the result box agrees, shown as safe', va.ok && (await tone(page, 'l8-lost')) === 'good', said(va));
+
+  // ---- (b) the same with the inbox off: the redelivery is applied twice ----
+  await clickStep(page, 'l8-noinbox', 1);
+  await clickStep(page, 'l8-noinbox', 2, { timeout: L8_STEP_TIMEOUT_MS });
+  r = await receiverOf(page, 'l8-noinbox');
+  check('lesson 8 (no inbox): 2 attempts (500, 200) with one webhook-id; no inbox row; the payment applied twice',
+    r.attempts.length === 2 && r.attempts.map((x) => x.response_status).join(', ') === '500, 200' && r.attempts.every((x) => x.webhook_id === r.event?.id)
+      && r.inbox.length === 0 && r.times === 2,
+    `${r.attempts.length} attempts, ${r.inbox.length} inbox rows, applied ${r.times}`);
+  shown = await shownAttempts(page, 'l8-noinbox');
+  receiver = await shownReceiver(page, 'l8-noinbox');
+  check('lesson 8 (no inbox): the page shows the timeline and the payment applied twice, from the rows',
+    sameTimeline(shown, r.attempts) && receiver.inbox.length === 0 && receiver.payments[0]?.times === 2, JSON.stringify(receiver));
+  const vb = await verdict(page, 'l8-noinbox');
+  check('lesson 8 (no inbox): the result box says it went wrong, shown as harm', vb.ok && (await tone(page, 'l8-noinbox')) === 'bad', said(vb));
+
+  // ---- (c) a tampered body fails the signature check; the untouched one is a duplicate ----
+  await clickStep(page, 'l8-tampered', 1, { timeout: L8_STEP_TIMEOUT_MS });
+  r = await receiverOf(page, 'l8-tampered');
+  check('lesson 8 (tampered): the event is delivered at the first attempt (200)', r.attempts.length === 1 && r.attempts[0].response_status === 200,
+    r.attempts.map((x) => x.response_status).join(', '));
+  await clickStep(page, 'l8-tampered', 2);
+  const tb = await card(page, 'l8-tampered', 'B');
+  const after = await receiverOf(page, 'l8-tampered');
+  check('lesson 8 (tampered): the page posts the delivery with its headers and the amount changed; the receiver answers 400 webhook-not-verified',
+    tb.status === 400 && /webhook-not-verified/.test(tb.response) && tb.request.includes(`Webhook-Id: ${r.event?.id}`) && /"amount":100000\b/.test(tb.request),
+    `${tb.status}: ${tb.response.split('\n').find((l) => /type/.test(l)) ?? ''}`);
+  check('lesson 8 (tampered): nothing was recorded: still 1 inbox row and one payment', after.inbox.length === 1 && after.times === 1, `${after.inbox.length} inbox rows, applied ${after.times}`);
+  await clickStep(page, 'l8-tampered', 3);
+  const tc = await card(page, 'l8-tampered', 'C');
+  check('lesson 8 (tampered): the untouched body with the same headers verifies: 200, a duplicate', tc.status === 200 && /"received": "duplicate"/.test(tc.response), tc.response.slice(-80));
+  const vc = await verdict(page, 'l8-tampered');
+  check('lesson 8 (tampered): the result box agrees, shown as safe', vc.ok && (await tone(page, 'l8-tampered')) === 'good', said(vc));
+  await look(page, 'after lesson 8', { section: 'lesson-8' });
+  await clear(page, ['l8-lost', 'l8-noinbox', 'l8-tampered']);
+}
+
 /** The self-check's radio for option `j` of question `i` (0-based), wherever the shuffle put it. */
 function option(root, i, j) {
   return root.getByTestId(`quiz-${i + 1}`).locator(`input[type="radio"][value="${j}"]`);
@@ -1994,8 +2109,10 @@ async function tour(browser) {
   page.on('pageerror', (error) => pageErrors.push(error.message));
   page.on('console', (message) => {
     // Chromium logs every 4xx/5xx answer as "Failed to load resource"; the
-    // lessons provoke 402, 404, 409, 422, 503 and 504 on purpose, so only other errors count.
-    if (message.type() === 'error' && !/^Failed to load resource: the server responded with a status of (402|404|409|422|500|503|504)\b/.test(message.text())) {
+    // lessons provoke 402, 404, 409, 422, 503 and 504 on purpose (and lesson 8 a 400), so only other errors count.
+    // Lesson 8 posts a tampered delivery to its receiver, which refuses it with 400.
+    const tampered = /\/demo\/receivers\//.test(message.location()?.url ?? '') && /status of 400\b/.test(message.text());
+    if (message.type() === 'error' && !tampered && !/^Failed to load resource: the server responded with a status of (402|404|409|422|500|503|504)\b/.test(message.text())) {
       pageErrors.push(message.text());
     }
   });
@@ -2053,6 +2170,7 @@ async function tour(browser) {
   await lesson('lesson 6: what a key cannot promise', () => lesson6(page));
   await lesson('lesson 6: what goes wrong without each rule (the model\'s counterexamples)', () => lesson6Model(page));
   await lesson('lesson 7: the charge reaches the card network', () => lesson7(page));
+  await lesson('lesson 8: the other direction: webhooks', () => lesson8(page));
   await lesson('self-check', () => selfCheck(page));
   check('no JavaScript errors on the page', pageErrors.length === 0, pageErrors.slice(0, 3).join(' | '));
   check('no file the page asks for is missing (no 404 but the lesson\'s own)', notFound.length === 0, notFound.slice(0, 3).join(' '));

@@ -433,6 +433,10 @@ function cjkPhrases(tokens) {
   for (let i = out.length - 2; i >= 0; i -= 1) {
     if (ONE_KANJI.test(out[i]) && KANJI_START.test(out[i + 1])) out.splice(i, 2, out[i] + out[i + 1]);
   }
+  // A number and the counter after it (2回, 1件, 1,000円) are one phrase.
+  for (let i = out.length - 2; i >= 0; i -= 1) {
+    if (NUMBER.test(out[i]) && CJK_START.test(out[i + 1])) out.splice(i, 2, out[i] + out[i + 1]);
+  }
   return out;
 }
 const CJK_END = new RegExp(`[${CJK}]$`);
@@ -440,6 +444,8 @@ const CJK_END = new RegExp(`[${CJK}]$`);
 const SENTENCE_END = /[。、]$/;
 const ONE_KANJI = /^[\u3400-\u9fff]$/;
 const KANJI_START = /^[\u3400-\u9fff]/;
+const NUMBER = /^\d[\d,.]*$/;
+const CJK_START = new RegExp(`^[${CJK}]`);
 
 /**
  * The pieces a line may break between: words for Latin text, phrases for

@@ -64,6 +64,8 @@ export class Experiment {
    *   lanes,                     // optional: the diagram's lanes (default client, API, DB)
    *   network,                   // optional: show the card network's ledger next to ours
    *   unavailable(),             // optional: why this server cannot run it (null: it can)
+   *   readState(),               // optional: reads the tables instead of GET /demo/state (lesson 8 adds its receiver's)
+   *   extraTables(ctx),          // optional: HTML drawn under the tables (lesson 8: the receiver's)
    * }
    */
   constructor(host, def) {
@@ -166,7 +168,7 @@ export class Experiment {
       /** Reads the tables (GET /demo/state) and shows them, without a request of its own. */
       async refresh() {
         const seq = ++experiment.stateSeq;
-        const state = await getState();
+        const state = await experiment._readState();
         experiment._setState(state, seq);
         return state;
       },
@@ -198,12 +200,13 @@ export class Experiment {
    * what the server did (or leaves that to the caller when narrate is false),
    * then reads the state.
    */
-  _start(spec, { tag, title, narrate = null, detail = [], harm = null, explain: explainer = null }) {
+  _start(spec, { tag, title, narrate = null, detail = [], harm = null, explain: explainer = null, to = 'api' }) {
     const { record, done: answeredRaw } = startRequest(spec);
     this.ctx.records[tag] = record;
     const call = CALLS[spec.kind] ?? L('d.callCharge');
-    this.diagram.message('client', 'api', call, { tag, kind: 'call', detail: detail.length ? detail : callDetail(spec) });
-    const bar = this.diagram.openBar(tag, 'api', { record });
+    // `to`: the lane the request goes to (lesson 8 posts to its receiver).
+    this.diagram.message('client', to, call, { tag, kind: 'call', detail: detail.length ? detail : callDetail(spec) });
+    const bar = this.diagram.openBar(tag, to, { record });
     const card = new RequestCard(record, { tag, title, harm, explainer, level: Math.min(6, this.level + 1), context: () => this.contextName() });
     this.cards.push(card);
     this.el.cards.append(card.el);
@@ -219,7 +222,7 @@ export class Experiment {
     const done = answered.then(async (rec) => {
       try {
         const seq = ++this.stateSeq;
-        const state = await getState();
+        const state = await this._readState();
         this._setState(state, seq);
         card.setAfter(state, this.ctx.baseline, null, this._tables());
       } catch (error) {
@@ -256,6 +259,11 @@ export class Experiment {
     this.renderDb();
   }
 
+  /** The tables as they are now: GET /demo/state, or what the lesson reads instead. */
+  _readState() {
+    return this.def.readState?.() ?? getState();
+  }
+
   /** How this experiment draws the tables: with refunds, with the network's ledger. */
   _tables() {
     return { refunds: Boolean(this.def.refunds), network: Boolean(this.def.network) };
@@ -276,7 +284,7 @@ export class Experiment {
       // The steps build their requests from the server's settings.
       await loadServer();
       if (this.ctx.baseline === null) {
-        const before = await getState();
+        const before = await this._readState();
         this.ctx.baseline = stateIds(before);
         this._setState(before);
       }
@@ -426,7 +434,7 @@ export class Experiment {
       ...this._tables(),
       // Lesson 4: what the database says waits, under the tables.
       locks: Boolean(this.def.locks),
-    });
+    }) + (this.def.extraTables?.(this.ctx) ?? '');
     updateScrollHints(this.el['db-tables']);
     this.renderTrack();
   }
@@ -552,6 +560,7 @@ const CALLS = {
   refund: L('d.callRefund'),
   describe: L('d.callDescribe'),
   lookup: L('d.callLookup'),
+  webhook: L('d.callWebhook'),
 };
 
 /** The nearest heading before `el` in document order. */

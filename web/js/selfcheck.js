@@ -6,7 +6,7 @@
 //
 // It cannot be gamed: the first answer checked is the one scored; the
 // options are shuffled at each load (the right ones spread evenly over the
-// positions, so always picking one position scores at most 4 of 11); a
+// positions, so always picking one position scores at most 4 of 12); a
 // wrong answer is told what is wrong with it, and the right one is shown
 // only after the learner's own second try, or once every question has a
 // first answer.
@@ -69,6 +69,7 @@ export const QUESTIONS = [
   { q: 'sc.q8', options: 3, answer: 0, see: 'l6-abandon' },
   { q: 'sc.q9', options: 3, answer: 1, see: 'l7-fresh' },
   { q: 'sc.q10', options: 3, answer: 2, see: 'l7-recover' },
+  { q: 'sc.q12', options: 3, answer: 0, see: 'l8-lost' },
 ];
 
 export function mountSelfCheck(root) {

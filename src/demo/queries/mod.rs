@@ -12,6 +12,7 @@
 
 mod locks;
 mod postgres;
+pub mod receiver;
 pub mod sandboxes;
 mod sqlite;
 mod tables;
@@ -108,7 +109,8 @@ fn tables(store: &mut dyn Store) -> &mut dyn DemoTables {
 /// start, after the migrations).
 pub fn create_tables(store: &mut dyn Store) -> QueryResult<()> {
     tables(store).create_tables()?;
-    sandboxes::create_table(store)
+    sandboxes::create_table(store)?;
+    receiver::create_tables(store)
 }
 
 /// Runs `read` in one read-only transaction that sees the database as of
@@ -180,10 +182,11 @@ pub fn insert_unguarded(
 }
 
 /// Deletes the account's webhook rows (its events, endpoints, deliveries
-/// and their attempts), then its key rows, unguarded rows, refunds and
-/// charges.
+/// and their attempts) and lesson 8's receiver rows (its inbox rows and
+/// effects), then its key rows, unguarded rows, refunds and charges.
 pub fn delete_account_rows(store: &mut dyn Store, account_id: i64) -> QueryResult<()> {
     store.delete_account_webhooks(account_id)?;
+    receiver::delete_rows(store, account_id)?;
     tables(store).delete_account_rows(account_id)
 }
 

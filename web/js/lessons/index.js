@@ -1,5 +1,5 @@
 // The lessons, in the page's order: one module per lesson (lesson1.js …
-// lesson7.js), each holding its experiments and the sentences of its text
+// lesson8.js), each holding its experiments and the sentences of its text
 // that quote the server's settings; shared.js holds what they share (the
 // requests, the narration of a charge, an experiment's shape).
 //
@@ -15,6 +15,7 @@ import { lesson4, lesson4Rollback, mountLesson4Modes, renderLesson4 } from './le
 import { lesson5Expire, lesson5Reuse, lesson5Decline, lesson5NewKey, renderLesson5 } from './lesson5.js';
 import { lesson6Forget, lesson6Abandon, lesson6Retention, renderLesson6 } from './lesson6.js';
 import { lesson7Lost, lesson7Fresh, lesson7Recover, lesson7Down, renderLesson7 } from './lesson7.js';
+import { lesson8Lost, lesson8NoInbox, lesson8Tampered, renderLesson8 } from './lesson8.js';
 
 /** Every experiment, by the id of its placeholder in index.html (data-experiment). */
 export const EXPERIMENTS = {
@@ -38,6 +39,9 @@ export const EXPERIMENTS = {
   'l7-fresh': lesson7Fresh,
   'l7-recover': lesson7Recover,
   'l7-down': lesson7Down,
+  'l8-lost': lesson8Lost,
+  'l8-noinbox': lesson8NoInbox,
+  'l8-tampered': lesson8Tampered,
 };
 
 export function mountExperiments(root) {
@@ -50,7 +54,7 @@ export function mountExperiments(root) {
 }
 
 /**
- * The sentences of lessons 3 to 7 that quote the server's own settings (GET
+ * The sentences of lessons 3 to 8 that quote the server's own settings (GET
  * /demo/config), or a lesson's own timing; '…' until the settings have been read.
  */
 export function renderServerFacts(root) {
@@ -60,4 +64,5 @@ export function renderServerFacts(root) {
   renderLesson5(root, config);
   renderLesson6(root, config);
   renderLesson7(root, config);
+  renderLesson8(root, config);
 }

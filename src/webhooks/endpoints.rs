@@ -335,8 +335,11 @@ fn enabled_events() -> utoipa::openapi::schema::ArrayBuilder {
 #[allow(dead_code)] // Documentation only: parsed by `registration::parse_rotation`.
 pub struct RotationBody {
     /// Seconds the previous secret keeps signing deliveries (beside the new one), 0 to 86400; 86400 when left out.
+    // Not `Option`: the field may be left out, but `null` is not a number
+    // of seconds (the schema says so, and the parser refuses it).
     #[schema(minimum = 0, maximum = 86400, default = 86400)]
-    expire_previous_in: Option<u32>,
+    #[serde(default)]
+    expire_previous_in: u32,
 }
 
 /// The caller's webhook endpoints, newest first, a page at a time (no secrets).

@@ -299,6 +299,7 @@ mod tests {
             json!({"expire_previous_in": 86_401}),
             json!({"expire_previous_in": -1}),
             json!({"expire_previous_in": 1.5}),
+            json!({"expire_previous_in": null}),
             json!({"other": 1}),
         ] {
             assert!(parse_rotation(&bad).is_err(), "{bad}");

@@ -105,11 +105,28 @@ pub async fn lesson8_endpoint(
 }
 
 /// `PUT /demo/lesson8/faults`'s body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct FaultsBody {
+struct ReceiverFaults {
+    /// Deliveries in a row the receiver records and applies, then answers 500.
+    #[schema(minimum = 0, maximum = 3)]
     lose_answers: i32,
+    /// `false`: each delivery is applied without recording its event.
     inbox: bool,
+}
+
+/// The body, or `None`. A whole number as JSON Schema's `integer` counts
+/// it (`1.0` is 1), as the document promises.
+fn parse_faults(body: &[u8]) -> Option<ReceiverFaults> {
+    let mut value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    if let Some(n) = value.get_mut("lose_answers") {
+        if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() <= 1e6) {
+            *n = json!(f as i64);
+        }
+    }
+    serde_json::from_value(value)
+        .ok()
+        .filter(|f: &ReceiverFaults| (0..=MAX_LOST_ANSWERS).contains(&f.lose_answers))
 }
 
 /// Demo mode only: how the sandbox's receiver misbehaves: `lose_answers`
@@ -117,7 +134,7 @@ struct FaultsBody {
 /// 500; with `inbox: false` the receiver applies each delivery without
 /// recording its event.
 #[utoipa::path(put, path = "/demo/lesson8/faults", tag = "demo",
-    request_body(content = String, content_type = "application/json", description = "`{\"lose_answers\": 0..3, \"inbox\": true | false}`"),
+    request_body(content = ReceiverFaults, content_type = "application/json"),
     responses(
         (status = 200, description = "`{\"lose_answers\", \"inbox\"}`: as set"),
         (status = 400, description = "`invalid-request`: not that body", body = crate::http::problem::Problem, content_type = "application/problem+json"),
@@ -128,15 +145,12 @@ pub async fn lesson8_faults(
     app: web::Data<AppState>,
     sandbox: web::Data<Sandbox>,
 ) -> Result<HttpResponse, ApiError> {
-    let faults: FaultsBody = serde_json::from_slice(&body)
-        .ok()
-        .filter(|f: &FaultsBody| (0..=MAX_LOST_ANSWERS).contains(&f.lose_answers))
-        .ok_or_else(|| {
-            ApiError::invalid(format!(
-                "Send {{\"lose_answers\": 0 to {MAX_LOST_ANSWERS}, \"inbox\": true or false}}."
-            ))
-        })?;
-    let FaultsBody {
+    let faults = parse_faults(&body).ok_or_else(|| {
+        ApiError::invalid(format!(
+            "Send {{\"lose_answers\": 0 to {MAX_LOST_ANSWERS}, \"inbox\": true or false}}."
+        ))
+    })?;
+    let ReceiverFaults {
         lose_answers,
         inbox,
     } = faults;
@@ -264,4 +278,26 @@ fn view(rows: Rows, schedule: Vec<f64>) -> Value {
         "inbox": rows.inbox,
         "payments": rows.payments,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_faults_body_is_an_object_of_a_count_up_to_three_and_a_switch() {
+        let parsed = |b: &str| parse_faults(b.as_bytes()).map(|f| (f.lose_answers, f.inbox));
+        assert_eq!(parsed(r#"{"lose_answers": 2, "inbox": true}"#), Some((2, true)));
+        assert_eq!(parsed(r#"{"lose_answers": 1.0, "inbox": false}"#), Some((1, false)));
+        for bad in [
+            r#""""#,
+            "null",
+            r#"{"lose_answers": 4, "inbox": true}"#,
+            r#"{"lose_answers": 1.5, "inbox": true}"#,
+            r#"{"lose_answers": 1}"#,
+            r#"{"lose_answers": 1, "inbox": true, "other": 1}"#,
+        ] {
+            assert_eq!(parsed(bad), None, "{bad}");
+        }
+    }
 }

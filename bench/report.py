@@ -169,6 +169,10 @@ def load(workdir):
         with open(fpath) as f:
             failover = json.load(f)
     meta["failover"] = failover
+    opath = os.path.join(workdir, "outbox.json")
+    if os.path.exists(opath):
+        with open(opath) as f:
+            meta["outbox"] = json.load(f)
     return meta, phases, purge
 
 
@@ -228,6 +232,22 @@ def fold_rounds(phases):
     return per_round, last2
 
 
+def fold_pair(phases, base, other):
+    """Phase o's rounds, ids "on.1", "o1.1", ...: per-round ratios other/base,
+    and the median round of each side shown under its bare id."""
+    rounds = sorted({int(pid.split(".")[1]) for pid in phases if pid.split(".")[0] == base and "." in pid})
+    ratios = [ratio(phases["%s.%d" % (other, r)]["rps"], phases["%s.%d" % (base, r)]["rps"])
+              for r in rounds if "%s.%d" % (other, r) in phases]
+    for b in (base, other):
+        runs = sorted((phases[pid] for pid in list(phases) if pid.split(".")[0] == b and "." in pid),
+                      key=lambda p: p.get("rps") or 0)
+        if runs:
+            shown = dict(runs[(len(runs) - 1) // 2])
+            shown["id"], shown["rounds"] = b, [p["id"] for p in runs]
+            phases[b] = shown
+    return ratios
+
+
 def per_request_us(phase, key):
     """A phase's CPU figure (seconds) per request, in microseconds."""
     if not phase or phase.get(key) is None or not phase.get("requests"):
@@ -254,6 +274,8 @@ def server_budget_us(meta, reference_rps, phase, floor=0.80):
 def table(workdir, out):
     meta, phases, purge = load(workdir)
     per_round, last2 = fold_rounds(phases)
+    outbox_off = fold_pair(phases, "on", "o1")
+    outbox_on = fold_pair(phases, "sn", "s1")
 
     def get(pid, *path):
         v = phases.get(pid)
@@ -278,6 +300,10 @@ def table(workdir, out):
         ("5a", "idempotent, %s expired keys in table" % f"{meta['seed_rows']:,}"),
         ("5b", "idempotent while purging those keys"),
         ("6", "idempotent, RSS run"),
+        ("on", "outbox: no endpoint, sender off"),
+        ("o1", "outbox: one endpoint, sender off"),
+        ("sn", "outbox: no endpoint, sender on"),
+        ("s1", "outbox: one endpoint, sender on, delivering"),
         ("h", "GET /healthz: HTTP alone, no database"),
         ("r", "GET /readyz: HTTP + one pooled SELECT 1"),
     ]
@@ -376,6 +402,23 @@ def table(workdir, out):
         w("failover: skipped (%s)" % fo["skipped"])
         w("")
 
+    ob = meta.get("outbox")
+    if outbox_off or outbox_on:
+        w("outbox rounds (the two sides back to back, the first alternating)  %s" % " ".join(
+            "%10s" % ("round %d" % (i + 1)) for i in range(max(len(outbox_off), len(outbox_on)))))
+        for label, vals in (("o1/on  one endpoint / none, sender off", outbox_off),
+                            ("s1/sn  one endpoint / none, sender on", outbox_on)):
+            w("%-66s %s   median %s" % (label, " ".join("%10s" % fmt(v, ".3f") for v in vals),
+                                        fmt(median(vals), ".3f")))
+        if ob:
+            w("s1's deliveries: %d (%d succeeded, %d pending, %d failed), %d attempts; first attempt after"
+              " the event's commit: p50 %s ms, p99 %s ms" % (
+                  ob["deliveries"], ob["succeeded"], ob["pending"], ob["failed"], ob["attempts"],
+                  fmt(ob["lag_first_attempt_ms"]["p50"], ".0f"), fmt(ob["lag_first_attempt_ms"]["p99"], ".0f")))
+            for d in ob.get("drains", []):
+                w("  %s: %d delivered when wrk stopped; the rest drained in %d s, %d left" % (
+                    d["id"], d["succeeded_at_wrk_end"], d["drain_s"], d["left"]))
+        w("")
     if per_round:
         w("rounds (each one: 3, 1, 0, then 2)    %s %10s" % (
             " ".join("%10s" % ("round %d" % r["round"]) for r in per_round), "median"))
@@ -458,6 +501,12 @@ def table(workdir, out):
          ".2f", ""),
         ("server peak RSS at %d clients (6)" % (get("6", "clients") or 0), rss6, "<", 64.0, ".1f", " MiB"),
         ("purge while serving (5b)", purge_rps, ">=", 50000.0, ",.0f", " rows/s"),
+        ("first keyed, one endpoint / none, sender off (o1/on)", median(outbox_off), ">=", 0.85, ".2f", ""),
+        ("  the same, the sender on and delivering (s1/sn)", median(outbox_on), "info", None, ".2f", ""),
+        ("  s1's delivery lag, first attempt after commit, p50", ((ob or {}).get("lag_first_attempt_ms") or {})
+         .get("p50"), "info", None, ",.0f", " ms"),
+        ("  s1's delivery lag, first attempt after commit, p99", ((ob or {}).get("lag_first_attempt_ms") or {})
+         .get("p99"), "info", None, ",.0f", " ms"),
     ]
     hdr = "%-55s %12s %12s  %s" % ("target", "measured", "target", "result")
     w(hdr)
@@ -497,7 +546,10 @@ def table(workdir, out):
                    "network_over_idempotent": r82, "naive_over_plain_sql": r30,
                    "tls_over_idempotent": r2t, "tls_idempotent_over_tls_limit": r2t1t,
                    "slow_network_charges_per_s": slow_network_rps,
-                   "p99_1m_over_empty": rp99},
+                   "p99_1m_over_empty": rp99,
+                   "outbox_one_endpoint_over_none_sender_off": median(outbox_off),
+                   "outbox_one_endpoint_over_none_sender_on": median(outbox_on)},
+        "outbox": {"rounds_sender_off": outbox_off, "rounds_sender_on": outbox_on, "deliveries": ob},
         "server_cpu_us": {"first_keyed": cpu2, "plain": cpu3, "healthz": cpuh, "readyz": cpur,
                           "budget_first_keyed_for_2_over_1": budget21,
                           "budget_plain_for_3_over_0": budget30},

@@ -119,10 +119,10 @@ struct ReceiverFaults {
 /// it (`1.0` is 1), as the document promises.
 fn parse_faults(body: &[u8]) -> Option<ReceiverFaults> {
     let mut value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    if let Some(n) = value.get_mut("lose_answers") {
-        if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() <= 1e6) {
-            *n = json!(f as i64);
-        }
+    if let Some(n) = value.get_mut("lose_answers")
+        && let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() <= 1e6)
+    {
+        *n = json!(f as i64);
     }
     serde_json::from_value(value)
         .ok()
@@ -287,8 +287,14 @@ mod tests {
     #[test]
     fn the_faults_body_is_an_object_of_a_count_up_to_three_and_a_switch() {
         let parsed = |b: &str| parse_faults(b.as_bytes()).map(|f| (f.lose_answers, f.inbox));
-        assert_eq!(parsed(r#"{"lose_answers": 2, "inbox": true}"#), Some((2, true)));
-        assert_eq!(parsed(r#"{"lose_answers": 1.0, "inbox": false}"#), Some((1, false)));
+        assert_eq!(
+            parsed(r#"{"lose_answers": 2, "inbox": true}"#),
+            Some((2, true))
+        );
+        assert_eq!(
+            parsed(r#"{"lose_answers": 1.0, "inbox": false}"#),
+            Some((1, false))
+        );
         for bad in [
             r#""""#,
             "null",

@@ -426,10 +426,7 @@ pub fn charge_json(charge: &Charge) -> Value {
 /// A charge's id as its one URI spells it: lowercase, hyphenated, as it is
 /// given out. Any other spelling, like a malformed id, names no charge.
 pub fn charge_id(path: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(path)
-        .ok()
-        .filter(|id| id.hyphenated().to_string() == path)
-        .ok_or(ApiError::NotFound)
+    crate::http::paging::plain_id(path).ok_or(ApiError::NotFound)
 }
 
 /// The caller's charges, newest first, a page at a time.

@@ -5,7 +5,6 @@
 //! event row and one pending delivery, due now, per enabled endpoint of
 //! the account). Once those routes exist, these become calls to them.
 
-use charges::idempotency::webhook::signature::Secret;
 use uuid::Uuid;
 
 use super::db::{TestDatabase, at};
@@ -19,15 +18,8 @@ pub fn account_id(db: &TestDatabase, name: &str) -> i64 {
     ids[0].parse().unwrap()
 }
 
-/// A new random signing secret, `whsec_…`.
-pub fn new_secret() -> String {
-    let bytes: Vec<u8> = Uuid::new_v4()
-        .into_bytes()
-        .into_iter()
-        .chain(Uuid::new_v4().into_bytes())
-        .collect();
-    Secret::from_bytes(bytes).unwrap().to_whsec()
-}
+/// A new random signing secret, `whsec_…`, as registration makes one.
+pub use charges::webhooks::endpoints::new_secret;
 
 /// An enabled endpoint of the account at `url` for every event type; its
 /// id and signing secret.

@@ -93,6 +93,19 @@ impl Endpoint {
     }
 }
 
+/// The secrets an endpoint's deliveries are signed with (and a receiver
+/// checks): the current one, and the previous one while its rotation's
+/// grace lasts.
+pub fn signing_secrets<'a>(
+    secret: &'a str,
+    previous: Option<&'a str>,
+    previous_expires_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Vec<&'a str> {
+    let previous = previous.filter(|_| previous_expires_at.is_some_and(|until| until > now));
+    std::iter::once(secret).chain(previous).collect()
+}
+
 /// The enabled_events column: a JSON array of strings.
 pub fn events_text(types: &[String]) -> String {
     serde_json::to_string(types).expect("strings serialize")

@@ -204,13 +204,16 @@ impl Sender {
 /// its rotation's grace lasts, the previous one too.
 fn sign(claim: &Claimed, timestamp: i64) -> Result<(String, String, String), String> {
     let unreadable = |_| "the endpoint's signing secret is unreadable".to_owned();
-    let mut secrets = vec![Secret::parse(&claim.secret).map_err(unreadable)?];
-    if let (Some(previous), Some(until)) =
-        (&claim.previous_secret, claim.previous_secret_expires_at)
-        && until > Utc::now()
-    {
-        secrets.push(Secret::parse(previous).map_err(unreadable)?);
-    }
+    let secrets = crate::store::webhooks::signing_secrets(
+        &claim.secret,
+        claim.previous_secret.as_deref(),
+        claim.previous_secret_expires_at,
+        Utc::now(),
+    )
+    .into_iter()
+    .map(Secret::parse)
+    .collect::<Result<Vec<_>, _>>()
+    .map_err(unreadable)?;
     let id = events::public_id(&claim.event_id);
     let body = events::body(
         &claim.event_id,

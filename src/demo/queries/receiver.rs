@@ -239,10 +239,13 @@ pub fn endpoint_secrets(
     let Some(endpoint) = store.find_endpoint(account_id, id)? else {
         return Ok(Vec::new());
     };
-    let previous = endpoint
-        .previous_secret
-        .filter(|_| endpoint.previous_secret_expires_at > Some(chrono::Utc::now()));
-    Ok(std::iter::once(endpoint.secret).chain(previous).collect())
+    let secrets = crate::store::webhooks::signing_secrets(
+        &endpoint.secret,
+        endpoint.previous_secret.as_deref(),
+        endpoint.previous_secret_expires_at,
+        chrono::Utc::now(),
+    );
+    Ok(secrets.into_iter().map(str::to_owned).collect())
 }
 
 /// Registers the sandbox's endpoint, with the endpoints' own store

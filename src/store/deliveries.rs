@@ -1,13 +1,18 @@
 //! The webhook sender's tables: `webhook_deliveries` (one row per event and
 //! endpoint, written by the outbox) and `webhook_attempts`, on both
-//! backends. Three rules live here:
+//! backends. Four rules live here:
 //!
 //! - **A claim is exclusive.** [`DeliveryStore::claim_deliveries`] locks the
 //!   endpoints it claims for (`FOR NO KEY UPDATE SKIP LOCKED` on PostgreSQL:
 //!   the outbox's inserts take only `FOR KEY SHARE` on an endpoint, so they
 //!   never wait for it), so several instances never claim one row.
-//! - **One delivery in flight per endpoint**: an endpoint whose receiver
-//!   hangs holds its own slot only, never another endpoint's or account's.
+//! - **Slots per endpoint**: a healthy endpoint has up to
+//!   [`Slots::per_endpoint`] deliveries in flight, a failing one (its last
+//!   attempt failed) [`Slots::per_failing_endpoint`]: a receiver that hangs
+//!   holds its own few slots, never another endpoint's or account's.
+//! - **Turns**: the endpoints with due deliveries are served least recently
+//!   served first, so a busy endpoint never takes another's turn; within an
+//!   endpoint, the oldest due delivery goes first.
 //! - **Fencing.** [`DeliveryStore::record_attempt`] writes only while the
 //!   row's `claim_token` is still the caller's: a sender whose claim expired
 //!   and was taken over records nothing.
@@ -68,6 +73,18 @@ pub enum Next {
     Gone(String),
 }
 
+/// How many deliveries one claim may take.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Slots {
+    /// In all: the sender's free slots.
+    pub total: i64,
+    /// In flight at once to an endpoint whose last attempt succeeded.
+    pub per_endpoint: i64,
+    /// In flight at once to an endpoint whose last attempt failed: one,
+    /// so that a dead receiver costs one slot, and is probed, not flooded.
+    pub per_failing_endpoint: i64,
+}
+
 /// A delivery as `GET /events/{id}/deliveries` shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeliveryView {
@@ -84,21 +101,24 @@ pub trait DeliveryStore {
     /// idle sender's poll, which then takes no write lock).
     fn any_due(&mut self, now: DateTime<Utc>) -> QueryResult<bool>;
 
-    /// Claims up to `limit` due deliveries, at most one per endpoint and
-    /// none of an endpoint with one in flight, oldest due first, until
-    /// `lease_until`, under `token`. Call it inside a transaction: the
-    /// endpoints' locks are what make the claim exclusive.
+    /// Claims due deliveries within `slots` (counting what is already in
+    /// flight, by any instance), the endpoints least recently served first,
+    /// each endpoint's oldest due first, until `lease_until`, under `token`.
+    /// Call it inside a transaction: the endpoints' locks are what make the
+    /// claim exclusive.
     fn claim_deliveries(
         &mut self,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         token: Uuid,
-        limit: i64,
+        slots: Slots,
     ) -> QueryResult<Vec<Claimed>>;
 
     /// Records `attempt` and the delivery's `next` state if the row is
-    /// still claimed under `claim.token`; `false` (nothing written) if not.
-    /// Call it inside a transaction.
+    /// still claimed under `claim.token`, and whether its endpoint is now
+    /// failing; `false` (nothing written) if not. Call it inside a
+    /// transaction; record several in one in the order of their endpoints'
+    /// ids (each takes its endpoint's row lock when its health changes).
     fn record_attempt(
         &mut self,
         claim: &Claimed,
@@ -147,13 +167,9 @@ macro_rules! delivery_store {
 
         impl DeliveryStore for $conn {
             fn any_due(&mut self, now: DateTime<Utc>) -> QueryResult<bool> {
-                diesel::select(diesel::dsl::exists(
-                    dl::table
-                        .filter(dl::status.eq(PENDING))
-                        .filter(dl::next_attempt_at.le(D::encode_time(now))),
-                ))
-                .get_result(self)
-                .inspect_err(D::note)
+                diesel::select(diesel::dsl::exists(due(D::encode_time(now))))
+                    .get_result(self)
+                    .inspect_err(D::note)
             }
 
             fn claim_deliveries(
@@ -161,29 +177,71 @@ macro_rules! delivery_store {
                 now: DateTime<Utc>,
                 lease_until: DateTime<Utc>,
                 token: Uuid,
-                limit: i64,
+                slots: Slots,
             ) -> QueryResult<Vec<Claimed>> {
                 let n = D::encode_time(now);
-                let due = due_endpoints(self, n.clone(), limit)?;
-                if due.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let locked: Vec<Id> = ep::table
-                    .filter(ep::id.eq_any(due.clone()))
+                // Endpoints with a delivery due, their turn first; the lock
+                // skips those another instance is claiming for right now.
+                let endpoints: Vec<(Id, bool, String, String, Option<String>, Option<Time>)> = ep::table
                     .filter(ep::status.eq("enabled"))
-                    .select(ep::id)
+                    .filter(ep::id.eq_any(due(n.clone()).select(dl::endpoint_id)))
+                    .order((ep::served_at.is_not_null(), ep::served_at.asc(), ep::id.asc()))
+                    .limit(slots.total)
+                    .select((ep::id, ep::failing, ep::url, ep::secret, ep::previous_secret,
+                        ep::previous_secret_expires_at))
                     $($lock)*
                     .load(self)
                     .inspect_err(D::note)?;
-                let mut claimed = Vec::new();
-                for endpoint in due.into_iter().filter(|e| locked.contains(e)) {
-                    if let Some(row) =
-                        claim_one(self, endpoint, n.clone(), D::encode_time(lease_until), token)?
-                    {
-                        claimed.push(row);
+                if endpoints.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let ids: Vec<Id> = endpoints.iter().map(|e| e.0.clone()).collect();
+                let in_flight: Vec<(Id, i64)> = dl::table
+                    .filter(dl::endpoint_id.eq_any(ids))
+                    .filter(dl::claim_token.is_not_null())
+                    .filter(dl::claimed_until.gt(n.clone()))
+                    .group_by(dl::endpoint_id)
+                    .select((dl::endpoint_id, diesel::dsl::count_star()))
+                    .load(self)
+                    .inspect_err(D::note)?;
+                let lease = D::encode_time(lease_until);
+                let (mut left, mut taken, mut served) = (slots.total, Vec::new(), Vec::new());
+                for (endpoint, failing, url, secret, previous, previous_expires) in endpoints {
+                    let cap = if failing { slots.per_failing_endpoint } else { slots.per_endpoint };
+                    let busy = in_flight.iter().find(|(e, _)| *e == endpoint).map_or(0, |(_, k)| *k);
+                    let room = (cap - busy).min(left);
+                    if room <= 0 {
+                        continue;
+                    }
+                    let rows = claim_oldest(self, endpoint.clone(), n.clone(), lease.clone(), token, room)?;
+                    left -= rows.len() as i64;
+                    let previous_secret_expires_at = previous_expires.map(D::decode_time).transpose()?;
+                    for (event, account_id, attempts) in rows {
+                        taken.push((event, Claimed {
+                            event_id: Uuid::nil(),
+                            endpoint_id: D::decode_id(endpoint.clone())?,
+                            account_id,
+                            attempts,
+                            token,
+                            url: url.clone(),
+                            secret: secret.clone(),
+                            previous_secret: previous.clone(),
+                            previous_secret_expires_at,
+                            event_type: String::new(),
+                            data: String::new(),
+                            event_created_at: now,
+                        }));
+                    }
+                    served.push(endpoint);
+                    if left == 0 {
+                        break;
                     }
                 }
-                Ok(claimed)
+                diesel::update(ep::table.filter(ep::id.eq_any(served)))
+                    .set(ep::served_at.eq(Some(n)))
+                    .execute(self)
+                    .inspect_err(D::note)?;
+                with_events(self, taken)
             }
 
             fn record_attempt(
@@ -228,6 +286,13 @@ macro_rules! delivery_store {
                         tries::error.eq(attempt.error.as_deref()),
                         tries::duration_ms.eq(attempt.duration_ms),
                     ))
+                    .execute(self)
+                    .inspect_err(D::note)?;
+                // The endpoint's health sets its slots; written only when it
+                // changes (a healthy endpoint's successes write nothing).
+                let failing = !matches!(next, Next::Succeeded);
+                diesel::update(ep::table.find(p.clone()).filter(ep::failing.ne(failing)))
+                    .set(ep::failing.eq(failing))
                     .execute(self)
                     .inspect_err(D::note)?;
                 if let Next::Gone(reason) = next {
@@ -318,68 +383,42 @@ macro_rules! delivery_store {
             }
         }
 
-        /// Endpoints of enabled endpoints with a due delivery and none in
-        /// flight, the longest-waiting first (fairness: a busy endpoint
-        /// never takes another's turn).
-        fn due_endpoints(conn: &mut D, now: Time, limit: i64) -> QueryResult<Vec<Id>> {
-            // Loaded first (a few rows: one per delivery in flight), as Diesel
-            // will not put one table in a query twice without an alias.
-            let in_flight: Vec<Id> = dl::table
+        /// The deliveries due at `now` and not in flight: pending, their
+        /// time come, and unclaimed or their claim expired (a sender killed
+        /// mid-attempt; at least once).
+        fn due(now: Time) -> diesel::dsl::Filter<
+            diesel::dsl::Filter<diesel::dsl::Filter<dl::table, diesel::dsl::Eq<dl::status, &'static str>>,
+                diesel::dsl::LtEq<dl::next_attempt_at, Time>>,
+            diesel::dsl::Or<diesel::dsl::IsNull<dl::claimed_until>, diesel::dsl::LtEq<dl::claimed_until, Time>>,
+        > {
+            dl::table
                 .filter(dl::status.eq(PENDING))
-                .filter(dl::claimed_until.gt(now.clone()))
-                .select(dl::endpoint_id)
-                .load(conn)
-                .inspect_err(D::note)?;
-            let enabled = ep::table.filter(ep::status.eq("enabled")).select(ep::id);
-            let rows: Vec<(Id, Option<Time>)> = dl::table
-                .filter(dl::status.eq(PENDING))
-                .filter(dl::next_attempt_at.le(now))
-                .filter(dl::endpoint_id.ne_all(in_flight))
-                .filter(dl::endpoint_id.eq_any(enabled))
-                .group_by(dl::endpoint_id)
-                .select((dl::endpoint_id, diesel::dsl::min(dl::next_attempt_at)))
-                .order(diesel::dsl::min(dl::next_attempt_at).asc())
-                .limit(limit)
-                .load(conn)
-                .inspect_err(D::note)?;
-            Ok(rows.into_iter().map(|(id, _)| id).collect())
+                .filter(dl::next_attempt_at.le(now.clone()))
+                .filter(dl::claimed_until.is_null().or(dl::claimed_until.le(now)))
         }
 
-        /// Claims the endpoint's oldest due delivery, unless one of its
-        /// deliveries is in flight (checked again under the endpoint's lock:
-        /// another instance may have claimed since the first look).
-        fn claim_one(
+        /// Claims up to `room` of the endpoint's due deliveries, the oldest
+        /// first: their event, account and attempts so far.
+        fn claim_oldest(
             conn: &mut D,
             endpoint: Id,
             now: Time,
             lease_until: Time,
             token: Uuid,
-        ) -> QueryResult<Option<Claimed>> {
-            let busy: bool = diesel::select(diesel::dsl::exists(
-                dl::table
-                    .filter(dl::endpoint_id.eq(endpoint.clone()))
-                    .filter(dl::status.eq(PENDING))
-                    .filter(dl::claimed_until.gt(now.clone())),
-            ))
-            .get_result(conn)
-            .inspect_err(D::note)?;
-            if busy {
-                return Ok(None);
-            }
-            let due: Option<(Id, i64, i32)> = dl::table
+            room: i64,
+        ) -> QueryResult<Vec<(Id, i64, i32)>> {
+            let rows: Vec<(Id, i64, i32)> = due(now)
                 .filter(dl::endpoint_id.eq(endpoint.clone()))
-                .filter(dl::status.eq(PENDING))
-                .filter(dl::next_attempt_at.le(now))
                 .order((dl::next_attempt_at.asc(), dl::created_at.asc()))
+                .limit(room)
                 .select((dl::event_id, dl::account_id, dl::attempts))
-                .first(conn)
-                .optional()
+                .load(conn)
                 .inspect_err(D::note)?;
-            let Some((event, account_id, attempts)) = due else { return Ok(None) };
+            let events: Vec<Id> = rows.iter().map(|r| r.0.clone()).collect();
             diesel::update(
                 dl::table
-                    .filter(dl::event_id.eq(event.clone()))
-                    .filter(dl::endpoint_id.eq(endpoint.clone())),
+                    .filter(dl::endpoint_id.eq(endpoint))
+                    .filter(dl::event_id.eq_any(events)),
             )
             .set((
                 dl::claim_token.eq(Some(D::encode_id(token))),
@@ -387,31 +426,33 @@ macro_rules! delivery_store {
             ))
             .execute(conn)
             .inspect_err(D::note)?;
-            let (event_type, data, created): (String, String, Time) = events::table
-                .find(event.clone())
-                .select((events::event_type, events::data, events::created_at))
-                .first(conn)
+            Ok(rows)
+        }
+
+        /// Fills in each claimed delivery's event, read in one query.
+        fn with_events(conn: &mut D, taken: Vec<(Id, Claimed)>) -> QueryResult<Vec<Claimed>> {
+            let ids: Vec<Id> = taken.iter().map(|t| t.0.clone()).collect();
+            let rows: Vec<(Id, String, String, Time)> = events::table
+                .filter(events::id.eq_any(ids))
+                .select((events::id, events::event_type, events::data, events::created_at))
+                .load(conn)
                 .inspect_err(D::note)?;
-            let (url, secret, previous_secret, previous_expires): (String, String, Option<String>, Option<Time>) =
-                ep::table
-                    .find(endpoint.clone())
-                    .select((ep::url, ep::secret, ep::previous_secret, ep::previous_secret_expires_at))
-                    .first(conn)
-                    .inspect_err(D::note)?;
-            Ok(Some(Claimed {
-                event_id: D::decode_id(event)?,
-                endpoint_id: D::decode_id(endpoint)?,
-                account_id,
-                attempts,
-                token,
-                url,
-                secret,
-                previous_secret,
-                previous_secret_expires_at: previous_expires.map(D::decode_time).transpose()?,
-                event_type,
-                data,
-                event_created_at: D::decode_time(created)?,
-            }))
+            let mut found = std::collections::HashMap::new();
+            for (id, event_type, data, created) in rows {
+                found.insert(D::decode_id(id)?, (event_type, data, D::decode_time(created)?));
+            }
+            let mut claimed = Vec::with_capacity(taken.len());
+            for (event, mut claim) in taken {
+                claim.event_id = D::decode_id(event)?;
+                // An event is deleted only with its deliveries (cascade).
+                if let Some((event_type, data, created)) = found.get(&claim.event_id) {
+                    claim.event_type = event_type.clone();
+                    claim.data = data.clone();
+                    claim.event_created_at = *created;
+                    claimed.push(claim);
+                }
+            }
+            Ok(claimed)
         }
 
         /// The receiver said 410 Gone: the endpoint is disabled and its

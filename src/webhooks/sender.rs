@@ -2,23 +2,26 @@
 //! signed, and records what came of it. Three steps per delivery, and the
 //! HTTP call is never inside a transaction or holding a pooled connection:
 //!
-//! 1. **Claim** (one transaction): up to the free slots' worth of due
-//!    deliveries, one per endpoint (`store::deliveries`).
+//! 1. **Claim** (one transaction): as many due deliveries as there are free
+//!    slots, within each endpoint's own (`store::deliveries`: several for a
+//!    healthy endpoint, one for a failing one, endpoints taking turns).
 //! 2. **Send** (no connection): sign with the endpoint's secret and, while
 //!    a rotation's grace lasts, the previous one; `POST` it (`client`).
-//! 3. **Record** (one transaction): the attempt and the delivery's next
-//!    state (`schedule`), only if the claim is still ours.
+//! 3. **Record** (one transaction for what has come back meanwhile): each
+//!    attempt and its delivery's next state (`schedule`), only if the claim
+//!    is still ours.
 //!
 //! A process killed between 1 and 3 leaves a claim that expires after its
 //! lease; the delivery is then claimed again (at least once: a receiver
-//! dedupes by `webhook-id`).
+//! dedupes by `webhook-id`). Order is not promised: a healthy endpoint has
+//! several deliveries in flight at once.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use idempotency::webhook::signature::{Secret, signature_header};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use uuid::Uuid;
 
 use super::client::{Answer, Message, WebhookClient};
@@ -26,11 +29,19 @@ use super::events;
 use super::schedule;
 use super::settings::WebhookSettings;
 use super::targets::TargetPolicy;
-use crate::store::deliveries::{Attempt, Claimed, Next};
+use crate::store::deliveries::{Attempt, Claimed, Next, Slots};
 use crate::store::{DbPool, Failure, QueryError, RunError, classify, time_text};
 
 /// Deliveries in flight at once, in this process.
-pub const CONCURRENCY: usize = 16;
+pub const CONCURRENCY: usize = 64;
+/// Deliveries in flight at once to one healthy endpoint (across instances):
+/// enough to keep up with the charges of a receiver that takes a while to
+/// answer, few enough that a receiver that starts hanging holds a handful.
+pub const PER_ENDPOINT: i64 = 8;
+/// ... and to an endpoint whose last attempt failed.
+pub const PER_FAILING_ENDPOINT: i64 = 1;
+/// Attempts recorded in one transaction at most.
+const RECORD_BATCH: usize = 64;
 /// How long a claim outlives its attempt's timeout: time to record it. A
 /// record later than that is refused by the fence and the delivery sent
 /// again (at least once), so a short margin costs a duplicate at worst,
@@ -76,23 +87,29 @@ impl Sender {
     }
 
     /// Sends until aborted: claims as many due deliveries as there are free
-    /// slots, then waits for a slot to free or the poll interval to pass.
+    /// slots, then waits for attempts to be recorded or the poll interval to
+    /// pass. One task records what the sends bring back, in batches.
     pub async fn run(self) {
         let this = Arc::new(self);
         let slots = Arc::new(Semaphore::new(CONCURRENCY));
-        let finished = Arc::new(Notify::new());
+        let recorded = Arc::new(Notify::new());
+        let (sent, results) = mpsc::unbounded_channel();
+        // Ends when the last sender of results does: this loop, then the sends in flight.
+        tokio::spawn(this.clone().record_all(results, recorded.clone()));
         loop {
             let free = slots.available_permits();
             if free > 0 {
                 match this.claim(free).await {
                     Ok(claimed) => {
                         for delivery in claimed {
-                            let permit = slots.clone().acquire_owned().await;
-                            let (this, finished) = (this.clone(), finished.clone());
+                            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                                break;
+                            };
+                            let (this, sent) = (this.clone(), sent.clone());
                             tokio::spawn(async move {
-                                this.deliver(delivery).await;
-                                drop(permit);
-                                finished.notify_one();
+                                let outcome = this.deliver(delivery).await;
+                                // Fails only once the recorder is gone: a shutdown.
+                                let _ = sent.send((outcome, slot));
                             });
                         }
                     }
@@ -104,7 +121,7 @@ impl Sender {
             }
             tokio::select! {
                 _ = tokio::time::sleep(this.settings.poll_interval) => {}
-                _ = finished.notified() => {}
+                _ = recorded.notified() => {}
             }
         }
     }
@@ -114,7 +131,11 @@ impl Sender {
         let lease = chrono::Duration::from_std(self.settings.timeout + LEASE_MARGIN)
             .unwrap_or(chrono::Duration::MAX);
         let token = Uuid::new_v4();
-        let limit = free as i64;
+        let slots = Slots {
+            total: free as i64,
+            per_endpoint: PER_ENDPOINT,
+            per_failing_endpoint: PER_FAILING_ENDPOINT,
+        };
         self.pool
             .run(DB_DEADLINE, move |store| {
                 // Idle: one read, no transaction (on SQLite, no write lock).
@@ -122,14 +143,31 @@ impl Sender {
                     return Ok(Vec::new());
                 }
                 store.transaction(|tx| -> Result<_, SendError> {
-                    Ok(tx.claim_deliveries(now, now + lease, token, limit)?)
+                    Ok(tx.claim_deliveries(now, now + lease, token, slots)?)
                 })
             })
             .await
     }
 
-    /// Sends one claimed delivery and records what came of it.
-    async fn deliver(&self, claim: Claimed) {
+    /// Records what the sends bring back, each batch in one transaction,
+    /// and frees their slots after it (so a claim never counts a delivery
+    /// as free before its attempt is written).
+    async fn record_all(
+        self: Arc<Self>,
+        mut results: mpsc::UnboundedReceiver<(Outcome, OwnedSemaphorePermit)>,
+        recorded: Arc<Notify>,
+    ) {
+        let mut batch = Vec::with_capacity(RECORD_BATCH);
+        while results.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+            let (outcomes, slots): (Vec<Outcome>, Vec<_>) = batch.drain(..).unzip();
+            self.record(outcomes).await;
+            drop(slots);
+            recorded.notify_one();
+        }
+    }
+
+    /// Sends one claimed delivery: what came of it, to record.
+    async fn deliver(&self, claim: Claimed) -> Outcome {
         let started = Instant::now();
         let attempted_at = Utc::now();
         let timestamp = attempted_at.timestamp();
@@ -171,32 +209,53 @@ impl Sender {
             Utc::now(),
             schedule::unit(),
         );
-        self.record(claim, attempt, next).await;
+        Outcome {
+            claim,
+            attempt,
+            next,
+        }
     }
 
-    async fn record(&self, claim: Claimed, attempt: Attempt, next: Next) {
-        let (event, endpoint) = (claim.event_id, claim.endpoint_id);
+    /// Records a batch of attempts in one transaction, in the order of
+    /// their endpoints (each may take its endpoint's row lock: one order,
+    /// so two instances' batches never wait on each other in a circle).
+    async fn record(&self, mut outcomes: Vec<Outcome>) {
+        outcomes.sort_by_key(|o| (o.claim.endpoint_id, o.claim.event_id));
         let recorded = self
             .pool
             .run(DB_DEADLINE, move |store| {
                 store.transaction(|tx| -> Result<_, SendError> {
-                    Ok(tx.record_attempt(&claim, &attempt, &next)?)
+                    let mut stale = Vec::new();
+                    for o in &outcomes {
+                        if !tx.record_attempt(&o.claim, &o.attempt, &o.next)? {
+                            stale.push((o.claim.event_id, o.claim.endpoint_id));
+                        }
+                    }
+                    Ok(stale)
                 })
             })
             .await;
         match recorded {
-            Ok(true) => {}
-            // Its claim expired and another sender took the delivery over.
-            Ok(false) => {
-                tracing::info!(%event, %endpoint, "attempt not recorded: claim taken over")
+            // Their claims expired and another sender took the deliveries over.
+            Ok(stale) => {
+                for (event, endpoint) in stale {
+                    tracing::info!(%event, %endpoint, "attempt not recorded: claim taken over")
+                }
             }
-            // Sent again once its claim expires (at least once).
+            // Sent again once their claims expire (at least once).
             Err(e) if e.is_outage() => {
-                tracing::debug!(%event, %endpoint, error = %e, "no database to record in")
+                tracing::debug!(error = %e, "no database to record attempts in")
             }
-            Err(e) => tracing::warn!(%event, %endpoint, error = %e, "recording an attempt failed"),
+            Err(e) => tracing::warn!(error = %e, "recording attempts failed"),
         }
     }
+}
+
+/// A delivery's attempt and what the delivery becomes, to record.
+struct Outcome {
+    claim: Claimed,
+    attempt: Attempt,
+    next: Next,
 }
 
 /// The delivery's `webhook-id`, `webhook-signature` and body for an

@@ -92,11 +92,12 @@ crate::on_both_backends! {
 
     async fn a_410_disables_the_endpoint_and_fails_its_other_deliveries() {
         let app = app_sending(|_| {}).await;
-        // The first request hangs a little, so the second event is pending
-        // behind it (one delivery in flight per endpoint) when 410 comes.
+        // A failing endpoint has one delivery in flight, so the second event
+        // is pending behind the first when 410 comes.
         let receiver = Receiver::start(vec![Reply::Status(410)]).await;
         let account = account_id(&app.db, TEST_ACCOUNT);
         let (endpoint, _) = add_endpoint(&app.db, account, &receiver.url());
+        app.execute("UPDATE webhook_endpoints SET failing = TRUE");
         add_event(&app.db, account);
         add_event(&app.db, account);
 
@@ -179,7 +180,8 @@ crate::on_both_backends! {
         for _ in 0..3 {
             add_event(&app.db, x);
         }
-        assert_eq!(hanging.until(1, Duration::from_secs(5)).await.len(), 1);
+        // X's healthy endpoint has all three in flight (of its own slots).
+        assert_eq!(hanging.until(3, Duration::from_secs(5)).await.len(), 3);
 
         let sent = Instant::now();
         add_event(&app.db, y);
@@ -187,8 +189,51 @@ crate::on_both_backends! {
         assert_eq!(got.len(), 1);
         let lag = got[0].at - sent;
         assert!(lag < Duration::from_secs(1), "Y waited {lag:?}");
-        // X's endpoint holds one slot: its other events wait behind the first.
-        assert_eq!(hanging.received().len(), 1);
+        assert_eq!(hanging.received().len(), 3);
+    }
+
+    async fn a_healthy_endpoint_has_several_deliveries_in_flight_at_once() {
+        // Each request hangs a second: one at a time, 8 would take 8 s (the
+        // sender of one delivery in flight per endpoint fell behind the
+        // charges: 16-95 deliveries/s to one endpoint in bench/webhooks).
+        let app = app_sending(|_| {}).await;
+        let receiver = Receiver::start(vec![Reply::Hang(Duration::from_secs(1)); 8]).await;
+        let account = account_id(&app.db, TEST_ACCOUNT);
+        add_endpoint(&app.db, account, &receiver.url());
+        for _ in 0..10 {
+            add_event(&app.db, account);
+        }
+        let first = receiver.until(1, Duration::from_secs(5)).await;
+        assert!(!first.is_empty());
+        let got = receiver.until(8, Duration::from_millis(800)).await;
+        assert_eq!(got.len(), 8, "in flight at once");
+        let spread = got.iter().map(|r| r.at).max().unwrap() - first[0].at;
+        assert!(spread < Duration::from_millis(800), "8 arrived over {spread:?}");
+        // ... and no more than eight: the endpoint's slots.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(receiver.received().len(), 8);
+    }
+
+    async fn a_failing_endpoint_has_one_delivery_in_flight_until_it_answers_again() {
+        let app = app_sending(|s| s.webhooks.retry_schedule = vec![Duration::ZERO; 4]).await;
+        let mut script = vec![Reply::Status(500)];
+        script.extend(vec![Reply::Hang(Duration::from_secs(1)); 2]);
+        let receiver = Receiver::start(script).await;
+        let account = account_id(&app.db, TEST_ACCOUNT);
+        add_endpoint(&app.db, account, &receiver.url());
+        add_event(&app.db, account);
+        until_count(&app, "webhook_endpoints WHERE failing", 1).await;
+        for _ in 0..4 {
+            add_event(&app.db, account);
+        }
+        let first = receiver.until(2, Duration::from_secs(5)).await;
+        assert_eq!(first.len(), 2);
+        // One probe at a time while it fails: the hanging one, then the next.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(receiver.received().len(), 2, "more than one in flight to a failing endpoint");
+        // Answered again (the script's end is 200): healthy, every event delivered.
+        until_count(&app, "webhook_deliveries WHERE status = 'succeeded'", 5).await;
+        assert_eq!(app.count("webhook_endpoints WHERE failing"), 0);
     }
 
     async fn a_sender_whose_claim_expired_and_was_taken_over_records_nothing() {

@@ -107,6 +107,8 @@ diesel::table! {
         status -> Text,
         disabled_reason -> Nullable<Text>,
         created_at -> Timestamptz,
+        failing -> Bool,
+        served_at -> Nullable<Timestamptz>,
     }
 }
 

@@ -110,6 +110,8 @@ diesel::table! {
         status -> Text,
         disabled_reason -> Nullable<Text>,
         created_at -> Text,
+        failing -> Bool,
+        served_at -> Nullable<Text>,
     }
 }
 

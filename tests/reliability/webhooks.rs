@@ -1,8 +1,8 @@
 //! Webhook delivery survives what charges survive (issue #48): pending
 //! deliveries live in the database, so a sender killed with `kill -9`
 //! loses none, and several instances on one database deliver each attempt
-//! once between them (claims under `SKIP LOCKED`, one in flight per
-//! endpoint, records fenced on the claim's token).
+//! once between them (claims under `SKIP LOCKED`, slots per endpoint
+//! counted across instances, records fenced on the claim's token).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -486,7 +486,8 @@ impl Settings {
     pub fn webhook_target_policy(&self) -> crate::webhooks::targets::TargetPolicy {
         let mut policy = self.webhooks.target_policy();
         if self.demo_enabled() && !self.demo_public {
-            policy.allow_private = true;
+            // The loopback demo: its receivers run here, nowhere else.
+            policy.allow_loopback = true;
             policy.allow_http = true;
         }
         policy

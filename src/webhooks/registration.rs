@@ -192,6 +192,7 @@ mod tests {
 
     const OPEN: TargetPolicy = TargetPolicy {
         allow_private: true,
+        allow_loopback: true,
         allow_http: true,
         also_allow: Vec::new(),
     };

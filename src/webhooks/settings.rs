@@ -71,6 +71,7 @@ impl WebhookSettings {
     pub fn target_policy(&self) -> TargetPolicy {
         TargetPolicy {
             allow_private: self.allow_private_targets,
+            allow_loopback: false,
             allow_http: self.allow_http,
             also_allow: self.also_allow.clone(),
         }

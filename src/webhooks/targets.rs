@@ -14,6 +14,11 @@ pub struct TargetPolicy {
     /// addresses too (the loopback demo and the tests, whose receivers run
     /// on this machine).
     pub allow_private: bool,
+    /// Loopback addresses alone (`127.0.0.0/8`, `::1`): the loopback demo,
+    /// whose own receiver and the learner's run on this machine, while its
+    /// network neighbours (private, link-local: a cloud's metadata service)
+    /// stay refused.
+    pub allow_loopback: bool,
     /// `WEBHOOK_ALLOW_HTTP`: `http://` as well as `https://`.
     pub allow_http: bool,
     /// Exact addresses allowed whatever their range, over `http://` too:
@@ -35,6 +40,9 @@ impl TargetPolicy {
     }
 }
 
+/// The range name of `127.0.0.0/8` and `::1` (and `::ffff:127.0.0.1`).
+const LOOPBACK: &str = "loopback";
+
 /// Why an address may not be sent to, or `None` if it may: the name of its
 /// range, for the error a client reads.
 pub fn forbidden(ip: IpAddr) -> Option<&'static str> {
@@ -54,7 +62,7 @@ fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
     let [a, b, ..] = ip.octets();
     Some(match () {
         _ if ip.is_unspecified() || a == 0 => "unspecified",
-        _ if ip.is_loopback() => "loopback",
+        _ if ip.is_loopback() => LOOPBACK,
         _ if ip.is_private() => "private",
         // Carrier-grade NAT (RFC 6598): private in all but name.
         _ if a == 100 && (64..128).contains(&b) => "shared (carrier-grade NAT)",
@@ -71,7 +79,7 @@ fn forbidden_v6(ip: Ipv6Addr) -> Option<&'static str> {
     let first = ip.segments()[0];
     Some(match () {
         _ if ip.is_unspecified() => "unspecified",
-        _ if ip.is_loopback() => "loopback",
+        _ if ip.is_loopback() => LOOPBACK,
         _ if ip.is_multicast() => "multicast",
         // fe80::/10
         _ if first & 0xffc0 == 0xfe80 => "link-local",
@@ -129,7 +137,9 @@ pub fn check(host: &str, addrs: &[SocketAddr], policy: &TargetPolicy) -> Result<
         return Ok(());
     }
     for addr in addrs.iter().filter(|a| !policy.also_allow.contains(a)) {
-        if let Some(range) = forbidden(addr.ip()) {
+        if let Some(range) = forbidden(addr.ip())
+            && !(policy.allow_loopback && range == LOOPBACK)
+        {
             return Err(TargetError::Forbidden {
                 host: host.to_owned(),
                 ip: addr.ip(),
@@ -227,6 +237,16 @@ mod tests {
             ..TargetPolicy::default()
         };
         assert!(!resolve("127.0.0.1", 8080, &allowed).unwrap().is_empty());
+        let loopback = TargetPolicy {
+            allow_loopback: true,
+            ..TargetPolicy::default()
+        };
+        for own in ["127.0.0.1", "[::1]", "[::ffff:127.0.0.1]", "localhost"] {
+            assert!(resolve(own, 8080, &loopback).is_ok(), "{own}");
+        }
+        for neighbour in ["10.0.0.1", "169.254.169.254", "[fd00::1]", "0.0.0.0"] {
+            assert!(resolve(neighbour, 8080, &loopback).is_err(), "{neighbour}");
+        }
         let err = resolve("no-such-host.invalid", 443, &allowed).unwrap_err();
         assert!(matches!(err, TargetError::Unresolved { .. }), "{err:?}");
     }

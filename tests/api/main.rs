@@ -40,6 +40,7 @@ mod startup;
 mod telemetry;
 mod validation;
 mod webhook_endpoints;
+mod webhook_targets;
 mod webhooks_delivery;
 mod webhooks_end_to_end;
 

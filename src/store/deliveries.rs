@@ -44,6 +44,9 @@ pub struct Claimed {
     pub secret: String,
     pub previous_secret: Option<String>,
     pub previous_secret_expires_at: Option<DateTime<Utc>>,
+    /// Whether the endpoint was failing when this was claimed: the record
+    /// writes the endpoint's health only when the attempt changes it.
+    pub endpoint_failing: bool,
     pub event_type: String,
     pub data: String,
     pub event_created_at: DateTime<Utc>,
@@ -227,6 +230,7 @@ macro_rules! delivery_store {
                             secret: secret.clone(),
                             previous_secret: previous.clone(),
                             previous_secret_expires_at,
+                            endpoint_failing: failing,
                             event_type: String::new(),
                             data: String::new(),
                             event_created_at: now,
@@ -291,10 +295,12 @@ macro_rules! delivery_store {
                 // The endpoint's health sets its slots; written only when it
                 // changes (a healthy endpoint's successes write nothing).
                 let failing = !matches!(next, Next::Succeeded);
-                diesel::update(ep::table.find(p.clone()).filter(ep::failing.ne(failing)))
-                    .set(ep::failing.eq(failing))
-                    .execute(self)
-                    .inspect_err(D::note)?;
+                if failing != claim.endpoint_failing {
+                    diesel::update(ep::table.find(p.clone()).filter(ep::failing.ne(failing)))
+                        .set(ep::failing.eq(failing))
+                        .execute(self)
+                        .inspect_err(D::note)?;
+                }
                 if let Next::Gone(reason) = next {
                     disable(self, p, reason)?;
                 }

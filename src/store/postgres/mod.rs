@@ -70,28 +70,50 @@ impl Dialect for PgConnection {
     }
 }
 
-// The tables whose queries are written once, over `schema`.
+// The tables whose queries are written once, each given its tables from
+// `schema`.
 mod accounts {
-    crate::store::tables::account_store!(diesel::pg::PgConnection);
+    use super::schema::{accounts, in_process_network_keys};
+    crate::store::tables::account_store!(
+        diesel::pg::PgConnection,
+        accounts,
+        in_process_network_keys
+    );
 }
 mod charges {
-    crate::store::tables::charge_store!(diesel::pg::PgConnection, diesel::pg::Pg);
+    use super::schema::{charges, refunds};
+    crate::store::tables::charge_store!(diesel::pg::PgConnection, diesel::pg::Pg, charges, refunds);
 }
 mod deliveries {
+    use super::schema::{events, webhook_attempts, webhook_deliveries, webhook_endpoints};
     // Several instances claim at once: each skips the endpoints another holds.
     crate::store::deliveries::delivery_store!(
         diesel::pg::PgConnection,
+        events,
+        webhook_attempts,
+        webhook_deliveries,
+        webhook_endpoints,
         .for_no_key_update().skip_locked()
     );
 }
 mod network {
-    crate::store::tables::authorization_store!(diesel::pg::PgConnection, diesel::pg::Pg);
+    use super::schema::authorizations;
+    crate::store::tables::authorization_store!(
+        diesel::pg::PgConnection,
+        diesel::pg::Pg,
+        authorizations
+    );
 }
 mod webhooks {
+    use super::schema::{events, webhook_attempts, webhook_deliveries, webhook_endpoints};
     crate::store::webhooks::webhook_store!(
         diesel::pg::PgConnection,
         diesel::pg::Pg,
-        diesel::sql_types::Uuid
+        diesel::sql_types::Uuid,
+        events,
+        webhook_attempts,
+        webhook_deliveries,
+        webhook_endpoints
     );
 }
 

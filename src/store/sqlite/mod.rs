@@ -64,28 +64,54 @@ impl Dialect for SqliteConnection {
     }
 }
 
-// The tables whose queries are written once, over `schema`.
+// The tables whose queries are written once, each given its tables from
+// `schema`.
 mod accounts {
-    crate::store::tables::account_store!(diesel::sqlite::SqliteConnection);
+    use super::schema::{accounts, in_process_network_keys};
+    crate::store::tables::account_store!(
+        diesel::sqlite::SqliteConnection,
+        accounts,
+        in_process_network_keys
+    );
 }
 mod charges {
-    crate::store::tables::charge_store!(diesel::sqlite::SqliteConnection, diesel::sqlite::Sqlite);
+    use super::schema::{charges, refunds};
+    crate::store::tables::charge_store!(
+        diesel::sqlite::SqliteConnection,
+        diesel::sqlite::Sqlite,
+        charges,
+        refunds
+    );
 }
 mod deliveries {
+    use super::schema::{events, webhook_attempts, webhook_deliveries, webhook_endpoints};
     // One process, write transactions serialized: no row locks to take.
-    crate::store::deliveries::delivery_store!(diesel::sqlite::SqliteConnection,);
+    crate::store::deliveries::delivery_store!(
+        diesel::sqlite::SqliteConnection,
+        events,
+        webhook_attempts,
+        webhook_deliveries,
+        webhook_endpoints,
+    );
 }
 mod network {
+    use super::schema::authorizations;
     crate::store::tables::authorization_store!(
         diesel::sqlite::SqliteConnection,
-        diesel::sqlite::Sqlite
+        diesel::sqlite::Sqlite,
+        authorizations
     );
 }
 mod webhooks {
+    use super::schema::{events, webhook_attempts, webhook_deliveries, webhook_endpoints};
     crate::store::webhooks::webhook_store!(
         diesel::sqlite::SqliteConnection,
         diesel::sqlite::Sqlite,
-        diesel::sql_types::Text
+        diesel::sql_types::Text,
+        events,
+        webhook_attempts,
+        webhook_deliveries,
+        webhook_endpoints
     );
 }
 

@@ -1,5 +1,8 @@
 //! The store on PostgreSQL, the reference backend: Diesel's query builder
-//! over `schema.rs`, one file per table. Every time a key row is compared
+//! over `schema.rs`, the statements written once for both backends
+//! (`store::tables`, `store::webhooks`, `store::deliveries`) instantiated
+//! below over its tables, the key table the protocol crate's
+//! (`idempotency::postgres`). Every time a key row is compared
 //! with is the database's clock (`now()`), so several app instances agree
 //! on what has expired.
 

@@ -1,6 +1,8 @@
 //! The store on SQLite, the zero-setup default: Diesel's query builder over
 //! [`schema`] (`migrations/sqlite`), where UUIDs, JSON and times are TEXT,
-//! one file per table. SQLite is one local file, so its clock is the app's:
+//! the statements written once for both backends instantiated below over
+//! its tables, the key table the protocol crate's (`idempotency::sqlite`).
+//! SQLite is one local file, so its clock is the app's:
 //! every time is written by the app as fixed-width RFC 3339 text
 //! ([`time_text`]), so comparing the text compares the times.
 

@@ -7,8 +7,8 @@
 //! one generic function over two schemas, so each macro below is the body of
 //! one `*Store` impl over `$conn`'s `Dialect` and the tables it is given
 //! (their `diesel::table!` modules, as the protocol crate's `key_store!`
-//! takes its key table); each backend's `mod.rs` instantiates the three
-//! over its `schema`.
+//! takes its key table); each backend's `mod.rs` instantiates them all, with
+//! [`table_stores!`], over its `schema`.
 //!
 //! The key table is the protocol crate's (`idempotency::postgres`,
 //! `idempotency::sqlite`).
@@ -537,4 +537,55 @@ macro_rules! authorization_store {
     };
 }
 
-pub(super) use {account_store, authorization_store, charge_store, keyset};
+/// Every `*Store` impl of the tables written once, for `$conn` (rows
+/// checked against `$backend`) over `$schema`, the backend's `diesel::table!`
+/// module by its full path: each macro given the tables it reads, as the
+/// protocol crate's `key_store!` is given its key table. `$id_sql` is a UUID
+/// column's SQL type there; `$lock` how the sender's claim locks the
+/// endpoints it picks (`delivery_store!`).
+macro_rules! table_stores {
+    ($conn:ty, $backend:ty, $id_sql:ty, $schema:path, $($lock:tt)*) => {
+        mod accounts {
+            use $schema as schema;
+            use schema::{accounts, in_process_network_keys};
+            $crate::store::tables::account_store!($conn, accounts, in_process_network_keys);
+        }
+        mod charges {
+            use $schema as schema;
+            use schema::{charges, refunds};
+            $crate::store::tables::charge_store!($conn, $backend, charges, refunds);
+        }
+        mod deliveries {
+            use $schema as schema;
+            use schema::{events, webhook_attempts, webhook_deliveries, webhook_endpoints};
+            $crate::store::deliveries::delivery_store!(
+                $conn,
+                events,
+                webhook_attempts,
+                webhook_deliveries,
+                webhook_endpoints,
+                $($lock)*
+            );
+        }
+        mod network {
+            use $schema as schema;
+            use schema::authorizations;
+            $crate::store::tables::authorization_store!($conn, $backend, authorizations);
+        }
+        mod webhooks {
+            use $schema as schema;
+            use schema::{events, webhook_attempts, webhook_deliveries, webhook_endpoints};
+            $crate::store::webhooks::webhook_store!(
+                $conn,
+                $backend,
+                $id_sql,
+                events,
+                webhook_attempts,
+                webhook_deliveries,
+                webhook_endpoints
+            );
+        }
+    };
+}
+
+pub(super) use {account_store, authorization_store, charge_store, keyset, table_stores};

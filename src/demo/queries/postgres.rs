@@ -36,8 +36,6 @@ diesel::table! {
     }
 }
 
-use demo_unguarded_keys as unguarded;
-
 /// As `migrations/postgres/2026-12-01-000004_create_demo_unguarded_keys`
 /// made it before it moved to the demo.
 const CREATE: &str = "
@@ -50,8 +48,6 @@ CREATE TABLE IF NOT EXISTS demo_unguarded_keys (
     response_body JSONB NOT NULL,
     created_at    TIMESTAMPTZ NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS demo_unguarded_keys_account_key_idx
-    ON demo_unguarded_keys (account_id, key);
 ";
 /// Instances opening the sandbox at once take turns: "demo" in ASCII.
 const CREATE_LOCK: i64 = 0x6465_6d6f;
@@ -96,7 +92,7 @@ impl DemoDialect for PgConnection {
 
     /// Under the lock, in a transaction that releases it.
     fn create_unguarded_table(&mut self) -> QueryResult<()> {
-        create_in_turn(self, CREATE)
+        create_in_turn(self, &format!("{CREATE}{}", tables::UNGUARDED_INDEX))
     }
 
     fn database_now(&mut self) -> QueryResult<String> {
@@ -106,4 +102,4 @@ impl DemoDialect for PgConnection {
     }
 }
 
-tables::demo_tables!(PgConnection, keys, charges, refunds, unguarded);
+tables::demo_tables!(PgConnection, keys, charges, refunds, demo_unguarded_keys);

@@ -73,52 +73,15 @@ impl Dialect for PgConnection {
     }
 }
 
-// The tables whose queries are written once, each given its tables from
-// `schema`.
-mod accounts {
-    use super::schema::{accounts, in_process_network_keys};
-    crate::store::tables::account_store!(
-        diesel::pg::PgConnection,
-        accounts,
-        in_process_network_keys
-    );
-}
-mod charges {
-    use super::schema::{charges, refunds};
-    crate::store::tables::charge_store!(diesel::pg::PgConnection, diesel::pg::Pg, charges, refunds);
-}
-mod deliveries {
-    use super::schema::{events, webhook_attempts, webhook_deliveries, webhook_endpoints};
-    // Several instances claim at once: each skips the endpoints another holds.
-    crate::store::deliveries::delivery_store!(
-        diesel::pg::PgConnection,
-        events,
-        webhook_attempts,
-        webhook_deliveries,
-        webhook_endpoints,
-        .for_no_key_update().skip_locked()
-    );
-}
-mod network {
-    use super::schema::authorizations;
-    crate::store::tables::authorization_store!(
-        diesel::pg::PgConnection,
-        diesel::pg::Pg,
-        authorizations
-    );
-}
-mod webhooks {
-    use super::schema::{events, webhook_attempts, webhook_deliveries, webhook_endpoints};
-    crate::store::webhooks::webhook_store!(
-        diesel::pg::PgConnection,
-        diesel::pg::Pg,
-        diesel::sql_types::Uuid,
-        events,
-        webhook_attempts,
-        webhook_deliveries,
-        webhook_endpoints
-    );
-}
+// The tables whose queries are written once, over `schema`. Several
+// instances claim deliveries at once: each skips the endpoints another holds.
+crate::store::tables::table_stores!(
+    diesel::pg::PgConnection,
+    diesel::pg::Pg,
+    diesel::sql_types::Uuid,
+    crate::store::postgres::schema,
+    .for_no_key_update().skip_locked()
+);
 
 /// Every query's error passes here on its way out (`.inspect_err(note)`): a
 /// connection found lost (dead, cut by the server, or now a read-only

@@ -66,56 +66,14 @@ impl Dialect for SqliteConnection {
     }
 }
 
-// The tables whose queries are written once, each given its tables from
-// `schema`.
-mod accounts {
-    use super::schema::{accounts, in_process_network_keys};
-    crate::store::tables::account_store!(
-        diesel::sqlite::SqliteConnection,
-        accounts,
-        in_process_network_keys
-    );
-}
-mod charges {
-    use super::schema::{charges, refunds};
-    crate::store::tables::charge_store!(
-        diesel::sqlite::SqliteConnection,
-        diesel::sqlite::Sqlite,
-        charges,
-        refunds
-    );
-}
-mod deliveries {
-    use super::schema::{events, webhook_attempts, webhook_deliveries, webhook_endpoints};
-    // One process, write transactions serialized: no row locks to take.
-    crate::store::deliveries::delivery_store!(
-        diesel::sqlite::SqliteConnection,
-        events,
-        webhook_attempts,
-        webhook_deliveries,
-        webhook_endpoints,
-    );
-}
-mod network {
-    use super::schema::authorizations;
-    crate::store::tables::authorization_store!(
-        diesel::sqlite::SqliteConnection,
-        diesel::sqlite::Sqlite,
-        authorizations
-    );
-}
-mod webhooks {
-    use super::schema::{events, webhook_attempts, webhook_deliveries, webhook_endpoints};
-    crate::store::webhooks::webhook_store!(
-        diesel::sqlite::SqliteConnection,
-        diesel::sqlite::Sqlite,
-        diesel::sql_types::Text,
-        events,
-        webhook_attempts,
-        webhook_deliveries,
-        webhook_endpoints
-    );
-}
+// The tables whose queries are written once, over `schema`. One process,
+// write transactions serialized: no row locks for the sender's claim.
+crate::store::tables::table_stores!(
+    diesel::sqlite::SqliteConnection,
+    diesel::sqlite::Sqlite,
+    diesel::sql_types::Text,
+    crate::store::sqlite::schema,
+);
 
 fn now_text() -> String {
     time_text(Utc::now())

@@ -203,7 +203,8 @@ impl Report {
 }
 
 /// Runs every check. `Err`: the checks could not run at all (no server,
-/// or a first request refused for want of a credential).
+/// or a first request not answered with a 2xx: one line saying what it got
+/// and what to pass).
 pub fn run(config: &Config) -> Result<Report, String> {
     let outcome = checks::run_all(config)?;
     Ok(Report {

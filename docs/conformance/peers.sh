@@ -7,15 +7,27 @@
 # as a database would) and checked with --json. Then the table.
 #
 #   docs/conformance/peers.sh [WORK_DIR]
+#   CHARGES_BIN=/path/to/charges docs/conformance/peers.sh [WORK_DIR]
+#
+# The checker and this API are one binary: CHARGES_BIN if set (a release
+# build, an installed one), else the debug one it builds here with
+# `cargo build` (CARGO_TARGET_DIR honoured), saying so on stderr.
 #
 # Not run in CI: it installs from npm and PyPI. Needs node/npm and python3
 # (with venv). Every install, server and run is bounded in time.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-target="${CARGO_TARGET_DIR:-$root/target}"
-(cd "$root" && cargo build --locked --quiet)
-bin="$target/debug/charges"
+if [ -n "${CHARGES_BIN:-}" ]; then
+  bin="$CHARGES_BIN"
+  [ -x "$bin" ] || { echo "peers.sh: CHARGES_BIN=$bin is not an executable file" >&2; exit 1; }
+  echo "peers.sh: using CHARGES_BIN=$bin" >&2
+else
+  target="${CARGO_TARGET_DIR:-$root/target}"
+  echo "peers.sh: building the debug binary (cargo build --locked; set CHARGES_BIN to use a built one)" >&2
+  (cd "$root" && cargo build --locked --quiet)
+  bin="$target/debug/charges"
+fi
 work="${1:-$(mktemp -d)}"
 mkdir -p "$work"
 pids=()

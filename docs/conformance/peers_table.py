@@ -1,7 +1,8 @@
 """The side-by-side table of docs/conformance.md from peers.sh's reports:
 one column per server, one line per row of the checker, a cell giving both
-runs (0 ms and 50 ms of work per charge) when they differ. The FAIL and SKIP
-evidence, bounded, goes to WORK_DIR/details.md.
+runs (0 ms and 50 ms of work per charge) when they differ, the rows whose
+verdict depends on timing marked †. The FAIL and SKIP evidence, bounded,
+goes to WORK_DIR/details.md.
 
     python3 peers_table.py WORK_DIR
 """
@@ -19,6 +20,16 @@ COLUMNS = [
     ("asgi-idempotency-header", ["asgi-0", "asgi-50"]),
     ("django-idempotency-key", ["django-0", "django-50"]),
 ]
+
+# Rows whose verdict depends on how the duplicates of one run happened to
+# overlap (a 409 for a request in flight to look at, a race window hit): the
+# same server can get another verdict on a rerun. One run per cell shows one
+# of them, so the row says so.
+TIMING = {"concurrent-one-resource", "concurrent-answers", "concurrent-retry-after", "problem-details"}
+TIMING_NOTE = (
+    "† timing-dependent: the verdict depends on whether duplicates overlapped a request "
+    "in flight in that run; a rerun of the same server can differ."
+)
 
 
 def load(work: Path, label: str):
@@ -51,9 +62,12 @@ def main() -> None:
                 report, _ = runs[label]
                 values.append(report["rows"][i]["result"] if report else "no report")
             cells.append(cell(values))
-        print(f"| `{row['id']}` | {row['strength']} | " + " | ".join(cells) + " |")
+        mark = " †" if row["id"] in TIMING else ""
+        print(f"| `{row['id']}`{mark} | {row['strength']} | " + " | ".join(cells) + " |")
     codes = [cell([runs[label][1] for label in labels]) for _, labels in COLUMNS]
     print("| exit status | | " + " | ".join(codes) + " |")
+    print()
+    print(TIMING_NOTE)
     with open(work / "details.md", "w") as out:
         for name, labels in COLUMNS:
             for label in labels:

@@ -10,7 +10,7 @@ use super::{DEFAULT_BODY, DEFAULT_INVALID_BODY, DEFAULT_SECOND_BODY};
 /// The command line of `charges conformance`.
 #[derive(Debug, Clone, Args)]
 pub struct ConformanceArgs {
-    /// The idempotent endpoint's URL, http:// only (e.g. http://127.0.0.1:8080/charges). Without a path: this API's /charges.
+    /// The idempotent endpoint's URL, http:// only (e.g. http://127.0.0.1:8080/charges). A path (even "/") is used as given; with none at all: this API's /charges.
     pub url: String,
     /// A header sent with every request, e.g. 'Authorization: Bearer sk_…' (repeatable).
     #[arg(long = "header", short = 'H', value_name = "NAME: VALUE")]
@@ -92,11 +92,13 @@ fn header_line(line: &str) -> Result<(String, String), String> {
 impl Config {
     pub fn from_args(args: &ConformanceArgs) -> Result<Config, String> {
         let (origin, path) = http::parse_url(&args.url)?;
-        let endpoint = if path == "/" {
-            "/charges".to_owned()
-        } else {
-            path
-        };
+        // Only a bare origin means this API: `http://h/` names the root, and
+        // another API's endpoint may well be there.
+        let bare = args
+            .url
+            .strip_prefix("http://")
+            .is_some_and(|rest| !rest.contains(['/', '?']));
+        let endpoint = if bare { "/charges".to_owned() } else { path };
         let headers = args
             .headers
             .iter()
@@ -194,6 +196,13 @@ mod tests {
             ("/orders", Some("/orders?all"))
         );
         assert!(config(&["http://h/", "--read-url", "http://other/list"]).is_err());
+        // Any path is the endpoint, the root too.
+        assert_eq!(config(&["http://h/"]).unwrap().endpoint, "/");
+        assert_eq!(
+            config(&["http://h:8080/"]).unwrap().target(),
+            "http://h:8080/"
+        );
+        assert_eq!(config(&["http://h?x=1"]).unwrap().endpoint, "/?x=1");
         assert!(config(&["http://h/", "-H", "no colon"]).is_err());
         assert!(config(&["http://h/", "--second-body", DEFAULT_BODY]).is_err());
         assert!(config(&["https://h/"]).unwrap_err().contains("https"));

@@ -93,6 +93,16 @@ pub fn bounded(text: &str, max: usize) -> String {
 }
 
 impl Report {
+    /// The MUST rows that could not be checked (SKIP): the exit status does
+    /// not count them, so the summary names them.
+    pub fn must_unchecked(&self) -> Vec<&'static str> {
+        self.rows
+            .iter()
+            .filter(|r| r.strength == Strength::Must && r.result == Verdict::Skip)
+            .map(|r| r.id)
+            .collect()
+    }
+
     /// The exit status's question: did a row the draft states as MUST fail?
     pub fn must_failed(&self) -> bool {
         self.rows
@@ -126,6 +136,7 @@ impl Report {
                 "draft": self.tally(false),
                 "project": self.tally(true),
                 "must_failed": self.must_failed(),
+                "must_unchecked": self.must_unchecked(),
             },
         })
     }
@@ -166,9 +177,19 @@ impl Report {
             .iter()
             .filter(|r| r.strength == Strength::Must && r.result == Verdict::Fail)
             .count();
+        let unchecked = self.must_unchecked();
+        let unchecked = if unchecked.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (MUST {}, not checked: {}; exit 0 says only that no MUST failed)",
+                unchecked.len(),
+                unchecked.join(", ")
+            )
+        };
         // Not "N passed, N failed": CI reads such a line as a test runner's.
         out.push_str(&format!(
-            "\ndraft rows: PASS {}, FAIL {} (MUST {must}), SKIP {}\n\
+            "\ndraft rows: PASS {}, FAIL {} (MUST {must}), SKIP {}{unchecked}\n\
              project rows (not in the exit status): PASS {}, FAIL {}, SKIP {}\n",
             self.count(false, Verdict::Pass),
             self.count(false, Verdict::Fail),
@@ -182,7 +203,8 @@ impl Report {
 }
 
 /// Runs every check. `Err`: the checks could not run at all (no server,
-/// or a first request refused for want of a credential).
+/// or a first request not answered with a 2xx: one line saying what it got
+/// and what to pass).
 pub fn run(config: &Config) -> Result<Report, String> {
     let outcome = checks::run_all(config)?;
     Ok(Report {
@@ -196,8 +218,10 @@ pub fn run(config: &Config) -> Result<Report, String> {
 
 /// `charges conformance`: the report on stdout; exit status 0 when no MUST
 /// row failed, 1 when one did, 2 when the checks could not run (bad flags,
-/// no server, a credential missing, or a first request not processed:
-/// nothing else was checked). Project rows never change it.
+/// no server, a first request not answered with a 2xx, or one without an
+/// id: nothing else was checked). Project rows never change it. A MUST row
+/// that could not be checked (SKIP) leaves it 0, as before (scripts read 0
+/// as "no MUST failed"); the summary line names it, and so does stderr.
 pub fn main(args: ConformanceArgs) -> ExitCode {
     let config = match Config::from_args(&args) {
         Ok(c) => c,
@@ -219,6 +243,13 @@ pub fn main(args: ConformanceArgs) -> ExitCode {
         report.to_table()
     };
     let _ = std::io::stdout().write_all(text.as_bytes());
+    let unchecked = report.must_unchecked();
+    if !unchecked.is_empty() {
+        eprintln!(
+            "charges conformance: MUST row(s) not checked (SKIP): {}; the exit status counts only failed ones",
+            unchecked.join(", ")
+        );
+    }
     let first = report.rows.iter().find(|r| r.id == "first-request");
     if first.is_some_and(|r| r.result != Verdict::Pass) {
         ExitCode::from(2)
@@ -305,5 +336,30 @@ mod tests {
         assert_eq!(json["rows"][1]["strength"], "project");
         assert_eq!(json["rows"][4]["strength"], "MUST");
         assert_eq!(json["rows"][4]["evidence"].as_str().unwrap().len(), 406);
+    }
+
+    #[test]
+    fn a_must_row_that_could_not_be_checked_is_named_by_the_summary() {
+        let mut report = Report {
+            target: "http://h/charges".to_owned(),
+            draft: DRAFT,
+            counted_by: "GET /list".to_owned(),
+            tried: "1 burst".to_owned(),
+            rows: vec![
+                row("a", Strength::Must, Verdict::Pass),
+                row("b", Strength::Should, Verdict::Skip),
+            ],
+        };
+        assert!(report.must_unchecked().is_empty());
+        assert!(!report.to_table().contains("not checked"));
+        report.rows.push(row("c", Strength::Must, Verdict::Skip));
+        assert!(!report.must_failed());
+        assert_eq!(report.must_unchecked(), ["c"]);
+        let table = report.to_table();
+        assert!(
+            table.contains("SKIP 2 (MUST 1, not checked: c; exit 0 says only that no MUST failed)"),
+            "{table}"
+        );
+        assert_eq!(report.to_json()["summary"]["must_unchecked"], json!(["c"]));
     }
 }

@@ -148,18 +148,16 @@ pub trait DeliveryStore {
     ) -> QueryResult<Option<usize>>;
 }
 
-/// `impl DeliveryStore for $conn`, over the `schema` beside the invocation;
-/// `$lock` is how the endpoints a claim picks are locked (PostgreSQL:
+/// `impl DeliveryStore for $conn`, over the tables it is given: `events`,
+/// `webhook_attempts`, `webhook_deliveries` and `webhook_endpoints`, in this
+/// order; `$lock` is how the endpoints a claim picks are locked (PostgreSQL:
 /// `.for_no_key_update().skip_locked()`; SQLite: nothing, its write
 /// transactions are serialized).
 macro_rules! delivery_store {
-    ($conn:ty, $($lock:tt)*) => {
+    ($conn:ty, $events:ident, $tries:ident, $dl:ident, $ep:ident, $($lock:tt)*) => {
         use chrono::{DateTime, Utc};
         use diesel::prelude::*;
         use uuid::Uuid;
-
-        use super::schema::{events, webhook_attempts as tries, webhook_deliveries as dl,
-            webhook_endpoints as ep};
         use $crate::store::QueryResult;
         use $crate::store::deliveries::*;
         use $crate::store::tables::Dialect;
@@ -185,13 +183,13 @@ macro_rules! delivery_store {
                 let n = D::encode_time(now);
                 // Endpoints with a delivery due, their turn first; the lock
                 // skips those another instance is claiming for right now.
-                let endpoints: Vec<(Id, bool, String, String, Option<String>, Option<Time>)> = ep::table
-                    .filter(ep::status.eq("enabled"))
-                    .filter(ep::id.eq_any(due(n.clone()).select(dl::endpoint_id)))
-                    .order((ep::served_at.is_not_null(), ep::served_at.asc(), ep::id.asc()))
+                let endpoints: Vec<(Id, bool, String, String, Option<String>, Option<Time>)> = $ep::table
+                    .filter($ep::status.eq("enabled"))
+                    .filter($ep::id.eq_any(due(n.clone()).select($dl::endpoint_id)))
+                    .order(($ep::served_at.is_not_null(), $ep::served_at.asc(), $ep::id.asc()))
                     .limit(slots.total)
-                    .select((ep::id, ep::failing, ep::url, ep::secret, ep::previous_secret,
-                        ep::previous_secret_expires_at))
+                    .select(($ep::id, $ep::failing, $ep::url, $ep::secret, $ep::previous_secret,
+                        $ep::previous_secret_expires_at))
                     $($lock)*
                     .load(self)
                     .inspect_err(D::note)?;
@@ -199,12 +197,12 @@ macro_rules! delivery_store {
                     return Ok(Vec::new());
                 }
                 let ids: Vec<Id> = endpoints.iter().map(|e| e.0.clone()).collect();
-                let in_flight: Vec<(Id, i64)> = dl::table
-                    .filter(dl::endpoint_id.eq_any(ids))
-                    .filter(dl::claim_token.is_not_null())
-                    .filter(dl::claimed_until.gt(n.clone()))
-                    .group_by(dl::endpoint_id)
-                    .select((dl::endpoint_id, diesel::dsl::count_star()))
+                let in_flight: Vec<(Id, i64)> = $dl::table
+                    .filter($dl::endpoint_id.eq_any(ids))
+                    .filter($dl::claim_token.is_not_null())
+                    .filter($dl::claimed_until.gt(n.clone()))
+                    .group_by($dl::endpoint_id)
+                    .select(($dl::endpoint_id, diesel::dsl::count_star()))
                     .load(self)
                     .inspect_err(D::note)?;
                 let lease = D::encode_time(lease_until);
@@ -241,8 +239,8 @@ macro_rules! delivery_store {
                         break;
                     }
                 }
-                diesel::update(ep::table.filter(ep::id.eq_any(served)))
-                    .set(ep::served_at.eq(Some(n)))
+                diesel::update($ep::table.filter($ep::id.eq_any(served)))
+                    .set($ep::served_at.eq(Some(n)))
                     .execute(self)
                     .inspect_err(D::note)?;
                 with_events(self, taken)
@@ -262,33 +260,33 @@ macro_rules! delivery_store {
                 };
                 // The fence: only while the row is still claimed under our token.
                 let n: Option<i32> = diesel::update(
-                    dl::table
-                        .filter(dl::event_id.eq(e.clone()))
-                        .filter(dl::endpoint_id.eq(p.clone()))
-                        .filter(dl::claim_token.eq(D::encode_id(claim.token))),
+                    $dl::table
+                        .filter($dl::event_id.eq(e.clone()))
+                        .filter($dl::endpoint_id.eq(p.clone()))
+                        .filter($dl::claim_token.eq(D::encode_id(claim.token))),
                 )
                 .set((
-                    dl::attempts.eq(dl::attempts + 1),
-                    dl::status.eq(status),
-                    dl::next_attempt_at.eq(next_at),
-                    dl::claim_token.eq(None::<Id>),
-                    dl::claimed_until.eq(None::<Time>),
+                    $dl::attempts.eq($dl::attempts + 1),
+                    $dl::status.eq(status),
+                    $dl::next_attempt_at.eq(next_at),
+                    $dl::claim_token.eq(None::<Id>),
+                    $dl::claimed_until.eq(None::<Time>),
                 ))
-                .returning(dl::attempts)
+                .returning($dl::attempts)
                 .get_result(self)
                 .optional()
                 .inspect_err(D::note)?;
                 let Some(n) = n else { return Ok(false) };
-                diesel::insert_into(tries::table)
+                diesel::insert_into($tries::table)
                     .values((
-                        tries::event_id.eq(e),
-                        tries::endpoint_id.eq(p.clone()),
-                        tries::attempt.eq(n),
-                        tries::webhook_timestamp.eq(attempt.webhook_timestamp),
-                        tries::attempted_at.eq(D::encode_time(attempt.attempted_at)),
-                        tries::response_status.eq(attempt.response_status),
-                        tries::error.eq(attempt.error.as_deref()),
-                        tries::duration_ms.eq(attempt.duration_ms),
+                        $tries::event_id.eq(e),
+                        $tries::endpoint_id.eq(p.clone()),
+                        $tries::attempt.eq(n),
+                        $tries::webhook_timestamp.eq(attempt.webhook_timestamp),
+                        $tries::attempted_at.eq(D::encode_time(attempt.attempted_at)),
+                        $tries::response_status.eq(attempt.response_status),
+                        $tries::error.eq(attempt.error.as_deref()),
+                        $tries::duration_ms.eq(attempt.duration_ms),
                     ))
                     .execute(self)
                     .inspect_err(D::note)?;
@@ -296,8 +294,8 @@ macro_rules! delivery_store {
                 // changes (a healthy endpoint's successes write nothing).
                 let failing = !matches!(next, Next::Succeeded);
                 if failing != claim.endpoint_failing {
-                    diesel::update(ep::table.find(p.clone()).filter(ep::failing.ne(failing)))
-                        .set(ep::failing.eq(failing))
+                    diesel::update($ep::table.find(p.clone()).filter($ep::failing.ne(failing)))
+                        .set($ep::failing.eq(failing))
                         .execute(self)
                         .inspect_err(D::note)?;
                 }
@@ -316,23 +314,23 @@ macro_rules! delivery_store {
                     return Ok(None);
                 }
                 let e = D::encode_id(event_id);
-                let rows: Vec<(Id, String, i32, Option<Time>)> = dl::table
-                    .filter(dl::event_id.eq(e.clone()))
-                    .filter(dl::account_id.eq(account_id))
-                    .order((dl::created_at.asc(), dl::endpoint_id.asc()))
-                    .select((dl::endpoint_id, dl::status, dl::attempts, dl::next_attempt_at))
+                let rows: Vec<(Id, String, i32, Option<Time>)> = $dl::table
+                    .filter($dl::event_id.eq(e.clone()))
+                    .filter($dl::account_id.eq(account_id))
+                    .order(($dl::created_at.asc(), $dl::endpoint_id.asc()))
+                    .select(($dl::endpoint_id, $dl::status, $dl::attempts, $dl::next_attempt_at))
                     .load(self)
                     .inspect_err(D::note)?;
-                let history: Vec<(Id, i64, Time, Option<i32>, Option<String>, i64)> = tries::table
-                    .filter(tries::event_id.eq(e))
-                    .order((tries::endpoint_id.asc(), tries::attempt.asc()))
+                let history: Vec<(Id, i64, Time, Option<i32>, Option<String>, i64)> = $tries::table
+                    .filter($tries::event_id.eq(e))
+                    .order(($tries::endpoint_id.asc(), $tries::attempt.asc()))
                     .select((
-                        tries::endpoint_id,
-                        tries::webhook_timestamp,
-                        tries::attempted_at,
-                        tries::response_status,
-                        tries::error,
-                        tries::duration_ms,
+                        $tries::endpoint_id,
+                        $tries::webhook_timestamp,
+                        $tries::attempted_at,
+                        $tries::response_status,
+                        $tries::error,
+                        $tries::duration_ms,
                     ))
                     .load(self)
                     .inspect_err(D::note)?;
@@ -371,17 +369,17 @@ macro_rules! delivery_store {
                 if !has_event(self, account_id, event_id)? {
                     return Ok(None);
                 }
-                let enabled = ep::table.filter(ep::status.eq("enabled")).select(ep::id);
+                let enabled = $ep::table.filter($ep::status.eq("enabled")).select($ep::id);
                 diesel::update(
-                    dl::table
-                        .filter(dl::event_id.eq(D::encode_id(event_id)))
-                        .filter(dl::account_id.eq(account_id))
-                        .filter(dl::status.ne(PENDING))
-                        .filter(dl::endpoint_id.eq_any(enabled)),
+                    $dl::table
+                        .filter($dl::event_id.eq(D::encode_id(event_id)))
+                        .filter($dl::account_id.eq(account_id))
+                        .filter($dl::status.ne(PENDING))
+                        .filter($dl::endpoint_id.eq_any(enabled)),
                 )
                 .set((
-                    dl::status.eq(PENDING),
-                    dl::next_attempt_at.eq(Some(D::encode_time(now))),
+                    $dl::status.eq(PENDING),
+                    $dl::next_attempt_at.eq(Some(D::encode_time(now))),
                 ))
                 .execute(self)
                 .inspect_err(D::note)
@@ -393,14 +391,14 @@ macro_rules! delivery_store {
         /// time come, and unclaimed or their claim expired (a sender killed
         /// mid-attempt; at least once).
         fn due(now: Time) -> diesel::dsl::Filter<
-            diesel::dsl::Filter<diesel::dsl::Filter<dl::table, diesel::dsl::Eq<dl::status, &'static str>>,
-                diesel::dsl::LtEq<dl::next_attempt_at, Time>>,
-            diesel::dsl::Or<diesel::dsl::IsNull<dl::claimed_until>, diesel::dsl::LtEq<dl::claimed_until, Time>>,
+            diesel::dsl::Filter<diesel::dsl::Filter<$dl::table, diesel::dsl::Eq<$dl::status, &'static str>>,
+                diesel::dsl::LtEq<$dl::next_attempt_at, Time>>,
+            diesel::dsl::Or<diesel::dsl::IsNull<$dl::claimed_until>, diesel::dsl::LtEq<$dl::claimed_until, Time>>,
         > {
-            dl::table
-                .filter(dl::status.eq(PENDING))
-                .filter(dl::next_attempt_at.le(now.clone()))
-                .filter(dl::claimed_until.is_null().or(dl::claimed_until.le(now)))
+            $dl::table
+                .filter($dl::status.eq(PENDING))
+                .filter($dl::next_attempt_at.le(now.clone()))
+                .filter($dl::claimed_until.is_null().or($dl::claimed_until.le(now)))
         }
 
         /// Claims up to `room` of the endpoint's due deliveries, the oldest
@@ -414,21 +412,21 @@ macro_rules! delivery_store {
             room: i64,
         ) -> QueryResult<Vec<(Id, i64, i32)>> {
             let rows: Vec<(Id, i64, i32)> = due(now)
-                .filter(dl::endpoint_id.eq(endpoint.clone()))
-                .order((dl::next_attempt_at.asc(), dl::created_at.asc()))
+                .filter($dl::endpoint_id.eq(endpoint.clone()))
+                .order(($dl::next_attempt_at.asc(), $dl::created_at.asc()))
                 .limit(room)
-                .select((dl::event_id, dl::account_id, dl::attempts))
+                .select(($dl::event_id, $dl::account_id, $dl::attempts))
                 .load(conn)
                 .inspect_err(D::note)?;
             let events: Vec<Id> = rows.iter().map(|r| r.0.clone()).collect();
             diesel::update(
-                dl::table
-                    .filter(dl::endpoint_id.eq(endpoint))
-                    .filter(dl::event_id.eq_any(events)),
+                $dl::table
+                    .filter($dl::endpoint_id.eq(endpoint))
+                    .filter($dl::event_id.eq_any(events)),
             )
             .set((
-                dl::claim_token.eq(Some(D::encode_id(token))),
-                dl::claimed_until.eq(Some(lease_until)),
+                $dl::claim_token.eq(Some(D::encode_id(token))),
+                $dl::claimed_until.eq(Some(lease_until)),
             ))
             .execute(conn)
             .inspect_err(D::note)?;
@@ -438,9 +436,9 @@ macro_rules! delivery_store {
         /// Fills in each claimed delivery's event, read in one query.
         fn with_events(conn: &mut D, taken: Vec<(Id, Claimed)>) -> QueryResult<Vec<Claimed>> {
             let ids: Vec<Id> = taken.iter().map(|t| t.0.clone()).collect();
-            let rows: Vec<(Id, String, String, Time)> = events::table
-                .filter(events::id.eq_any(ids))
-                .select((events::id, events::event_type, events::data, events::created_at))
+            let rows: Vec<(Id, String, String, Time)> = $events::table
+                .filter($events::id.eq_any(ids))
+                .select(($events::id, $events::event_type, $events::data, $events::created_at))
                 .load(conn)
                 .inspect_err(D::note)?;
             let mut found = std::collections::HashMap::new();
@@ -464,20 +462,20 @@ macro_rules! delivery_store {
         /// The receiver said 410 Gone: the endpoint is disabled and its
         /// other pending deliveries fail (nothing more is sent there).
         fn disable(conn: &mut D, endpoint: Id, reason: &str) -> QueryResult<()> {
-            diesel::update(ep::table.find(endpoint.clone()))
-                .set((ep::status.eq("disabled"), ep::disabled_reason.eq(Some(reason))))
+            diesel::update($ep::table.find(endpoint.clone()))
+                .set(($ep::status.eq("disabled"), $ep::disabled_reason.eq(Some(reason))))
                 .execute(conn)
                 .inspect_err(D::note)?;
             diesel::update(
-                dl::table
-                    .filter(dl::endpoint_id.eq(endpoint))
-                    .filter(dl::status.eq(PENDING)),
+                $dl::table
+                    .filter($dl::endpoint_id.eq(endpoint))
+                    .filter($dl::status.eq(PENDING)),
             )
             .set((
-                dl::status.eq(FAILED),
-                dl::next_attempt_at.eq(None::<Time>),
-                dl::claim_token.eq(None::<Id>),
-                dl::claimed_until.eq(None::<Time>),
+                $dl::status.eq(FAILED),
+                $dl::next_attempt_at.eq(None::<Time>),
+                $dl::claim_token.eq(None::<Id>),
+                $dl::claimed_until.eq(None::<Time>),
             ))
             .execute(conn)
             .inspect_err(D::note)?;
@@ -486,9 +484,9 @@ macro_rules! delivery_store {
 
         fn has_event(conn: &mut D, account_id: i64, event_id: Uuid) -> QueryResult<bool> {
             diesel::select(diesel::dsl::exists(
-                events::table
-                    .filter(events::id.eq(D::encode_id(event_id)))
-                    .filter(events::account_id.eq(account_id)),
+                $events::table
+                    .filter($events::id.eq(D::encode_id(event_id)))
+                    .filter($events::account_id.eq(account_id)),
             ))
             .get_result(conn)
             .inspect_err(D::note)

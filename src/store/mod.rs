@@ -3,15 +3,18 @@
 //! `schema.rs`, the database's clock) and [`sqlite`] (over its own
 //! `sqlite/schema.rs`, where UUIDs, JSON and times are TEXT, the app's
 //! clock). Diesel cannot share our schema's UUID, JSONB and TIMESTAMPTZ types
-//! across the two, so each backend has a file per table (`keys.rs`,
-//! `charges.rs`, `accounts.rs`, `network.rs` in each); where their statements
-//! agree they are written once, in `tables.rs`, and each file instantiates
-//! them over its schema. The names, states and rules they share are written
-//! once, here and, for the key table, in the protocol's contract
-//! (`idempotency::key_store`).
+//! across the two, so each table's statements are written once as a macro
+//! over the tables it is given (`tables.rs`: accounts, charges and refunds,
+//! authorizations; `webhooks.rs`: events and endpoints; `deliveries.rs`: the
+//! sender's), and each backend's `mod.rs` (`postgres/mod.rs`,
+//! `sqlite/mod.rs`: a `Dialect`, a `schema.rs` and the `Store` impl; no file
+//! per table) instantiates them over its schema. The names, states and rules
+//! they share are written once, here and, for the key table, in the
+//! protocol's contract (`idempotency::key_store`).
 //!
 //! The key table's trait is the protocol's: `idempotency` owns
-//! [`KeyStore`] and its rows, and each backend's `keys.rs` implements it.
+//! [`KeyStore`], its rows and its statements (`idempotency::postgres`,
+//! `idempotency::sqlite` implement it for the connections).
 //! [`Store`] is every table's trait together, the connection as the
 //! application holds it (`&mut dyn Store`); which backend it is is decided
 //! only at the pool's edge ([`pool`]). Diesel is synchronous: every query

@@ -5,8 +5,10 @@
 //! PostgreSQL error or statement needs: that is the [`Dialect`] trait, which
 //! each backend's connection implements in its `mod.rs`. Diesel cannot write
 //! one generic function over two schemas, so each macro below is the body of
-//! one `*Store` impl over `$conn`'s `Dialect` and the `schema` module beside
-//! the invocation; each backend's `mod.rs` instantiates the three.
+//! one `*Store` impl over `$conn`'s `Dialect` and the tables it is given
+//! (their `diesel::table!` modules, as the protocol crate's `key_store!`
+//! takes its key table); each backend's `mod.rs` instantiates them all, with
+//! [`table_stores!`], over its `schema`.
 //!
 //! The key table is the protocol crate's (`idempotency::postgres`,
 //! `idempotency::sqlite`).
@@ -70,13 +72,12 @@ macro_rules! keyset {
     };
 }
 
-/// `impl AccountStore for $conn`: the `accounts` table.
+/// `impl AccountStore for $conn`: the `accounts` table, and the in-process
+/// network's keys (`in_process_network_keys`) kept by account name.
 macro_rules! account_store {
-    ($conn:ty) => {
+    ($conn:ty, $accounts:ident, $network_keys:ident) => {
         use diesel::prelude::*;
         use diesel::sql_types::Bool;
-
-        use super::schema::{accounts, in_process_network_keys as network_keys};
         use $crate::store::tables::Dialect;
         use $crate::store::{AccountRecord, QueryResult, time_text};
 
@@ -90,41 +91,41 @@ macro_rules! account_store {
                 key_digest: &str,
                 demo: bool,
             ) -> QueryResult<i64> {
-                diesel::insert_into(accounts::table)
+                diesel::insert_into($accounts::table)
                     .values((
-                        accounts::name.eq(name),
-                        accounts::api_key_sha256.eq(key_digest),
-                        accounts::demo.eq(demo),
-                        accounts::created_at.eq(D::clock()),
+                        $accounts::name.eq(name),
+                        $accounts::api_key_sha256.eq(key_digest),
+                        $accounts::demo.eq(demo),
+                        $accounts::created_at.eq(D::clock()),
                     ))
-                    .returning(accounts::id)
+                    .returning($accounts::id)
                     .get_result(self)
                     .inspect_err(D::note)
             }
 
             fn revoke_account(&mut self, name: &str) -> QueryResult<Option<i64>> {
                 diesel::update(
-                    accounts::table
-                        .filter(accounts::name.eq(name))
-                        .filter(accounts::revoked_at.is_null())
-                        .filter(accounts::demo.eq(false)),
+                    $accounts::table
+                        .filter($accounts::name.eq(name))
+                        .filter($accounts::revoked_at.is_null())
+                        .filter($accounts::demo.eq(false)),
                 )
-                .set(accounts::revoked_at.eq(D::clock().nullable()))
-                .returning(accounts::id)
+                .set($accounts::revoked_at.eq(D::clock().nullable()))
+                .returning($accounts::id)
                 .get_result(self)
                 .inspect_err(D::note)
                 .optional()
             }
 
             fn list_accounts(&mut self) -> QueryResult<Vec<AccountRecord>> {
-                let rows: Vec<(i64, String, Time, Option<Time>, bool)> = accounts::table
-                    .order(accounts::id)
+                let rows: Vec<(i64, String, Time, Option<Time>, bool)> = $accounts::table
+                    .order($accounts::id)
                     .select((
-                        accounts::id,
-                        accounts::name,
-                        accounts::created_at,
-                        accounts::revoked_at,
-                        accounts::demo,
+                        $accounts::id,
+                        $accounts::name,
+                        $accounts::created_at,
+                        $accounts::revoked_at,
+                        $accounts::demo,
                     ))
                     .load(self)
                     .inspect_err(D::note)?;
@@ -147,11 +148,15 @@ macro_rules! account_store {
                 key_digest: &str,
                 include_demo: bool,
             ) -> QueryResult<Option<i64>> {
-                accounts::table
-                    .filter(accounts::api_key_sha256.eq(key_digest))
-                    .filter(accounts::revoked_at.is_null())
-                    .filter(accounts::demo.eq(false).or(include_demo.into_sql::<Bool>()))
-                    .select(accounts::id)
+                $accounts::table
+                    .filter($accounts::api_key_sha256.eq(key_digest))
+                    .filter($accounts::revoked_at.is_null())
+                    .filter(
+                        $accounts::demo
+                            .eq(false)
+                            .or(include_demo.into_sql::<Bool>()),
+                    )
+                    .select($accounts::id)
                     .first(self)
                     .inspect_err(D::note)
                     .optional()
@@ -159,9 +164,9 @@ macro_rules! account_store {
 
             fn account_is_live(&mut self, id: i64) -> QueryResult<bool> {
                 diesel::select(diesel::dsl::exists(
-                    accounts::table
-                        .filter(accounts::id.eq(id))
-                        .filter(accounts::revoked_at.is_null()),
+                    $accounts::table
+                        .filter($accounts::id.eq(id))
+                        .filter($accounts::revoked_at.is_null()),
                 ))
                 .get_result(self)
                 .inspect_err(D::note)
@@ -169,28 +174,28 @@ macro_rules! account_store {
 
             fn rekey_account(&mut self, name: &str, key_digest: &str) -> QueryResult<usize> {
                 diesel::update(
-                    accounts::table
-                        .filter(accounts::name.eq(name))
-                        .filter(accounts::revoked_at.is_null()),
+                    $accounts::table
+                        .filter($accounts::name.eq(name))
+                        .filter($accounts::revoked_at.is_null()),
                 )
-                .set(accounts::api_key_sha256.eq(key_digest))
+                .set($accounts::api_key_sha256.eq(key_digest))
                 .execute(self)
                 .inspect_err(D::note)
             }
 
             fn keep_network_key(&mut self, name: &str, candidate: &str) -> QueryResult<String> {
-                diesel::insert_into(network_keys::table)
+                diesel::insert_into($network_keys::table)
                     .values((
-                        network_keys::name.eq(name),
-                        network_keys::api_key.eq(candidate),
+                        $network_keys::name.eq(name),
+                        $network_keys::api_key.eq(candidate),
                     ))
-                    .on_conflict(network_keys::name)
+                    .on_conflict($network_keys::name)
                     .do_nothing()
                     .execute(self)
                     .inspect_err(D::note)?;
-                network_keys::table
-                    .filter(network_keys::name.eq(name))
-                    .select(network_keys::api_key)
+                $network_keys::table
+                    .filter($network_keys::name.eq(name))
+                    .select($network_keys::api_key)
                     .first(self)
                     .inspect_err(D::note)
             }
@@ -201,11 +206,9 @@ macro_rules! account_store {
 /// `impl ChargeStore for $conn`: the `charges` and `refunds` tables, with
 /// their row types checked against `$backend`.
 macro_rules! charge_store {
-    ($conn:ty, $backend:ty) => {
+    ($conn:ty, $backend:ty, $charges:ident, $refunds:ident) => {
         use diesel::prelude::*;
         use uuid::Uuid;
-
-        use super::schema::{charges, refunds};
         use $crate::store::tables::Dialect;
         use $crate::store::{Charge, Cursor, Page, QueryResult, Refund, RefundReservation};
 
@@ -214,7 +217,7 @@ macro_rules! charge_store {
         type Time = <D as Dialect>::Time;
 
         #[derive(Queryable, Selectable)]
-        #[diesel(table_name = charges, check_for_backend($backend))]
+        #[diesel(table_name = $charges, check_for_backend($backend))]
         struct ChargeRow {
             id: Id,
             account_id: i64,
@@ -246,7 +249,7 @@ macro_rules! charge_store {
         }
 
         #[derive(Queryable, Selectable)]
-        #[diesel(table_name = refunds, check_for_backend($backend))]
+        #[diesel(table_name = $refunds, check_for_backend($backend))]
         struct RefundRow {
             id: Id,
             charge_id: Id,
@@ -271,18 +274,18 @@ macro_rules! charge_store {
 
         impl $crate::store::ChargeStore for $conn {
             fn insert_charge(&mut self, charge: &Charge) -> QueryResult<()> {
-                D::cached(diesel::insert_into(charges::table).values((
-                    charges::id.eq(D::encode_id(charge.id)),
-                    charges::account_id.eq(charge.account_id),
-                    charges::amount.eq(charge.amount),
-                    charges::amount_refunded.eq(charge.amount_refunded),
-                    charges::currency.eq(&charge.currency),
-                    charges::description.eq(charge.description.as_deref()),
-                    charges::created_at.eq(D::encode_time(charge.created_at)),
-                    charges::authorization_id.eq(charge.authorization_id.map(D::encode_id)),
-                    charges::payment_method.eq(&charge.payment_method),
-                    charges::status.eq(charge.status()),
-                    charges::failure_code.eq(charge.failure_code.as_deref()),
+                D::cached(diesel::insert_into($charges::table).values((
+                    $charges::id.eq(D::encode_id(charge.id)),
+                    $charges::account_id.eq(charge.account_id),
+                    $charges::amount.eq(charge.amount),
+                    $charges::amount_refunded.eq(charge.amount_refunded),
+                    $charges::currency.eq(&charge.currency),
+                    $charges::description.eq(charge.description.as_deref()),
+                    $charges::created_at.eq(D::encode_time(charge.created_at)),
+                    $charges::authorization_id.eq(charge.authorization_id.map(D::encode_id)),
+                    $charges::payment_method.eq(&charge.payment_method),
+                    $charges::status.eq(charge.status()),
+                    $charges::failure_code.eq(charge.failure_code.as_deref()),
                 )))
                 .execute(self)
                 .inspect_err(D::note)
@@ -290,9 +293,9 @@ macro_rules! charge_store {
             }
 
             fn find_charge(&mut self, account_id: i64, id: Uuid) -> QueryResult<Option<Charge>> {
-                charges::table
-                    .filter(charges::id.eq(D::encode_id(id)))
-                    .filter(charges::account_id.eq(account_id))
+                $charges::table
+                    .filter($charges::id.eq(D::encode_id(id)))
+                    .filter($charges::account_id.eq(account_id))
                     .select(ChargeRow::as_select())
                     .first(self)
                     .inspect_err(D::note)
@@ -302,15 +305,15 @@ macro_rules! charge_store {
             }
 
             fn list_charges(&mut self, account_id: i64, page: &Page) -> QueryResult<Vec<Charge>> {
-                let mut query = charges::table
-                    .filter(charges::account_id.eq(account_id))
+                let mut query = $charges::table
+                    .filter($charges::account_id.eq(account_id))
                     .select(ChargeRow::as_select())
                     .limit(page.limit + 1)
                     .into_boxed();
                 if let Some(status) = page.status {
-                    query = query.filter(charges::status.eq(status));
+                    query = query.filter($charges::status.eq(status));
                 }
-                query = $crate::store::tables::keyset!(query, page.cursor, charges);
+                query = $crate::store::tables::keyset!(query, page.cursor, $charges);
                 query
                     .load(self)
                     .inspect_err(D::note)?
@@ -327,11 +330,11 @@ macro_rules! charge_store {
             ) -> QueryResult<Option<Charge>> {
                 D::cached(
                     diesel::update(
-                        charges::table
-                            .filter(charges::id.eq(D::encode_id(id)))
-                            .filter(charges::account_id.eq(account_id)),
+                        $charges::table
+                            .filter($charges::id.eq(D::encode_id(id)))
+                            .filter($charges::account_id.eq(account_id)),
                     )
-                    .set(charges::description.eq(description))
+                    .set($charges::description.eq(description))
                     .returning(ChargeRow::as_returning()),
                 )
                 .get_result(self)
@@ -354,13 +357,13 @@ macro_rules! charge_store {
             ) -> QueryResult<RefundReservation> {
                 let reserved: Option<ChargeRow> = D::cached(
                     diesel::update(
-                        charges::table
-                            .filter(charges::id.eq(D::encode_id(charge_id)))
-                            .filter(charges::account_id.eq(account_id))
-                            .filter(charges::status.eq("succeeded"))
-                            .filter((charges::amount_refunded + amount).le(charges::amount)),
+                        $charges::table
+                            .filter($charges::id.eq(D::encode_id(charge_id)))
+                            .filter($charges::account_id.eq(account_id))
+                            .filter($charges::status.eq("succeeded"))
+                            .filter(($charges::amount_refunded + amount).le($charges::amount)),
                     )
-                    .set(charges::amount_refunded.eq(charges::amount_refunded + amount))
+                    .set($charges::amount_refunded.eq($charges::amount_refunded + amount))
                     .returning(ChargeRow::as_returning()),
                 )
                 .get_result(self)
@@ -379,13 +382,13 @@ macro_rules! charge_store {
             }
 
             fn insert_refund(&mut self, refund: &Refund) -> QueryResult<()> {
-                D::cached(diesel::insert_into(refunds::table).values((
-                    refunds::id.eq(D::encode_id(refund.id)),
-                    refunds::charge_id.eq(D::encode_id(refund.charge_id)),
-                    refunds::account_id.eq(refund.account_id),
-                    refunds::amount.eq(refund.amount),
-                    refunds::currency.eq(&refund.currency),
-                    refunds::created_at.eq(D::encode_time(refund.created_at)),
+                D::cached(diesel::insert_into($refunds::table).values((
+                    $refunds::id.eq(D::encode_id(refund.id)),
+                    $refunds::charge_id.eq(D::encode_id(refund.charge_id)),
+                    $refunds::account_id.eq(refund.account_id),
+                    $refunds::amount.eq(refund.amount),
+                    $refunds::currency.eq(&refund.currency),
+                    $refunds::created_at.eq(D::encode_time(refund.created_at)),
                 )))
                 .execute(self)
                 .inspect_err(D::note)
@@ -393,9 +396,9 @@ macro_rules! charge_store {
             }
 
             fn find_refund(&mut self, account_id: i64, id: Uuid) -> QueryResult<Option<Refund>> {
-                refunds::table
-                    .filter(refunds::id.eq(D::encode_id(id)))
-                    .filter(refunds::account_id.eq(account_id))
+                $refunds::table
+                    .filter($refunds::id.eq(D::encode_id(id)))
+                    .filter($refunds::account_id.eq(account_id))
                     .select(RefundRow::as_select())
                     .first(self)
                     .inspect_err(D::note)
@@ -410,13 +413,13 @@ macro_rules! charge_store {
                 charge_id: Uuid,
                 page: &Page,
             ) -> QueryResult<Vec<Refund>> {
-                let mut query = refunds::table
-                    .filter(refunds::charge_id.eq(D::encode_id(charge_id)))
-                    .filter(refunds::account_id.eq(account_id))
+                let mut query = $refunds::table
+                    .filter($refunds::charge_id.eq(D::encode_id(charge_id)))
+                    .filter($refunds::account_id.eq(account_id))
                     .select(RefundRow::as_select())
                     .limit(page.limit + 1)
                     .into_boxed();
-                query = $crate::store::tables::keyset!(query, page.cursor, refunds);
+                query = $crate::store::tables::keyset!(query, page.cursor, $refunds);
                 query
                     .load(self)
                     .inspect_err(D::note)?
@@ -431,11 +434,9 @@ macro_rules! charge_store {
 /// `impl AuthorizationStore for $conn`: the card network's
 /// `authorizations` table.
 macro_rules! authorization_store {
-    ($conn:ty, $backend:ty) => {
+    ($conn:ty, $backend:ty, $auth:ident) => {
         use diesel::prelude::*;
         use uuid::Uuid;
-
-        use super::schema::authorizations as auth;
         use $crate::store::tables::Dialect;
         use $crate::store::{Authorization, QueryResult};
 
@@ -444,7 +445,7 @@ macro_rules! authorization_store {
         type Time = <D as Dialect>::Time;
 
         #[derive(Queryable, Selectable)]
-        #[diesel(table_name = auth, check_for_backend($backend))]
+        #[diesel(table_name = $auth, check_for_backend($backend))]
         struct AuthorizationRow {
             id: Id,
             account_id: i64,
@@ -469,13 +470,13 @@ macro_rules! authorization_store {
 
         impl $crate::store::AuthorizationStore for $conn {
             fn insert_authorization(&mut self, a: &Authorization) -> QueryResult<()> {
-                diesel::insert_into(auth::table)
+                diesel::insert_into($auth::table)
                     .values((
-                        auth::id.eq(D::encode_id(a.id)),
-                        auth::account_id.eq(a.account_id),
-                        auth::amount.eq(a.amount),
-                        auth::currency.eq(&a.currency),
-                        auth::created_at.eq(D::encode_time(a.created_at)),
+                        $auth::id.eq(D::encode_id(a.id)),
+                        $auth::account_id.eq(a.account_id),
+                        $auth::amount.eq(a.amount),
+                        $auth::currency.eq(&a.currency),
+                        $auth::created_at.eq(D::encode_time(a.created_at)),
                     ))
                     .execute(self)
                     .inspect_err(D::note)
@@ -487,9 +488,9 @@ macro_rules! authorization_store {
                 account_id: i64,
                 id: Uuid,
             ) -> QueryResult<Option<Authorization>> {
-                auth::table
-                    .filter(auth::id.eq(D::encode_id(id)))
-                    .filter(auth::account_id.eq(account_id))
+                $auth::table
+                    .filter($auth::id.eq(D::encode_id(id)))
+                    .filter($auth::account_id.eq(account_id))
                     .select(AuthorizationRow::as_select())
                     .first(self)
                     .inspect_err(D::note)
@@ -503,9 +504,9 @@ macro_rules! authorization_store {
                 account_id: i64,
                 limit: i64,
             ) -> QueryResult<Vec<Authorization>> {
-                auth::table
-                    .filter(auth::account_id.eq(account_id))
-                    .order((auth::created_at.desc(), auth::id.desc()))
+                $auth::table
+                    .filter($auth::account_id.eq(account_id))
+                    .order(($auth::created_at.desc(), $auth::id.desc()))
                     .limit(limit)
                     .select(AuthorizationRow::as_select())
                     .load(self)
@@ -522,12 +523,12 @@ macro_rules! authorization_store {
                 id: Uuid,
             ) -> QueryResult<Option<Authorization>> {
                 diesel::update(
-                    auth::table
-                        .filter(auth::id.eq(D::encode_id(id)))
-                        .filter(auth::account_id.eq(account_id))
-                        .filter(auth::voided_at.is_null()),
+                    $auth::table
+                        .filter($auth::id.eq(D::encode_id(id)))
+                        .filter($auth::account_id.eq(account_id))
+                        .filter($auth::voided_at.is_null()),
                 )
-                .set(auth::voided_at.eq(D::clock().nullable()))
+                .set($auth::voided_at.eq(D::clock().nullable()))
                 .execute(self)
                 .inspect_err(D::note)?;
                 self.find_authorization(account_id, id)
@@ -536,4 +537,55 @@ macro_rules! authorization_store {
     };
 }
 
-pub(super) use {account_store, authorization_store, charge_store, keyset};
+/// Every `*Store` impl of the tables written once, for `$conn` (rows
+/// checked against `$backend`) over `$schema`, the backend's `diesel::table!`
+/// module by its full path: each macro given the tables it reads, as the
+/// protocol crate's `key_store!` is given its key table. `$id_sql` is a UUID
+/// column's SQL type there; `$lock` how the sender's claim locks the
+/// endpoints it picks (`delivery_store!`).
+macro_rules! table_stores {
+    ($conn:ty, $backend:ty, $id_sql:ty, $schema:path, $($lock:tt)*) => {
+        mod accounts {
+            use $schema as schema;
+            use schema::{accounts, in_process_network_keys};
+            $crate::store::tables::account_store!($conn, accounts, in_process_network_keys);
+        }
+        mod charges {
+            use $schema as schema;
+            use schema::{charges, refunds};
+            $crate::store::tables::charge_store!($conn, $backend, charges, refunds);
+        }
+        mod deliveries {
+            use $schema as schema;
+            use schema::{events, webhook_attempts, webhook_deliveries, webhook_endpoints};
+            $crate::store::deliveries::delivery_store!(
+                $conn,
+                events,
+                webhook_attempts,
+                webhook_deliveries,
+                webhook_endpoints,
+                $($lock)*
+            );
+        }
+        mod network {
+            use $schema as schema;
+            use schema::authorizations;
+            $crate::store::tables::authorization_store!($conn, $backend, authorizations);
+        }
+        mod webhooks {
+            use $schema as schema;
+            use schema::{events, webhook_attempts, webhook_deliveries, webhook_endpoints};
+            $crate::store::webhooks::webhook_store!(
+                $conn,
+                $backend,
+                $id_sql,
+                events,
+                webhook_attempts,
+                webhook_deliveries,
+                webhook_endpoints
+            );
+        }
+    };
+}
+
+pub(super) use {account_store, authorization_store, charge_store, keyset, table_stores};

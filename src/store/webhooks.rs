@@ -164,17 +164,13 @@ pub trait WebhookStore {
     fn forget_charge_events(&mut self, account_id: i64, charge_id: Uuid) -> QueryResult<usize>;
 }
 
-/// `impl WebhookStore for $conn`, over the `schema` module beside the
-/// invocation; `$id_sql` is a UUID column's SQL type there.
+/// `impl WebhookStore for $conn`, over the tables it is given: `events`,
+/// `webhook_attempts`, `webhook_deliveries` and `webhook_endpoints`, in this
+/// order; `$id_sql` is a UUID column's SQL type in their schema.
 macro_rules! webhook_store {
-    ($conn:ty, $backend:ty, $id_sql:ty) => {
+    ($conn:ty, $backend:ty, $id_sql:ty, $events:ident, $attempts:ident, $deliveries:ident, $endpoints:ident) => {
         use diesel::prelude::*;
         use uuid::Uuid;
-
-        use super::schema::{
-            events, webhook_attempts as attempts, webhook_deliveries as deliveries,
-            webhook_endpoints as endpoints,
-        };
         use $crate::store::tables::Dialect;
         use $crate::store::webhooks::{Endpoint, Event, events_text};
         use $crate::store::{Cursor, Page, QueryResult};
@@ -184,7 +180,7 @@ macro_rules! webhook_store {
         type Time = <D as Dialect>::Time;
 
         #[derive(Queryable, Selectable)]
-        #[diesel(table_name = events, check_for_backend($backend))]
+        #[diesel(table_name = $events, check_for_backend($backend))]
         struct EventRow {
             id: Id,
             account_id: i64,
@@ -206,7 +202,7 @@ macro_rules! webhook_store {
         }
 
         #[derive(Queryable, Selectable)]
-        #[diesel(table_name = endpoints, check_for_backend($backend))]
+        #[diesel(table_name = $endpoints, check_for_backend($backend))]
         struct EndpointRow {
             id: Id,
             account_id: i64,
@@ -244,12 +240,12 @@ macro_rules! webhook_store {
 
         impl $crate::store::webhooks::WebhookStore for $conn {
             fn write_event(&mut self, event: &Event) -> QueryResult<()> {
-                D::cached(diesel::insert_into(events::table).values((
-                    events::id.eq(D::encode_id(event.id)),
-                    events::account_id.eq(event.account_id),
-                    events::event_type.eq(&event.event_type),
-                    events::data.eq(&event.data),
-                    events::created_at.eq(D::encode_time(event.created_at)),
+                D::cached(diesel::insert_into($events::table).values((
+                    $events::id.eq(D::encode_id(event.id)),
+                    $events::account_id.eq(event.account_id),
+                    $events::event_type.eq(&event.event_type),
+                    $events::data.eq(&event.data),
+                    $events::created_at.eq(D::encode_time(event.created_at)),
                 )))
                 .execute(self)
                 .inspect_err(D::note)?;
@@ -257,29 +253,29 @@ macro_rules! webhook_store {
                 // enabled_events is a JSON array of known types (checked at
                 // registration), so a quoted type matches only itself.
                 let quoted = format!("%{}%", serde_json::Value::from(event.event_type.as_str()));
-                let subscribed = endpoints::table
-                    .filter(endpoints::account_id.eq(event.account_id))
-                    .filter(endpoints::status.eq("enabled"))
+                let subscribed = $endpoints::table
+                    .filter($endpoints::account_id.eq(event.account_id))
+                    .filter($endpoints::status.eq("enabled"))
                     .filter(
-                        endpoints::enabled_events
+                        $endpoints::enabled_events
                             .eq(r#"["*"]"#)
-                            .or(endpoints::enabled_events.like(quoted)),
+                            .or($endpoints::enabled_events.like(quoted)),
                     )
                     .select((
                         D::encode_id(event.id).into_sql::<$id_sql>(),
-                        endpoints::id,
-                        endpoints::account_id,
+                        $endpoints::id,
+                        $endpoints::account_id,
                         D::clock().nullable(),
                         D::clock(),
                     ));
-                diesel::insert_into(deliveries::table)
+                diesel::insert_into($deliveries::table)
                     .values(subscribed)
                     .into_columns((
-                        deliveries::event_id,
-                        deliveries::endpoint_id,
-                        deliveries::account_id,
-                        deliveries::next_attempt_at,
-                        deliveries::created_at,
+                        $deliveries::event_id,
+                        $deliveries::endpoint_id,
+                        $deliveries::account_id,
+                        $deliveries::next_attempt_at,
+                        $deliveries::created_at,
                     ))
                     .execute(self)
                     .inspect_err(D::note)
@@ -287,9 +283,9 @@ macro_rules! webhook_store {
             }
 
             fn find_event(&mut self, account_id: i64, id: Uuid) -> QueryResult<Option<Event>> {
-                events::table
-                    .filter(events::id.eq(D::encode_id(id)))
-                    .filter(events::account_id.eq(account_id))
+                $events::table
+                    .filter($events::id.eq(D::encode_id(id)))
+                    .filter($events::account_id.eq(account_id))
                     .select(EventRow::as_select())
                     .first(self)
                     .inspect_err(D::note)
@@ -299,15 +295,15 @@ macro_rules! webhook_store {
             }
 
             fn list_events(&mut self, account_id: i64, page: &Page) -> QueryResult<Vec<Event>> {
-                let mut query = events::table
-                    .filter(events::account_id.eq(account_id))
+                let mut query = $events::table
+                    .filter($events::account_id.eq(account_id))
                     .select(EventRow::as_select())
                     .limit(page.limit + 1)
                     .into_boxed();
                 if let Some(event_type) = page.status {
-                    query = query.filter(events::event_type.eq(event_type));
+                    query = query.filter($events::event_type.eq(event_type));
                 }
-                query = $crate::store::tables::keyset!(query, page.cursor, events);
+                query = $crate::store::tables::keyset!(query, page.cursor, $events);
                 query
                     .load(self)
                     .inspect_err(D::note)?
@@ -317,20 +313,20 @@ macro_rules! webhook_store {
             }
 
             fn insert_endpoint(&mut self, e: &Endpoint) -> QueryResult<()> {
-                diesel::insert_into(endpoints::table)
+                diesel::insert_into($endpoints::table)
                     .values((
-                        endpoints::id.eq(D::encode_id(e.id)),
-                        endpoints::account_id.eq(e.account_id),
-                        endpoints::url.eq(&e.url),
-                        endpoints::description.eq(e.description.as_deref()),
-                        endpoints::enabled_events.eq(events_text(&e.enabled_events)),
-                        endpoints::secret.eq(&e.secret),
-                        endpoints::previous_secret.eq(e.previous_secret.as_deref()),
-                        endpoints::previous_secret_expires_at
+                        $endpoints::id.eq(D::encode_id(e.id)),
+                        $endpoints::account_id.eq(e.account_id),
+                        $endpoints::url.eq(&e.url),
+                        $endpoints::description.eq(e.description.as_deref()),
+                        $endpoints::enabled_events.eq(events_text(&e.enabled_events)),
+                        $endpoints::secret.eq(&e.secret),
+                        $endpoints::previous_secret.eq(e.previous_secret.as_deref()),
+                        $endpoints::previous_secret_expires_at
                             .eq(e.previous_secret_expires_at.map(D::encode_time)),
-                        endpoints::status.eq(&e.status),
-                        endpoints::disabled_reason.eq(e.disabled_reason.as_deref()),
-                        endpoints::created_at.eq(D::encode_time(e.created_at)),
+                        $endpoints::status.eq(&e.status),
+                        $endpoints::disabled_reason.eq(e.disabled_reason.as_deref()),
+                        $endpoints::created_at.eq(D::encode_time(e.created_at)),
                     ))
                     .execute(self)
                     .inspect_err(D::note)
@@ -339,8 +335,8 @@ macro_rules! webhook_store {
 
             fn lock_endpoints(&mut self, account_id: i64) -> QueryResult<i64> {
                 D::lock_account(self, account_id).inspect_err(D::note)?;
-                endpoints::table
-                    .filter(endpoints::account_id.eq(account_id))
+                $endpoints::table
+                    .filter($endpoints::account_id.eq(account_id))
                     .count()
                     .get_result(self)
                     .inspect_err(D::note)
@@ -351,9 +347,9 @@ macro_rules! webhook_store {
                 account_id: i64,
                 id: Uuid,
             ) -> QueryResult<Option<Endpoint>> {
-                endpoints::table
-                    .filter(endpoints::id.eq(D::encode_id(id)))
-                    .filter(endpoints::account_id.eq(account_id))
+                $endpoints::table
+                    .filter($endpoints::id.eq(D::encode_id(id)))
+                    .filter($endpoints::account_id.eq(account_id))
                     .select(EndpointRow::as_select())
                     .first(self)
                     .inspect_err(D::note)
@@ -367,12 +363,12 @@ macro_rules! webhook_store {
                 account_id: i64,
                 page: &Page,
             ) -> QueryResult<Vec<Endpoint>> {
-                let mut query = endpoints::table
-                    .filter(endpoints::account_id.eq(account_id))
+                let mut query = $endpoints::table
+                    .filter($endpoints::account_id.eq(account_id))
                     .select(EndpointRow::as_select())
                     .limit(page.limit + 1)
                     .into_boxed();
-                query = $crate::store::tables::keyset!(query, page.cursor, endpoints);
+                query = $crate::store::tables::keyset!(query, page.cursor, $endpoints);
                 query
                     .load(self)
                     .inspect_err(D::note)?
@@ -383,9 +379,9 @@ macro_rules! webhook_store {
 
             fn delete_endpoint(&mut self, account_id: i64, id: Uuid) -> QueryResult<bool> {
                 diesel::delete(
-                    endpoints::table
-                        .filter(endpoints::id.eq(D::encode_id(id)))
-                        .filter(endpoints::account_id.eq(account_id)),
+                    $endpoints::table
+                        .filter($endpoints::id.eq(D::encode_id(id)))
+                        .filter($endpoints::account_id.eq(account_id)),
                 )
                 .execute(self)
                 .inspect_err(D::note)
@@ -402,14 +398,14 @@ macro_rules! webhook_store {
                 // The SET's right-hand sides read the row as it was: the
                 // old secret becomes the previous one.
                 diesel::update(
-                    endpoints::table
-                        .filter(endpoints::id.eq(D::encode_id(id)))
-                        .filter(endpoints::account_id.eq(account_id)),
+                    $endpoints::table
+                        .filter($endpoints::id.eq(D::encode_id(id)))
+                        .filter($endpoints::account_id.eq(account_id)),
                 )
                 .set((
-                    endpoints::previous_secret.eq(endpoints::secret.nullable()),
-                    endpoints::previous_secret_expires_at.eq(Some(D::encode_time(previous_until))),
-                    endpoints::secret.eq(secret),
+                    $endpoints::previous_secret.eq($endpoints::secret.nullable()),
+                    $endpoints::previous_secret_expires_at.eq(Some(D::encode_time(previous_until))),
+                    $endpoints::secret.eq(secret),
                 ))
                 .returning(EndpointRow::as_returning())
                 .get_result(self)
@@ -427,28 +423,28 @@ macro_rules! webhook_store {
                 // `data` is the charge's compact JSON: its id is `"id":"…"`.
                 let about = format!("%\"id\":\"{}\"%", charge_id.hyphenated());
                 diesel::delete(
-                    events::table
-                        .filter(events::account_id.eq(account_id))
-                        .filter(events::data.like(about)),
+                    $events::table
+                        .filter($events::account_id.eq(account_id))
+                        .filter($events::data.like(about)),
                 )
                 .execute(self)
                 .inspect_err(D::note)
             }
 
             fn delete_account_webhooks(&mut self, account_id: i64) -> QueryResult<()> {
-                let own = deliveries::table
-                    .filter(deliveries::account_id.eq(account_id))
-                    .select(deliveries::event_id);
-                diesel::delete(attempts::table.filter(attempts::event_id.eq_any(own)))
+                let own = $deliveries::table
+                    .filter($deliveries::account_id.eq(account_id))
+                    .select($deliveries::event_id);
+                diesel::delete($attempts::table.filter($attempts::event_id.eq_any(own)))
                     .execute(self)
                     .inspect_err(D::note)?;
-                diesel::delete(deliveries::table.filter(deliveries::account_id.eq(account_id)))
+                diesel::delete($deliveries::table.filter($deliveries::account_id.eq(account_id)))
                     .execute(self)
                     .inspect_err(D::note)?;
-                diesel::delete(endpoints::table.filter(endpoints::account_id.eq(account_id)))
+                diesel::delete($endpoints::table.filter($endpoints::account_id.eq(account_id)))
                     .execute(self)
                     .inspect_err(D::note)?;
-                diesel::delete(events::table.filter(events::account_id.eq(account_id)))
+                diesel::delete($events::table.filter($events::account_id.eq(account_id)))
                     .execute(self)
                     .inspect_err(D::note)
                     .map(|_| ())

@@ -5,6 +5,7 @@
 //! server breaks or leaves uncheckable, and no other; exit 1 only for a
 //! failed MUST of the draft.
 
+mod first_answer;
 mod flawed;
 
 use std::collections::BTreeSet;

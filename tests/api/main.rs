@@ -30,6 +30,8 @@ mod network_answers;
 mod network_keys;
 mod paging;
 mod phases;
+mod problem_cases;
+mod problem_types;
 mod recovery;
 mod refunds;
 mod replays;

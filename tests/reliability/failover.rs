@@ -383,6 +383,70 @@ struct Unplanned {
     outcome: Outcome,
 }
 
+/// The new primary's `synchronous_standby_names`, on `port`.
+fn standby_names(f: &Formation, port: u16) -> String {
+    f.psql(port, "postgres", "SHOW synchronous_standby_names")
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The old primary (node `old`) rejoins: when its keeper restarted, and how
+/// (`alone`: the new primary's `synchronous_standby_names` before).
+async fn rejoin(run: &Run, old: usize, alone: String) -> (Instant, Rejoin) {
+    let new = 1 - old;
+    let (old_name, new_name) = (run.formation.nodes[old].name, run.formation.nodes[new].name);
+    let (old_port, new_port) = (run.formation.nodes[old].port, run.formation.nodes[new].port);
+    // The machine comes back: its keeper restarts. Until the monitor
+    // has it as a secondary, a write on it must fail.
+    let restarted = Instant::now();
+    run.blocking(move |f| f.restart_keeper(old)).await;
+    let mut refused_writes = 0;
+    loop {
+        let (write, states, recovering) = run
+            .blocking(move |f| {
+                (
+                    f.psql(
+                        old_port,
+                        DATABASE,
+                        "INSERT INTO split_brain_probe DEFAULT VALUES",
+                    ),
+                    f.states(),
+                    f.psql(old_port, "postgres", "SELECT pg_is_in_recovery()"),
+                )
+            })
+            .await;
+        assert!(
+            write.is_err(),
+            "split brain: {old_name} took a write while {new_name} is the primary: {states:?}"
+        );
+        refused_writes += 1;
+        if state(&states, old_name).is_some_and(|s| s.is("secondary"))
+            && state(&states, new_name).is_some_and(|s| s.is("primary"))
+            && recovering.as_deref() == Ok("t")
+        {
+            break;
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(90),
+            "{old_name} did not rejoin as a secondary within 90 s: {states:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // With its secondary back, the primary waits for it again. Even in the
+    // asynchronous run: being in the replication quorum is the standby's
+    // setting, and the old primary was made with `--replication-quorum true`.
+    let with_secondary = run.blocking(move |f| standby_names(f, new_port)).await;
+    assert!(
+        with_secondary.starts_with("ANY 1 ("),
+        "{new_name}'s synchronous_standby_names with {old_name} back: {with_secondary:?}"
+    );
+    let rejoin = Rejoin {
+        took: restarted.elapsed(),
+        refused_writes,
+        standby_names: (alone, with_secondary),
+    };
+    (restarted, rejoin)
+}
+
 /// The whole unplanned run: formation, instances, load; the primary's
 /// replication stream stalls for `STALL` (a lagging link), then its machine
 /// is lost (`kill -9` of its PostgreSQL and keeper) and the monitor fails
@@ -424,62 +488,9 @@ async fn fail_over(replication: Replication) -> Unplanned {
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         // Alone, the promoted node waits for no standby: the manager set that.
-        let standby_names = move |f: &Formation| {
-            f.psql(new_port, "postgres", "SHOW synchronous_standby_names")
-                .unwrap_or_else(|e| panic!("{e}"))
-        };
-        let alone = run.blocking(standby_names).await;
+        let alone = run.blocking(move |f| standby_names(f, new_port)).await;
         assert_eq!(alone, "", "{new_name}'s synchronous_standby_names, alone");
-
-        // The machine comes back: its keeper restarts. Until the monitor
-        // has it as a secondary, a write on it must fail.
-        let restarted = Instant::now();
-        run.blocking(move |f| f.restart_keeper(old)).await;
-        let mut refused_writes = 0;
-        loop {
-            let (write, states, recovering) = run
-                .blocking(move |f| {
-                    (
-                        f.psql(
-                            old_port,
-                            DATABASE,
-                            "INSERT INTO split_brain_probe DEFAULT VALUES",
-                        ),
-                        f.states(),
-                        f.psql(old_port, "postgres", "SELECT pg_is_in_recovery()"),
-                    )
-                })
-                .await;
-            assert!(
-                write.is_err(),
-                "split brain: {old_name} took a write while {new_name} is the primary: {states:?}"
-            );
-            refused_writes += 1;
-            if state(&states, old_name).is_some_and(|s| s.is("secondary"))
-                && state(&states, new_name).is_some_and(|s| s.is("primary"))
-                && recovering.as_deref() == Ok("t")
-            {
-                break;
-            }
-            assert!(
-                restarted.elapsed() < Duration::from_secs(90),
-                "{old_name} did not rejoin as a secondary within 90 s: {states:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        // With its secondary back, the primary waits for it again. Even in the
-        // asynchronous run: being in the replication quorum is the standby's
-        // setting, and the old primary was made with `--replication-quorum true`.
-        let with_secondary = run.blocking(standby_names).await;
-        assert!(
-            with_secondary.starts_with("ANY 1 ("),
-            "{new_name}'s synchronous_standby_names with {old_name} back: {with_secondary:?}"
-        );
-        let rejoin = Rejoin {
-            took: restarted.elapsed(),
-            refused_writes,
-            standby_names: (alone, with_secondary),
-        };
+        let (restarted, rejoin) = rejoin(&run, old, alone).await;
         // A second of load on the whole formation, then the end.
         tokio::time::sleep(Duration::from_secs(1)).await;
         stop.store(true, Ordering::SeqCst);

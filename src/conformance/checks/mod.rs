@@ -111,8 +111,38 @@ pub fn run_all(cfg: &Config) -> Result<Outcome, String> {
     })
 }
 
+/// The line that stops a run whose first request got `response`, not a
+/// 2xx: nothing else can be checked, so no table of rows not run.
+fn first_refused(cfg: &Config, response: &http::Response) -> String {
+    let what = match response.status {
+        404 | 405 | 410 | 501 => format!(
+            "is {} the idempotent POST endpoint? pass its URL (a URL with a path is used \
+             as given; only one with no path at all means this API's /charges)",
+            cfg.target()
+        ),
+        300..=399 => format!(
+            "a redirect is not followed: pass the URL it points to{}",
+            response
+                .header("location")
+                .map(|l| format!(" ({l})"))
+                .unwrap_or_default()
+        ),
+        400 | 413 | 415 | 422 => "pass a body your endpoint accepts with --body (and \
+             --second-body, --invalid-body alike)"
+            .to_owned(),
+        _ => "the first request must be processed (a 2xx): look at the server's log".to_owned(),
+    };
+    format!(
+        "the first request was answered {} ({}): {what}",
+        response.status,
+        super::bounded(&response.summary(), 120)
+    )
+}
+
 /// `Err` when the checks cannot run at all: no server, or a first request
-/// refused for want of a credential (one line naming `-H`).
+/// answered with anything but a 2xx, each with one line naming what it got
+/// and the flag to change: a credential refused (`-H`), an endpoint not
+/// there (the URL), a body refused (`--body`), or a failure of the server.
 fn first_request(ctx: &mut Ctx) -> Result<Option<First>, String> {
     let (key, marker) = (new_key(), new_marker());
     let body = fill(&ctx.cfg.body, &marker);
@@ -128,8 +158,7 @@ fn first_request(ctx: &mut Ctx) -> Result<Option<First>, String> {
         ));
     }
     if !response.is_success() {
-        ctx.set("first-request", Verdict::Fail, response.summary());
-        return Ok(None);
+        return Err(first_refused(ctx.cfg, &response));
     }
     let Some(id) = ctx.id(&response) else {
         let evidence = format!(

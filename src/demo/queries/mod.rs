@@ -10,6 +10,17 @@
 //! production migration creates it (one drops it from databases made before
 //! it moved here); [`create_tables`] makes it when the sandbox opens.
 
+/// `$body` on the store's connection, whichever backend it is: the demo's
+/// raw statements are the same text on both (see [`statement`]).
+macro_rules! on_either {
+    ($store:expr, |$c:ident| $body:expr) => {
+        match $store.connection() {
+            $crate::store::AnyConnection::Pg($c) => $body,
+            $crate::store::AnyConnection::Sqlite($c) => $body,
+        }
+    };
+}
+
 mod locks;
 mod postgres;
 pub mod receiver;
@@ -102,6 +113,25 @@ fn tables(store: &mut dyn Store) -> &mut dyn DemoTables {
     match store.connection() {
         AnyConnection::Pg(c) => c,
         AnyConnection::Sqlite(c) => c,
+    }
+}
+
+/// The PostgreSQL statement, or on SQLite `sqlite` if given, else the same
+/// one with SQLite's placeholders (`?1` for `$1`).
+fn statement(store: &mut dyn Store, pg: &str, sqlite: Option<&str>) -> String {
+    match store.connection() {
+        AnyConnection::Pg(_) => pg.to_owned(),
+        AnyConnection::Sqlite(_) => sqlite.unwrap_or(pg).replace('$', "?"),
+    }
+}
+
+/// Runs `create` (`CREATE … IF NOT EXISTS` statements); on PostgreSQL under
+/// the lock every demo table is made under, so that instances opening the
+/// demo at once take turns (SQLite's write lock does that there).
+fn create_in_turn(store: &mut dyn Store, create: &str) -> QueryResult<()> {
+    match store.connection() {
+        AnyConnection::Pg(c) => postgres::create_in_turn(c, create),
+        AnyConnection::Sqlite(c) => diesel::connection::SimpleConnection::batch_execute(c, create),
     }
 }
 

@@ -36,8 +36,6 @@ diesel::table! {
     }
 }
 
-use demo_unguarded_keys as unguarded;
-
 /// As `migrations/postgres/2026-12-01-000004_create_demo_unguarded_keys`
 /// made it before it moved to the demo.
 const CREATE: &str = "
@@ -50,11 +48,19 @@ CREATE TABLE IF NOT EXISTS demo_unguarded_keys (
     response_body JSONB NOT NULL,
     created_at    TIMESTAMPTZ NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS demo_unguarded_keys_account_key_idx
-    ON demo_unguarded_keys (account_id, key);
 ";
 /// Instances opening the sandbox at once take turns: "demo" in ASCII.
-pub(super) const CREATE_LOCK: i64 = 0x6465_6d6f;
+const CREATE_LOCK: i64 = 0x6465_6d6f;
+
+/// Runs `create` under [`CREATE_LOCK`], in a transaction that releases it.
+pub(super) fn create_in_turn(c: &mut PgConnection, create: &str) -> QueryResult<()> {
+    c.transaction(|c| {
+        diesel::sql_query("SELECT pg_advisory_xact_lock($1)")
+            .bind::<BigInt, _>(CREATE_LOCK)
+            .execute(c)?;
+        c.batch_execute(create)
+    })
+}
 
 /// What the demo's queries need of PostgreSQL beyond the store's
 /// `Dialect`: JSONB is the value itself, `response_status` is SMALLINT, and
@@ -86,12 +92,7 @@ impl DemoDialect for PgConnection {
 
     /// Under the lock, in a transaction that releases it.
     fn create_unguarded_table(&mut self) -> QueryResult<()> {
-        self.transaction(|c| {
-            diesel::sql_query("SELECT pg_advisory_xact_lock($1)")
-                .bind::<BigInt, _>(CREATE_LOCK)
-                .execute(c)?;
-            c.batch_execute(CREATE)
-        })
+        create_in_turn(self, &format!("{CREATE}{}", tables::UNGUARDED_INDEX))
     }
 
     fn database_now(&mut self) -> QueryResult<String> {
@@ -101,4 +102,4 @@ impl DemoDialect for PgConnection {
     }
 }
 
-tables::demo_tables!(PgConnection, keys, charges, refunds, unguarded);
+tables::demo_tables!(PgConnection, keys, charges, refunds, demo_unguarded_keys);

@@ -10,10 +10,10 @@
 //! webhook tables of both backends, whose UUID and time columns differ:
 //! [`text`] takes the PostgreSQL spelling and the SQLite one where they do.
 
-use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
 
+use super::{create_in_turn, statement};
 use crate::store::webhooks::Endpoint;
 use crate::store::{AnyConnection, QueryResult, Store, now_micros, time_text};
 
@@ -41,24 +41,6 @@ pub fn source(account_id: i64) -> String {
     format!("sandbox-{account_id}")
 }
 
-/// The PostgreSQL statement, or on SQLite `sqlite` if given, else the same
-/// one with SQLite's placeholders (`?1` for `$1`).
-fn text(store: &mut dyn Store, pg: &str, sqlite: Option<&str>) -> String {
-    match store.connection() {
-        AnyConnection::Pg(_) => pg.to_owned(),
-        AnyConnection::Sqlite(_) => sqlite.unwrap_or(pg).replace('$', "?"),
-    }
-}
-
-macro_rules! on_either {
-    ($store:expr, |$c:ident| $body:expr) => {
-        match $store.connection() {
-            AnyConnection::Pg($c) => $body,
-            AnyConnection::Sqlite($c) => $body,
-        }
-    };
-}
-
 /// A time column as the API writes times (`store::time_text`).
 const PG_TIME: &str = r#"'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'"#;
 
@@ -73,18 +55,9 @@ pub fn create_tables(store: &mut dyn Store) -> QueryResult<()> {
     let inbox = inbox
         .replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ")
         .replace("CREATE INDEX ", "CREATE INDEX IF NOT EXISTS ");
-    let all = format!("{CREATE}{inbox}");
-    match store.connection() {
-        // Instances opening the demo at once take turns, as at its other
-        // tables.
-        AnyConnection::Pg(c) => c.transaction(|c| {
-            diesel::sql_query("SELECT pg_advisory_xact_lock($1)")
-                .bind::<BigInt, _>(super::postgres::CREATE_LOCK)
-                .execute(c)?;
-            c.batch_execute(&all)
-        }),
-        AnyConnection::Sqlite(c) => c.batch_execute(&all),
-    }
+    // Instances opening the demo at once take turns, as at its other
+    // tables.
+    create_in_turn(store, &format!("{CREATE}{inbox}"))
 }
 
 /// A sandbox's receiver as a delivery finds it.
@@ -106,7 +79,7 @@ const RECEIVER_COLUMNS: &str = "account_id, receiver_id, endpoint_id, lose_answe
 
 /// The receiver named `receiver_id`, if any.
 pub fn find_receiver(store: &mut dyn Store, receiver_id: &str) -> QueryResult<Option<ReceiverRow>> {
-    let sql = text(
+    let sql = statement(
         store,
         &format!("SELECT {RECEIVER_COLUMNS} FROM demo_receivers WHERE receiver_id = $1"),
         None,
@@ -122,7 +95,7 @@ pub fn find_receiver_of(
     store: &mut dyn Store,
     account_id: i64,
 ) -> QueryResult<Option<ReceiverRow>> {
-    let sql = text(
+    let sql = statement(
         store,
         &format!("SELECT {RECEIVER_COLUMNS} FROM demo_receivers WHERE account_id = $1"),
         None,
@@ -136,7 +109,7 @@ pub fn find_receiver_of(
 /// The sandbox's receiver, made now if it has none (its id random: the
 /// URL tells nothing of the account).
 pub fn receiver_of(store: &mut dyn Store, account_id: i64) -> QueryResult<ReceiverRow> {
-    let insert = text(
+    let insert = statement(
         store,
         "INSERT INTO demo_receivers (account_id, receiver_id) VALUES ($1, $2) \
          ON CONFLICT (account_id) DO NOTHING",
@@ -152,7 +125,7 @@ pub fn receiver_of(store: &mut dyn Store, account_id: i64) -> QueryResult<Receiv
 
 /// Records the endpoint the sandbox's receiver is for.
 pub fn set_endpoint(store: &mut dyn Store, account_id: i64, endpoint_id: &str) -> QueryResult<()> {
-    let sql = text(
+    let sql = statement(
         store,
         "UPDATE demo_receivers SET endpoint_id = $2 WHERE account_id = $1",
         None,
@@ -171,7 +144,7 @@ pub fn set_faults(
     lose_answers: i32,
     inbox: bool,
 ) -> QueryResult<()> {
-    let sql = text(
+    let sql = statement(
         store,
         "UPDATE demo_receivers SET lose_answers = $2, inbox = $3 WHERE account_id = $1",
         None,
@@ -187,7 +160,7 @@ pub fn set_faults(
 /// One answer to lose, if any are left: whether this took one (in the
 /// delivery's transaction, so a rolled-back delivery loses none).
 pub fn take_lost_answer(store: &mut dyn Store, account_id: i64) -> QueryResult<bool> {
-    let sql = text(
+    let sql = statement(
         store,
         "UPDATE demo_receivers SET lose_answers = lose_answers - 1 \
          WHERE account_id = $1 AND lose_answers > 0",
@@ -206,7 +179,7 @@ pub fn apply_payment(
     charge_id: &str,
     event_id: &str,
 ) -> QueryResult<()> {
-    let sql = text(
+    let sql = statement(
         store,
         "INSERT INTO demo_payments_applied \
          (account_id, charge_id, times_applied, last_event_id, updated_at) \
@@ -280,13 +253,13 @@ pub fn delete_rows(store: &mut dyn Store, account_id: i64) -> QueryResult<()> {
         "DELETE FROM demo_payments_applied WHERE account_id = $1",
         "DELETE FROM demo_receivers WHERE account_id = $1",
     ];
-    for statement in statements {
-        let sql = text(store, statement, None);
+    for each in statements {
+        let sql = statement(store, each, None);
         on_either!(store, |c| diesel::sql_query(&sql)
             .bind::<BigInt, _>(account_id)
             .execute(c))?;
     }
-    let inbox = text(store, "DELETE FROM webhook_inbox WHERE source = $1", None);
+    let inbox = statement(store, "DELETE FROM webhook_inbox WHERE source = $1", None);
     on_either!(store, |c| diesel::sql_query(&inbox)
         .bind::<Text, _>(source(account_id))
         .execute(c))?;
@@ -314,7 +287,7 @@ pub fn inbox_views(
     );
     let sqlite = "SELECT event_id, received_at FROM webhook_inbox WHERE source = $1 \
                   ORDER BY received_at, event_id LIMIT $2";
-    let sql = text(store, &pg, Some(sqlite));
+    let sql = statement(store, &pg, Some(sqlite));
     on_either!(store, |c| diesel::sql_query(&sql)
         .bind::<Text, _>(source(account_id))
         .bind::<BigInt, _>(limit)
@@ -340,7 +313,7 @@ pub fn payment_views(
     account_id: i64,
     limit: i64,
 ) -> QueryResult<Vec<PaymentView>> {
-    let sql = text(
+    let sql = statement(
         store,
         "SELECT charge_id, times_applied, last_event_id, updated_at FROM demo_payments_applied \
          WHERE account_id = $1 ORDER BY updated_at, charge_id LIMIT $2",
@@ -388,7 +361,7 @@ pub fn event_views(
                   d.status AS delivery_status, d.attempts AS delivery_attempts \
                   FROM events e LEFT JOIN webhook_deliveries d ON d.event_id = e.id \
                   WHERE e.account_id = $1 ORDER BY e.created_at DESC, e.id DESC LIMIT $2";
-    let sql = text(store, &pg, Some(sqlite));
+    let sql = statement(store, &pg, Some(sqlite));
     on_either!(store, |c| diesel::sql_query(&sql)
         .bind::<BigInt, _>(account_id)
         .bind::<BigInt, _>(limit)
@@ -430,7 +403,7 @@ pub fn attempt_views(
                   a.attempted_at AS attempted_at, a.response_status, a.error \
                   FROM webhook_attempts a JOIN events e ON e.id = a.event_id \
                   WHERE e.account_id = $1 ORDER BY a.attempted_at, a.attempt LIMIT $2";
-    let sql = text(store, &pg, Some(sqlite));
+    let sql = statement(store, &pg, Some(sqlite));
     on_either!(store, |c| diesel::sql_query(&sql)
         .bind::<BigInt, _>(account_id)
         .bind::<BigInt, _>(limit)

@@ -8,10 +8,10 @@
 //! key rows, unguarded rows, refunds, charges, its sandbox row and the
 //! account itself.
 
-use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool};
 
+use super::{create_in_turn, statement};
 use crate::store::{AnyConnection, QueryResult, Store};
 
 const CREATE: &str = "
@@ -51,37 +51,11 @@ struct AccountId {
     account_id: i64,
 }
 
-/// `sql` with PostgreSQL's placeholders, as the connection's backend
-/// writes them (SQLite numbers them `?1`, `?2`).
-fn text(store: &mut dyn Store, sql: &str) -> String {
-    match store.connection() {
-        AnyConnection::Pg(_) => sql.to_owned(),
-        AnyConnection::Sqlite(_) => sql.replace('$', "?"),
-    }
-}
-
-macro_rules! on_either {
-    ($store:expr, |$c:ident| $body:expr) => {
-        match $store.connection() {
-            AnyConnection::Pg($c) => $body,
-            AnyConnection::Sqlite($c) => $body,
-        }
-    };
-}
-
 /// Creates the table if it is not there; on PostgreSQL under the lock the
 /// unguarded table is made under, so that instances starting at once take
 /// turns (SQLite's write lock does that there).
 pub fn create_table(store: &mut dyn Store) -> QueryResult<()> {
-    match store.connection() {
-        AnyConnection::Pg(c) => c.transaction(|c| {
-            diesel::sql_query("SELECT pg_advisory_xact_lock($1)")
-                .bind::<BigInt, _>(super::postgres::CREATE_LOCK)
-                .execute(c)?;
-            c.batch_execute(CREATE)
-        }),
-        AnyConnection::Sqlite(c) => c.batch_execute(CREATE),
-    }
+    create_in_turn(store, CREATE)
 }
 
 /// Registers `account_id` as a sandbox (no-op if it is one already).
@@ -91,10 +65,11 @@ pub fn register(
     now_ms: i64,
     permanent: bool,
 ) -> QueryResult<()> {
-    let sql = text(
+    let sql = statement(
         store,
         "INSERT INTO demo_sandboxes (account_id, created_ms, last_used_ms, permanent) \
          VALUES ($1, $2, $2, $3) ON CONFLICT (account_id) DO NOTHING",
+        None,
     );
     on_either!(store, |c| diesel::sql_query(&sql)
         .bind::<BigInt, _>(account_id)
@@ -106,9 +81,10 @@ pub fn register(
 
 /// Sandboxes used since `cutoff_ms` (the permanent one not counted).
 pub fn count_live(store: &mut dyn Store, cutoff_ms: i64) -> QueryResult<i64> {
-    let sql = text(
+    let sql = statement(
         store,
         "SELECT count(*) AS n FROM demo_sandboxes WHERE NOT permanent AND last_used_ms >= $1",
+        None,
     );
     let row: Count = on_either!(store, |c| diesel::sql_query(&sql)
         .bind::<BigInt, _>(cutoff_ms)
@@ -118,9 +94,10 @@ pub fn count_live(store: &mut dyn Store, cutoff_ms: i64) -> QueryResult<i64> {
 
 /// When the live sandbox least recently used was last used.
 pub fn oldest_use(store: &mut dyn Store, cutoff_ms: i64) -> QueryResult<Option<i64>> {
-    let sql = text(
+    let sql = statement(
         store,
         "SELECT min(last_used_ms) AS ms FROM demo_sandboxes WHERE NOT permanent AND last_used_ms >= $1",
+        None,
     );
     let row: Oldest = on_either!(store, |c| diesel::sql_query(&sql)
         .bind::<BigInt, _>(cutoff_ms)
@@ -137,11 +114,12 @@ pub fn touch(
     now_ms: i64,
     cutoff_ms: i64,
 ) -> QueryResult<Option<SandboxRow>> {
-    let sql = text(
+    let sql = statement(
         store,
         "UPDATE demo_sandboxes SET last_used_ms = $2 \
          WHERE account_id = $1 AND (permanent OR last_used_ms >= $3) \
          RETURNING last_used_ms, permanent",
+        None,
     );
     on_either!(store, |c| diesel::sql_query(&sql)
         .bind::<BigInt, _>(account_id)
@@ -153,10 +131,11 @@ pub fn touch(
 
 /// Up to `limit` sandboxes unused since `cutoff_ms`.
 pub fn expired(store: &mut dyn Store, cutoff_ms: i64, limit: i64) -> QueryResult<Vec<i64>> {
-    let sql = text(
+    let sql = statement(
         store,
         "SELECT account_id FROM demo_sandboxes WHERE NOT permanent AND last_used_ms < $1 \
          ORDER BY last_used_ms LIMIT $2",
+        None,
     );
     let rows: Vec<AccountId> = on_either!(store, |c| diesel::sql_query(&sql)
         .bind::<BigInt, _>(cutoff_ms)
@@ -171,11 +150,12 @@ pub fn expired(store: &mut dyn Store, cutoff_ms: i64, limit: i64) -> QueryResult
 /// touching it at the same time either finds it live (and this deletes
 /// nothing) or finds none.
 pub fn delete_expired(store: &mut dyn Store, account_id: i64, cutoff_ms: i64) -> QueryResult<bool> {
-    let claim = text(
+    let claim = statement(
         store,
         "DELETE FROM demo_sandboxes WHERE account_id = $1 AND NOT permanent AND last_used_ms < $2",
+        None,
     );
-    let account = text(store, "DELETE FROM accounts WHERE id = $1 AND demo");
+    let account = statement(store, "DELETE FROM accounts WHERE id = $1 AND demo", None);
     store.transaction(|tx| {
         let claimed = on_either!(tx, |c| diesel::sql_query(&claim)
             .bind::<BigInt, _>(account_id)
@@ -195,8 +175,12 @@ pub fn delete_expired(store: &mut dyn Store, account_id: i64, cutoff_ms: i64) ->
 /// Deletes a demo account that is no sandbox (the shared `sk_test_demo`
 /// one, on a server hosted for others) with all its rows.
 pub fn delete_account(store: &mut dyn Store, account_id: i64) -> QueryResult<()> {
-    let sandbox = text(store, "DELETE FROM demo_sandboxes WHERE account_id = $1");
-    let account = text(store, "DELETE FROM accounts WHERE id = $1 AND demo");
+    let sandbox = statement(
+        store,
+        "DELETE FROM demo_sandboxes WHERE account_id = $1",
+        None,
+    );
+    let account = statement(store, "DELETE FROM accounts WHERE id = $1 AND demo", None);
     store.transaction(|tx| {
         on_either!(tx, |c| diesel::sql_query(&sandbox)
             .bind::<BigInt, _>(account_id)
@@ -227,9 +211,10 @@ pub fn lock_room(store: &mut dyn Store) -> QueryResult<()> {
 /// Whether the account is flagged a demo account (a sandbox's, or the
 /// shared one), live or not.
 pub fn is_demo_account(store: &mut dyn Store, account_id: i64) -> QueryResult<bool> {
-    let sql = text(
+    let sql = statement(
         store,
         "SELECT count(*) AS n FROM accounts WHERE id = $1 AND demo",
+        None,
     );
     let row: Count = on_either!(store, |c| diesel::sql_query(&sql)
         .bind::<BigInt, _>(account_id)
@@ -244,10 +229,11 @@ pub fn find_live(
     account_id: i64,
     cutoff_ms: i64,
 ) -> QueryResult<Option<SandboxRow>> {
-    let sql = text(
+    let sql = statement(
         store,
         "SELECT last_used_ms, permanent FROM demo_sandboxes \
          WHERE account_id = $1 AND (permanent OR last_used_ms >= $2)",
+        None,
     );
     on_either!(store, |c| diesel::sql_query(&sql)
         .bind::<BigInt, _>(account_id)

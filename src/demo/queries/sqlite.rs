@@ -35,8 +35,6 @@ diesel::table! {
     }
 }
 
-use demo_unguarded_keys as unguarded;
-
 /// As `migrations/sqlite/2026-12-01-000001_create_schema` made it before it
 /// moved to the demo. SQLite's write lock makes instances take turns.
 const CREATE: &str = "
@@ -49,8 +47,6 @@ CREATE TABLE IF NOT EXISTS demo_unguarded_keys (
     response_body TEXT NOT NULL,
     created_at    TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS demo_unguarded_keys_account_key_idx
-    ON demo_unguarded_keys (account_id, key);
 ";
 
 /// What the demo's queries need of SQLite beyond the store's `Dialect`:
@@ -85,7 +81,7 @@ impl DemoDialect for SqliteConnection {
 
     /// SQLite's write lock makes instances take turns.
     fn create_unguarded_table(&mut self) -> QueryResult<()> {
-        self.batch_execute(CREATE)
+        self.batch_execute(&format!("{CREATE}{}", tables::UNGUARDED_INDEX))
     }
 
     fn database_now(&mut self) -> QueryResult<String> {
@@ -93,4 +89,10 @@ impl DemoDialect for SqliteConnection {
     }
 }
 
-tables::demo_tables!(SqliteConnection, keys, charges, refunds, unguarded);
+tables::demo_tables!(
+    SqliteConnection,
+    keys,
+    charges,
+    refunds,
+    demo_unguarded_keys
+);

@@ -18,6 +18,13 @@ use serde_json::Value;
 use crate::store::QueryResult;
 use crate::store::tables::Dialect;
 
+/// The unguarded table's one index, the same on both backends (its
+/// `CREATE TABLE` is each backend's: the column types differ).
+pub(super) const UNGUARDED_INDEX: &str = "
+CREATE INDEX IF NOT EXISTS demo_unguarded_keys_account_key_idx
+    ON demo_unguarded_keys (account_id, key);
+";
+
 /// What the demo's queries need of a backend beyond the store's
 /// [`Dialect`], where the two backends differ.
 pub(super) trait DemoDialect: Dialect {

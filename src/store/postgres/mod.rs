@@ -1,5 +1,8 @@
 //! The store on PostgreSQL, the reference backend: Diesel's query builder
-//! over `schema.rs`, one file per table. Every time a key row is compared
+//! over `schema.rs`, the statements written once for both backends
+//! (`store::tables`, `store::webhooks`, `store::deliveries`) instantiated
+//! below over its tables, the key table the protocol crate's
+//! (`idempotency::postgres`). Every time a key row is compared
 //! with is the database's clock (`now()`), so several app instances agree
 //! on what has expired.
 
@@ -70,30 +73,15 @@ impl Dialect for PgConnection {
     }
 }
 
-// The tables whose queries are written once, over `schema`.
-mod accounts {
-    crate::store::tables::account_store!(diesel::pg::PgConnection);
-}
-mod charges {
-    crate::store::tables::charge_store!(diesel::pg::PgConnection, diesel::pg::Pg);
-}
-mod deliveries {
-    // Several instances claim at once: each skips the endpoints another holds.
-    crate::store::deliveries::delivery_store!(
-        diesel::pg::PgConnection,
-        .for_no_key_update().skip_locked()
-    );
-}
-mod network {
-    crate::store::tables::authorization_store!(diesel::pg::PgConnection, diesel::pg::Pg);
-}
-mod webhooks {
-    crate::store::webhooks::webhook_store!(
-        diesel::pg::PgConnection,
-        diesel::pg::Pg,
-        diesel::sql_types::Uuid
-    );
-}
+// The tables whose queries are written once, over `schema`. Several
+// instances claim deliveries at once: each skips the endpoints another holds.
+crate::store::tables::table_stores!(
+    diesel::pg::PgConnection,
+    diesel::pg::Pg,
+    diesel::sql_types::Uuid,
+    crate::store::postgres::schema,
+    .for_no_key_update().skip_locked()
+);
 
 /// Every query's error passes here on its way out (`.inspect_err(note)`): a
 /// connection found lost (dead, cut by the server, or now a read-only

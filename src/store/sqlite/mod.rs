@@ -1,6 +1,8 @@
 //! The store on SQLite, the zero-setup default: Diesel's query builder over
 //! [`schema`] (`migrations/sqlite`), where UUIDs, JSON and times are TEXT,
-//! one file per table. SQLite is one local file, so its clock is the app's:
+//! the statements written once for both backends instantiated below over
+//! its tables, the key table the protocol crate's (`idempotency::sqlite`).
+//! SQLite is one local file, so its clock is the app's:
 //! every time is written by the app as fixed-width RFC 3339 text
 //! ([`time_text`]), so comparing the text compares the times.
 
@@ -64,30 +66,14 @@ impl Dialect for SqliteConnection {
     }
 }
 
-// The tables whose queries are written once, over `schema`.
-mod accounts {
-    crate::store::tables::account_store!(diesel::sqlite::SqliteConnection);
-}
-mod charges {
-    crate::store::tables::charge_store!(diesel::sqlite::SqliteConnection, diesel::sqlite::Sqlite);
-}
-mod deliveries {
-    // One process, write transactions serialized: no row locks to take.
-    crate::store::deliveries::delivery_store!(diesel::sqlite::SqliteConnection,);
-}
-mod network {
-    crate::store::tables::authorization_store!(
-        diesel::sqlite::SqliteConnection,
-        diesel::sqlite::Sqlite
-    );
-}
-mod webhooks {
-    crate::store::webhooks::webhook_store!(
-        diesel::sqlite::SqliteConnection,
-        diesel::sqlite::Sqlite,
-        diesel::sql_types::Text
-    );
-}
+// The tables whose queries are written once, over `schema`. One process,
+// write transactions serialized: no row locks for the sender's claim.
+crate::store::tables::table_stores!(
+    diesel::sqlite::SqliteConnection,
+    diesel::sqlite::Sqlite,
+    diesel::sql_types::Text,
+    crate::store::sqlite::schema,
+);
 
 fn now_text() -> String {
     time_text(Utc::now())

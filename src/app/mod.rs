@@ -20,10 +20,10 @@ use crate::http::limits::{self, ClientLimits, KeyedLimit, Peers};
 use crate::http::ops;
 use crate::http::problem::ApiError;
 use crate::http::state::AppState;
+use crate::http::{charges, refunds};
 use crate::http::{get, not_found, resource, resource_in};
 use crate::network::client::NetworkClient;
 use crate::openapi;
-use crate::payments::{charges, recovery, refunds};
 use crate::store::{DbPool, SetupError};
 use crate::webhooks::deliveries;
 use crate::webhooks::sender::Sender;
@@ -31,6 +31,7 @@ use crate::webhooks::{endpoints, events_api};
 use crate::{demo, telemetry};
 
 mod networks;
+pub mod recovery;
 use networks::{Networks, Recovery};
 
 #[derive(Debug, thiserror::Error)]

@@ -23,12 +23,12 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use crate::config::Settings;
+use crate::http::charges::{self, CreateCharge};
 use crate::http::problem::{self, REQUEST_NOT_RECOVERABLE};
+use crate::http::refunds::CreateRefund;
 use crate::metrics::METRICS;
 use crate::network::client::NetworkClient;
-use crate::payments::charges::{self, CreateCharge};
 use crate::payments::domain::NewRefund;
-use crate::payments::refunds::CreateRefund;
 use crate::store::{AccountStore, ChargeStore, Store, StuckKey, WebhookStore};
 use crate::telemetry::log_safe;
 use crate::webhooks::endpoints;

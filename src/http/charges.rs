@@ -15,13 +15,13 @@ use uuid::Uuid;
 use crate::http::paging::ListRequest;
 use crate::http::problem::{ApiError, CARD_DECLINED, Problem, saved_problem};
 use crate::http::requests::{self, JsonRequest, KeyUse, json_response, record_outcome, respond};
+use crate::http::schemas::{
+    self, ChargeId, ChargeRequestBody, ChargeStatus, DescriptionBody, KeyParam, ListCursor,
+};
 use crate::http::state::AppState;
 use crate::network::client::{self, NetworkClient};
 use crate::payments::domain::{Description, NewCharge, NewDescription};
 use crate::payments::methods::{self, Decline};
-use crate::payments::schemas::{
-    self, ChargeId, ChargeRequestBody, ChargeStatus, DescriptionBody, KeyParam, ListCursor,
-};
 use crate::store::{
     AccountStore, Charge, ChargeStore, Checkouts, Event, WebhookStore, now_micros, time_text,
 };

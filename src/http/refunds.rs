@@ -15,7 +15,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::http::charges::{PATH, charge_id, charge_json};
+use crate::http::charges::{PATH, charge_id, charge_json, refused};
 use crate::http::paging::ListRequest;
 use crate::http::problem::{
     ApiError, CHARGE_NOT_REFUNDABLE, NOT_FOUND, REFUND_EXCEEDS_CHARGE, saved,
@@ -24,7 +24,8 @@ use crate::http::requests::{self, KeyUse, json_response, record_outcome, respond
 use crate::http::state::AppState;
 use crate::payments::domain::NewRefund;
 use crate::store::{
-    ChargeStore, Event, Refund, RefundReservation, WebhookStore, now_micros, time_text,
+    AccountStore, ChargeStore, Event, Refund, RefundReservation, WebhookStore, now_micros,
+    time_text,
 };
 use crate::webhooks::events::CHARGE_REFUNDED;
 use idempotency::{self, Operation, SavedResponse};
@@ -81,15 +82,22 @@ pub struct RefundRequestBody {
 }
 
 /// Refunding, as an operation under a key: its writes need the charges'
-/// table only.
+/// table only (and the accounts', to check one that the recovery task
+/// finishes long after its request was authenticated).
 pub(crate) struct CreateRefund {
     pub account_id: i64,
     pub charge: Uuid,
     pub amount: i64,
+    pub check_account: bool,
 }
 
-impl<Tx: ChargeStore + WebhookStore + ?Sized> Operation<Tx> for CreateRefund {
+impl<Tx: ChargeStore + AccountStore + WebhookStore + ?Sized> Operation<Tx> for CreateRefund {
     fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
+        if self.check_account
+            && let Some(refused) = refused(tx, self.account_id)?
+        {
+            return Ok(refused);
+        }
         refund(tx, self.account_id, self.charge, self.amount)
     }
 }
@@ -197,6 +205,7 @@ pub async fn create(
         account_id,
         charge,
         amount,
+        check_account: false,
     };
     match request.key.take() {
         Some(key) => requests::run_keyed(&req, &state, request, key, operation).await,

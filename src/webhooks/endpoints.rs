@@ -162,8 +162,10 @@ impl CreateEndpoint {
 impl<Tx: WebhookStore + AccountStore + ?Sized> Operation<Tx> for CreateEndpoint {
     fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
         let account_id = self.endpoint.account_id;
-        if self.check_account && !tx.account_is_live(account_id)? {
-            return Ok(crate::http::charges::revoked());
+        if self.check_account
+            && let Some(refused) = crate::http::charges::refused(tx, account_id)?
+        {
+            return Ok(refused);
         }
         if tx.lock_endpoints(account_id)? >= MAX_ENDPOINTS {
             return Ok(saved(
@@ -190,8 +192,10 @@ pub struct RotateSecret {
 
 impl<Tx: WebhookStore + AccountStore + ?Sized> Operation<Tx> for RotateSecret {
     fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
-        if self.check_account && !tx.account_is_live(self.account_id)? {
-            return Ok(crate::http::charges::revoked());
+        if self.check_account
+            && let Some(refused) = crate::http::charges::refused(tx, self.account_id)?
+        {
+            return Ok(refused);
         }
         let until = now_micros()
             + chrono::Duration::from_std(self.expire_previous_in).expect("at most a day");

@@ -12,15 +12,17 @@
 //!
 //! ```text
 //! store/        the database: traits, one file per table per backend, the pool
-//! payments/     the operations: charges, refunds, their domain types, recovery
-//! http/         the edge: accounts, limits, problems, the write pipeline
-//! network/      the card network's client, which a charge calls
-//! simulator.rs  the card network itself, a service of its own (`charges network`)
+//! payments/     the domain: charges and refunds as values, their field errors, the test cards
+//! http/         the edge: accounts, limits, problems, the write pipeline, the handlers
+//!               and the operations they run under a key, their OpenAPI schemas
+//! network/      the card network: its client, which a charge calls, and the network
+//!               itself, a service of its own (`charges network`, simulator.rs)
 //! webhooks/     events (the outbox), endpoints and their signed delivery
 //! demo/         demo mode: the teaching page's faults, views and sandbox
 //! conformance/  a checker of any API's Idempotency-Key handling, from outside
 //! openapi.rs    the contract, generated from every handler (the demo's too)
-//! app/          the application: builds the pool, the networks, the sandbox, the routes
+//! app/          the application: builds the pool, the networks, the sandbox, the routes;
+//!               recovers keys left in progress through those routes
 //! config.rs     settings from the environment
 //! telemetry.rs, metrics.rs  logs and the metrics registry
 //! ```
@@ -38,7 +40,6 @@ pub mod metrics;
 pub mod network;
 pub mod openapi;
 pub mod payments;
-pub mod simulator;
 pub mod store;
 pub mod telemetry;
 pub mod webhooks;
@@ -47,20 +48,19 @@ pub mod webhooks;
 pub use idempotency;
 
 /// The modules from the bottom up: each may use only modules of the layers
-/// below its own. A name is a path (`http::problem`); a module belongs to
-/// the longest name its path starts with.
+/// below its own. A name is a path (`http`, `network::client`); a module
+/// belongs to the longest name its path starts with. Most names are
+/// folders; a folder with a part below the rest names that part too.
 pub const LAYERS: &[&[&str]] = &[
     // A client of any API over HTTP: it uses nothing of the crate.
     &["conformance"],
-    // The test payment methods and their declines (the network decides by them too).
-    &["payments::methods"],
-    // Leaves: the schema, strict JSON (and its field errors), the metrics
-    // registry, the request deadline, the card network's client.
+    // The domain: charges and refunds as validated values, the test payment
+    // methods and their declines. Nothing of HTTP or SQL.
+    &["payments"],
+    // Leaves: the metrics registry; the card network's client (a charge's
+    // foreign step); what an event is and which targets a webhook may have.
     &[
-        "store::postgres::schema",
-        "http::json",
         "metrics",
-        "http::deadline",
         "network::client",
         "webhooks::targets",
         "webhooks::events",
@@ -68,40 +68,25 @@ pub const LAYERS: &[&[&str]] = &[
     // The webhook settings (they name the target rule); the deliveries'
     // HTTP client (it applies the rule at each connect).
     &["webhooks::settings", "webhooks::client"],
-    // The validated domain types (their field errors are the edge's).
-    &["payments::domain"],
-    // The database, one store per backend (the key table's is the protocol
-    // crate's); logging.
+    // The database (the key table's is the protocol crate's); logging.
     &["store", "telemetry"],
-    // What an attempt makes of a delivery; the sender (claims, sends, records).
+    // The webhook sender: what an attempt makes of a delivery, then the
+    // task that claims, signs, sends and records.
     &["webhooks::schedule"],
     &["webhooks::sender"],
     // Settings (they name the protocol's modes and the pool's size).
     &["config"],
-    // HTTP: errors as problem+json, the route table, who is calling.
-    &["http::problem"],
-    // Lists' pages (their query and cursors).
-    &["http::paging"],
-    // Fair capacity: rate limits and connection caps.
-    &["http::limits"],
-    &["http", "http::accounts"],
-    &["http::state"],
-    // What every write goes through: its checks, the protocol, the answer.
-    &["http::requests"],
-    // The bodies' and parameters' schemas, for the document.
-    &["payments::schemas", "webhooks::registration"],
-    // The operations' handlers.
-    &["payments::charges", "http::ops"],
-    &["webhooks::events_api", "webhooks::endpoints"],
-    &["payments::refunds"],
-    // An event's deliveries and redelivery, at the edge.
-    &["webhooks::deliveries"],
-    // The card network, a service of its own (`charges network`); and the
-    // recovery of keys left in progress.
-    &["simulator", "payments::recovery"],
+    // The edge: problems, accounts, limits, the write pipeline, the API's
+    // handlers and the operations they run under a key.
+    &["http"],
+    // Webhooks at the edge: endpoints, the events API, deliveries.
+    &["webhooks"],
+    // The card network itself, a service of its own on the edge.
+    &["network"],
     &["demo"],
     // The contract, from every handler's (the demo's included).
     &["openapi"],
-    // The application: builds the pool, the sandbox and the routes.
+    // The application: builds the pool, the sandbox and the routes, and
+    // recovers keys left in progress through those routes.
     &["app"],
 ];

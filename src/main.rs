@@ -235,8 +235,8 @@ fn network(args: NetworkArgs) -> Result<(), String> {
         let mut api = charges::config::Settings::with_database_url(&args.database_url);
         api.network_latency = args.latency;
         api.idempotency_ttl = args.key_ttl;
-        let settings = charges::simulator::settings(&api, args.database_url.clone(), &args.api_key);
-        let started = charges::simulator::start(settings, listener)?;
+        let settings = charges::network::simulator::settings(&api, args.database_url.clone(), &args.api_key);
+        let started = charges::network::simulator::start(settings, listener)?;
         let _ = writeln!(
             std::io::stdout(),
             "charges network is ready on {}\n  database: {}",

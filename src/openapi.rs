@@ -2,7 +2,7 @@
 //! `/openapi.json`, and a reference page for it at `/docs` (no CDN).
 //!
 //! One source for each part: the bodies' schemas derive from the domain's
-//! constants (`payments::charges`, `payments::refunds`); every problem
+//! constants (`http::charges`, `http::refunds`); every problem
 //! response from [`ANSWERS`], which says where each problem type of
 //! `http::problem::TYPES` is answered (a test holds `docs/api.md` to both);
 //! the demo's routes and problems from `demo::openapi`, added only when the
@@ -45,12 +45,12 @@ A request whose worker died after the network authorized is finished by the serv
 has run out, and your retry then replays it. Errors are `application/problem+json` (RFC 9457).",
     ),
     paths(
-        crate::payments::charges::create,
-        crate::payments::charges::list,
-        crate::payments::charges::get,
-        crate::payments::charges::set_description,
-        crate::payments::refunds::create,
-        crate::payments::refunds::list,
+        crate::http::charges::create,
+        crate::http::charges::list,
+        crate::http::charges::get,
+        crate::http::charges::set_description,
+        crate::http::refunds::create,
+        crate::http::refunds::list,
         // events and webhook endpoints (#48)
         crate::webhooks::events_api::list,
         crate::webhooks::events_api::get,
@@ -68,7 +68,7 @@ has run out, and your retry then replays it. Errors are `application/problem+jso
         document,
         reference_page,
     ),
-    components(schemas(Problem, crate::http::json::FieldError)),
+    components(schemas(Problem, crate::payments::domain::FieldError)),
     modifiers(&Security),
     tags(
         (name = "charges", description = "Payments, with Idempotency-Key"),

@@ -3,15 +3,17 @@
 modules of a checkout's src/, each module as LAYERS in src/lib.rs names it
 (`layers`, the default), or as its top-level module (`top`, for trees before
 LAYERS named paths). Prints the number of modules and the longest chain, or
-the cycle found.
+the cycle found. `check` prints the graph of LAYERS' names (each with the
+layer it is on, and what it imports) and fails on a cycle or on an import
+that is not downward in LAYERS, as tests/rules/layers.rs does.
 
-Usage: python3 tools/import_floors.py [ROOT] [layers|top]"""
+Usage: python3 tools/import_floors.py [ROOT] [layers|top|check]"""
 import os, re, sys
 root = sys.argv[1] if len(sys.argv) > 1 else '.'
 mode = sys.argv[2] if len(sys.argv) > 2 else 'layers'
 src=os.path.join(root,'src')
 lib=open(os.path.join(src,'lib.rs')).read()
-names=re.findall(r'"([a-z_:]+)"', lib[lib.index('pub const LAYERS'):]) if mode=='layers' else None
+names=re.findall(r'"([a-z_:]+)"', lib[lib.index('pub const LAYERS'):]) if mode in ('layers','check') else None
 def owner(path):
     if mode=='top': return path.split('::')[0]
     best=None
@@ -50,6 +52,19 @@ for d,_,fs in os.walk(src):
         for p in paths(text):
             o=owner(p)
             if o and me and o!=me: edges.setdefault(me,set()).add(o)
+if mode=='check':
+    body=lib[lib.index('pub const LAYERS'):]
+    body=body[body.index('= &[')+4:]
+    body=body[:body.index('\n];')]
+    layer_of={}
+    for at,line in enumerate(re.findall(r'&\[([^\]]*)\]', body)):
+        for n in re.findall(r'"([a-z_:]+)"', line): layer_of[n]=at
+    wrong=[]
+    for me in sorted(layer_of, key=lambda n:(-layer_of[n], n)):
+        uses=sorted(edges.get(me,()), key=lambda n:(-layer_of.get(n,-1), n))
+        print(f"{layer_of[me]:2} {me:<22} -> {', '.join(uses) or '-'}")
+        wrong += [f'{me} (layer {layer_of[me]}) imports {u} (layer {layer_of.get(u)})' for u in uses if layer_of.get(u,99)>=layer_of[me]]
+    if wrong: raise SystemExit('not downward in LAYERS:\n' + '\n'.join(wrong))
 memo, active = {}, []
 def depth(n):
     if n in memo: return memo[n]

@@ -20,17 +20,15 @@ use crate::http::limits::{self, ClientLimits, KeyedLimit, Peers};
 use crate::http::ops;
 use crate::http::problem::ApiError;
 use crate::http::state::AppState;
-use crate::http::{get, not_found, resource, resource_in};
+use crate::http::{get, not_found};
 use crate::network::client::NetworkClient;
-use crate::openapi;
-use crate::payments::{charges, recovery, refunds};
 use crate::store::{DbPool, SetupError};
-use crate::webhooks::deliveries;
 use crate::webhooks::sender::Sender;
-use crate::webhooks::{endpoints, events_api};
 use crate::{demo, telemetry};
 
 mod networks;
+pub mod recovery;
+pub mod routes;
 use networks::{Networks, Recovery};
 
 #[derive(Debug, thiserror::Error)]
@@ -370,7 +368,7 @@ fn api_server(
                 }),
             )
             .app_data(web::PathConfig::default().error_handler(|_, _| ApiError::NotFound.into()))
-            .configure(|cfg| routes(cfg, demo))
+            .configure(|cfg| routes::routes(cfg, demo))
             .configure(|cfg| {
                 if let Some(sandbox) = &sandbox {
                     demo_routes(cfg, sandbox.clone(), &settings.web_dir);
@@ -486,62 +484,6 @@ async fn recover_periodically(
             tracing::warn!(error = %e, "recovery pass failed; will retry");
         }
     }
-}
-
-/// The API's routes. The charge routes are one scope: in demo mode the
-/// demo's middleware is mounted on it, once, and `POST /charges` has the
-/// demo's check-then-insert route besides.
-pub fn routes(cfg: &mut web::ServiceConfig, demo: bool) {
-    let at = |path| resource_in(charges::PATH, path);
-    let mut create = at("/charges");
-    if demo {
-        create = create.route(demo::check_then_insert_route());
-    }
-    cfg.service(
-        web::scope(charges::PATH)
-            .wrap(Condition::new(demo, from_fn(demo::faults)))
-            .service(
-                create
-                    .route(web::post().to(charges::create))
-                    .route(get().to(charges::list)),
-            )
-            .service(at("/charges/{id}").route(get().to(charges::get)))
-            // The charge's other writes take the demo's faults too (lesson 2).
-            .service(
-                at("/charges/{id}/refunds")
-                    .route(web::post().to(refunds::create))
-                    .route(get().to(refunds::list)),
-            )
-            .service(
-                at("/charges/{id}/description").route(web::put().to(charges::set_description)),
-            ),
-    );
-    // events and webhook endpoints (#48): plain resources, outside the
-    // charges' scope (the demo's faults act on charges only).
-    cfg.service(resource("/events").route(get().to(events_api::list)));
-    cfg.service(resource("/events/{id}").route(get().to(events_api::get)));
-    cfg.service(
-        resource("/webhook_endpoints")
-            .route(web::post().to(endpoints::create))
-            .route(get().to(endpoints::list)),
-    );
-    cfg.service(
-        resource("/webhook_endpoints/{id}")
-            .route(get().to(endpoints::get))
-            .route(web::delete().to(endpoints::delete)),
-    );
-    cfg.service(
-        resource("/webhook_endpoints/{id}/rotate_secret")
-            .route(web::post().to(endpoints::rotate_secret)),
-    );
-    // webhook deliveries: an event's attempts, and sending it again.
-    cfg.service(resource("/events/{id}/deliveries").route(get().to(deliveries::list)));
-    cfg.service(resource("/events/{id}/redeliver").route(web::post().to(deliveries::redeliver)));
-    cfg.service(resource("/healthz").route(get().to(ops::healthz)));
-    cfg.service(resource("/readyz").route(get().to(ops::readyz)));
-    cfg.service(resource("/problems/{slug}").route(get().to(ops::problem_type)));
-    cfg.service(resource("/openapi.json").route(get().to(openapi::document)));
-    cfg.service(resource("/docs").route(get().to(openapi::reference_page)));
 }
 
 /// Demo mode's own: its sandbox, its routes, and last the teaching page and

@@ -13,7 +13,7 @@ use super::StartupError;
 use crate::config::Settings;
 use crate::demo;
 use crate::network::client::{DEFAULT_NETWORK_API_KEY, NetworkClient};
-use crate::simulator;
+use crate::network::simulator;
 use crate::store::DbPool;
 
 /// What the recovery task needs besides the state: the card networks this

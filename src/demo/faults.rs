@@ -458,7 +458,7 @@ fn read_headers(
         ));
     }
     let keyed_post = req.method() == Method::POST;
-    if faults.forget_commit && !(keyed_post && req.path() == crate::payments::charges::PATH) {
+    if faults.forget_commit && !(keyed_post && req.path() == crate::http::charges::PATH) {
         return Err(ApiError::invalid(
             "Demo-Fault: forget-commit acts on POST /charges only.",
         ));

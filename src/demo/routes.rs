@@ -15,12 +15,12 @@ use super::{
     MIN_LEASE, MODE_HEADER, Sandbox, session_label,
 };
 use crate::config::Settings;
+use crate::http::charges;
 use crate::http::problem::ApiError;
 use crate::http::requests::{self, JsonRequest, KeyUse};
 use crate::http::state::AppState;
 use crate::http::{get, resource};
 use crate::network::client::NetworkClient;
-use crate::payments::charges;
 use crate::store::{Charge, KeyStatus, Page, Store, time_text};
 use idempotency::{IdempotencyKey, SavedResponse};
 

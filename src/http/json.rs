@@ -22,14 +22,6 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-/// One problem with one field of a request body (a 400's `errors`): what
-/// the edge reports, whichever operation's body it was.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct FieldError {
-    pub field: String,
-    pub detail: String,
-}
-
 /// Parses `bytes` as one JSON value; an object with a repeated member name,
 /// at any depth, is an error that names the member.
 pub fn parse_strict(bytes: &[u8]) -> Result<Value, serde_json::Error> {

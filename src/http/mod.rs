@@ -8,12 +8,16 @@
 //! - [`paging`]: the lists' `limit`, cursors and `has_more`;
 //! - [`requests`]: what every write goes through (its checks, the
 //!   Idempotency-Key protocol, the answer); [`state`]: what handlers share;
+//! - the API's handlers and what they run under the Idempotency-Key
+//!   protocol: [`charges`], [`refunds`] (their OpenAPI schemas,
+//!   [`schemas`]); the domain they parse into is `crate::payments`, below;
 //! - [`ops`]: health, readiness and the problem pages (the contract,
 //!   generated from every handler, is `crate::openapi`, above them all);
 //! - here: the table of every route, and the resource every handler is
 //!   mounted on.
 
 pub mod accounts;
+pub mod charges;
 pub mod deadline;
 pub mod hosts;
 pub mod json;
@@ -21,7 +25,9 @@ pub mod limits;
 pub mod ops;
 pub mod paging;
 pub mod problem;
+pub mod refunds;
 pub mod requests;
+pub mod schemas;
 pub mod state;
 
 use actix_web::http::header;

@@ -11,7 +11,7 @@ use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
-use crate::http::json::FieldError;
+use crate::payments::domain::FieldError;
 use crate::store::{Failure, classify};
 use idempotency::hooks::HookFailure;
 use idempotency::{self, KeyError, SavedResponse};

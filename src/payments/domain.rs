@@ -4,9 +4,16 @@
 
 use serde_json::{Map, Value};
 
-pub use crate::http::json::FieldError;
 pub use crate::payments::methods::PaymentMethod;
 use crate::payments::methods::{self, refuse_card};
+
+/// One problem with one field of a request body (a 400's `errors`): what
+/// the edge reports, whichever operation's body it was.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct FieldError {
+    pub field: String,
+    pub detail: String,
+}
 
 pub const MIN_AMOUNT: i64 = 1;
 pub const MAX_AMOUNT: i64 = 99_999_999;

@@ -1,13 +1,9 @@
-//! The payment operations: what a charge and a refund are
-//! ([`domain`]: amounts, currencies, ids, validated once; [`methods`]: the
-//! test payment methods and their declines), the handlers that
-//! run them under the Idempotency-Key protocol ([`charges`], [`refunds`];
-//! their OpenAPI schemas, [`schemas`]),
-//! and the recovery of keys a crash left in progress ([`recovery`]).
+//! The payments domain: what a charge and a refund are ([`domain`]:
+//! amounts, currencies, ids and the field errors of a body, validated once;
+//! [`methods`]: the test payment methods and their declines). It knows
+//! nothing of HTTP: the operations that run under the Idempotency-Key
+//! protocol and answer in HTTP terms are the edge's (`crate::http::charges`,
+//! `crate::http::refunds`).
 
-pub mod charges;
 pub mod domain;
 pub mod methods;
-pub mod recovery;
-pub mod refunds;
-pub mod schemas;

@@ -162,8 +162,10 @@ impl CreateEndpoint {
 impl<Tx: WebhookStore + AccountStore + ?Sized> Operation<Tx> for CreateEndpoint {
     fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
         let account_id = self.endpoint.account_id;
-        if self.check_account && !tx.account_is_live(account_id)? {
-            return Ok(crate::payments::charges::revoked());
+        if self.check_account
+            && let Some(refused) = crate::http::charges::refused(tx, account_id)?
+        {
+            return Ok(refused);
         }
         if tx.lock_endpoints(account_id)? >= MAX_ENDPOINTS {
             return Ok(saved(
@@ -190,8 +192,10 @@ pub struct RotateSecret {
 
 impl<Tx: WebhookStore + AccountStore + ?Sized> Operation<Tx> for RotateSecret {
     fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
-        if self.check_account && !tx.account_is_live(self.account_id)? {
-            return Ok(crate::payments::charges::revoked());
+        if self.check_account
+            && let Some(refused) = crate::http::charges::refused(tx, self.account_id)?
+        {
+            return Ok(refused);
         }
         let until = now_micros()
             + chrono::Duration::from_std(self.expire_previous_in).expect("at most a day");
@@ -237,7 +241,7 @@ async fn run(
 #[utoipa::path(
     post, path = "/webhook_endpoints", tag = "webhooks", operation_id = "create_webhook_endpoint",
     request_body(content = EndpointRequestBody, content_type = "application/json"),
-    params(crate::payments::schemas::KeyParam),
+    params(crate::http::schemas::KeyParam),
     responses(
         (status = 201, description = "Registered now, or replayed from the key (then with `Idempotent-Replayed: true`), byte-identical: the only answers that show the secret.", body = EndpointWithSecret,
             headers(
@@ -311,7 +315,7 @@ pub struct EndpointRequestBody {
 }
 
 fn description() -> utoipa::openapi::schema::ObjectBuilder {
-    crate::payments::schemas::description("; for you, to tell your endpoints apart", "shop orders")
+    crate::http::schemas::description("; for you, to tell your endpoints apart", "shop orders")
 }
 
 fn enabled_events() -> utoipa::openapi::schema::ArrayBuilder {
@@ -347,8 +351,8 @@ pub struct RotationBody {
     get, path = "/webhook_endpoints", tag = "webhooks", operation_id = "list_webhook_endpoints",
     params(
         ("limit" = Option<i64>, Query, description = "1 to 100, default 20", minimum = 1, maximum = 100),
-        ("starting_after" = inline(Option<crate::payments::schemas::ListCursor>), Query, description = "The page after this endpoint: older ones. Not with `ending_before`."),
-        ("ending_before" = inline(Option<crate::payments::schemas::ListCursor>), Query, description = "The page before this endpoint: newer ones. Not with `starting_after`."),
+        ("starting_after" = inline(Option<crate::http::schemas::ListCursor>), Query, description = "The page after this endpoint: older ones. Not with `ending_before`."),
+        ("ending_before" = inline(Option<crate::http::schemas::ListCursor>), Query, description = "The page before this endpoint: newer ones. Not with `starting_after`."),
     ),
     responses(
         (status = 200, body = EndpointList),
@@ -376,7 +380,7 @@ pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRe
 /// One of the caller's webhook endpoints (no secret).
 #[utoipa::path(
     get, path = "/webhook_endpoints/{id}", tag = "webhooks", operation_id = "get_webhook_endpoint",
-    params(("id" = inline(crate::payments::schemas::ChargeId), Path)),
+    params(("id" = inline(crate::http::schemas::ChargeId), Path)),
     responses(
         (status = 200, body = EndpointView),
     ),
@@ -401,7 +405,7 @@ pub async fn get(
 /// so it needs no `Idempotency-Key`.
 #[utoipa::path(
     delete, path = "/webhook_endpoints/{id}", tag = "webhooks", operation_id = "delete_webhook_endpoint",
-    params(("id" = inline(crate::payments::schemas::ChargeId), Path)),
+    params(("id" = inline(crate::http::schemas::ChargeId), Path)),
     responses(
         (status = 200, body = DeletedEndpoint),
     ),
@@ -437,8 +441,8 @@ pub async fn delete(
 #[utoipa::path(
     post, path = "/webhook_endpoints/{id}/rotate_secret", tag = "webhooks", operation_id = "rotate_webhook_endpoint_secret",
     params(
-        ("id" = inline(crate::payments::schemas::ChargeId), Path),
-        crate::payments::schemas::KeyParam,
+        ("id" = inline(crate::http::schemas::ChargeId), Path),
+        crate::http::schemas::KeyParam,
     ),
     request_body(content = RotationBody, content_type = "application/json", description = "Optional: no body at all, or `{}`, keeps the previous secret for a day. Not `null` (a 400)."),
     responses(

@@ -7,10 +7,10 @@ use utoipa::openapi::{RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
+use crate::http::charges::ChargeView;
 use crate::http::paging::{ListRequest, Listed};
 use crate::http::problem::ApiError;
 use crate::http::state::AppState;
-use crate::payments::charges::ChargeView;
 use crate::store::Event;
 use crate::webhooks::events::{TYPES, parse_public_id};
 

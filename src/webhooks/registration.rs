@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::http::json::FieldError;
 use crate::http::problem::{ApiError, WEBHOOK_TARGET_NOT_ALLOWED};
+use crate::payments::domain::FieldError;
 use crate::payments::domain::{Description, error, unknown_fields};
 use crate::webhooks::events::TYPES;
 use crate::webhooks::targets::{self, TargetError, TargetPolicy};

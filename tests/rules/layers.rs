@@ -161,3 +161,22 @@ fn modules_import_downward_only() {
         wrong.join("\n")
     );
 }
+
+/// The folders are the layers where it matters most (issue #49): the edge,
+/// `http/`, above the domain, `payments/`, which is one layer (no part of
+/// it above the edge); what `modules_import_downward_only` holds then
+/// keeps `payments/` from importing anything of `crate::http`.
+#[test]
+fn the_edge_stands_above_the_domain() {
+    let layer = |path| owner(path).map(|(_, at)| at).unwrap();
+    assert!(layer("http") > layer("payments"));
+    let domain_parts: Vec<&str> = LAYERS
+        .iter()
+        .flat_map(|l| l.iter().copied())
+        .filter(|n| n.starts_with("payments::"))
+        .collect();
+    assert!(
+        domain_parts.is_empty(),
+        "payments/ split in LAYERS: {domain_parts:?}"
+    );
+}

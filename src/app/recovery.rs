@@ -5,8 +5,10 @@
 //! with no charge. Once the key's lease has run out, a pass of this task
 //! drives it to completion, as the client's own retry would: it takes the
 //! row over (`Policy::recover`), rebuilds the operation from the
-//! request the row kept (its route's canonical path and its body), and runs
-//! it. The network is asked again under the same derived key, so it replays
+//! request the row kept (its route's canonical path and its body) through
+//! the row of the keyed routes the application mounts for it
+//! (`super::routes::KEYED`, matched by method and route template), and
+//! runs it. The network is asked again under the same derived key, so it replays
 //! its authorization: the charge gets it, and no authorization stays
 //! orphaned. The client's next retry then replays the finished charge.
 //!
@@ -22,19 +24,22 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use actix_web::http::Method;
+
+use super::routes::{self, Rebuilt};
 use crate::config::Settings;
+use crate::http::charges::{self, CreateCharge};
 use crate::http::problem::{self, REQUEST_NOT_RECOVERABLE};
+use crate::http::refunds::CreateRefund;
 use crate::metrics::METRICS;
 use crate::network::client::NetworkClient;
-use crate::payments::charges::{self, CreateCharge};
 use crate::payments::domain::NewRefund;
-use crate::payments::refunds::CreateRefund;
-use crate::store::{AccountStore, ChargeStore, Store, StuckKey, WebhookStore};
+use crate::store::{Store, StuckKey};
 use crate::telemetry::log_safe;
 use crate::webhooks::endpoints;
 use crate::webhooks::registration;
 use crate::webhooks::targets::TargetPolicy;
-use idempotency::{Connections, KeyedRequest, Operation, Policy, RequestHooks, SavedResponse};
+use idempotency::{Connections, KeyedRequest, Policy, RequestHooks};
 
 /// How much of a client's key a log line shows (escaped, as every field a
 /// client chooses).
@@ -47,79 +52,72 @@ pub const BATCH: i64 = 100;
 /// public demo key can make thousands) takes its share, not the pass.
 pub const ACCOUNTS_PER_PASS: i64 = 100;
 
-/// The operation a stuck key was registered for, rebuilt from its request,
-/// with the foreign step it was registered with (`network`, found by the
-/// name the row keeps).
-fn operation_for(
-    stuck: &StuckKey,
-    network: Option<Arc<NetworkClient>>,
-) -> Option<Box<dyn Operation<dyn Store>>> {
-    let path = stuck.path.as_str();
-    if path == charges::PATH {
-        let new = charges::parse_new_charge(&stuck.body).ok()?;
-        let create = CreateCharge::new(stuck.account_id, &new)
-            .through(network, Some(&stuck.key), RequestHooks::default())
-            .checking_account();
-        return Some(Box::new(create));
-    }
-    if let Some(webhooks) = webhook_operation(stuck) {
-        return Some(webhooks);
-    }
-    let charge = path
-        .strip_prefix("/charges/")?
-        .strip_suffix("/refunds")
-        .and_then(|id| uuid::Uuid::parse_str(id).ok())?;
-    let amount = NewRefund::parse(&stuck.body).ok()?.amount.get();
-    Some(Box::new(RecoveredRefund(CreateRefund {
-        account_id: stuck.account_id,
-        charge,
-        amount,
-    })))
+/// The method of every keyed request: the key row keeps its request's path
+/// and body, not its method, and every row of [`KEYED`](super::routes::KEYED)
+/// is a POST (a test holds it).
+pub const KEPT_METHOD: Method = Method::POST;
+
+/// A stuck key's kept request, as a row of the keyed routes rebuilds it:
+/// the row, the template's `{id}` (if it has one), and the foreign step
+/// the key was registered with (`network`, found by the name the row keeps).
+pub struct Kept<'a> {
+    pub stuck: &'a StuckKey,
+    pub id: Option<String>,
+    pub network: Option<Arc<NetworkClient>>,
 }
 
-/// The webhook endpoints' keyed writes (key-first leaves them in progress
-/// too): a registration, with a secret chosen now (nobody saw the first
-/// one: its answer was never stored), and a secret rotation. Their bodies
-/// passed every check, the target's included, before their keys were
-/// written; the sender checks the target again at every connect.
-fn webhook_operation(stuck: &StuckKey) -> Option<Box<dyn Operation<dyn Store>>> {
-    let path = stuck.path.as_str();
-    if path == endpoints::PATH {
-        let checked = TargetPolicy {
-            allow_private: true,
-            allow_loopback: true,
-            allow_http: true,
-            also_allow: Vec::new(),
-        };
-        let new = registration::parse_new_endpoint(&stuck.body, &checked).ok()?;
-        let mut create = endpoints::CreateEndpoint::new(stuck.account_id, &new);
-        create.check_account = true;
-        return Some(Box::new(create));
-    }
-    let id = path
-        .strip_prefix("/webhook_endpoints/")?
-        .strip_suffix("/rotate_secret")
-        .and_then(crate::http::paging::plain_id)?;
-    Some(Box::new(endpoints::RotateSecret {
-        account_id: stuck.account_id,
-        id,
-        secret: endpoints::new_secret(),
-        expire_previous_in: registration::parse_rotation(&stuck.body).ok()?,
+/// `POST /charges`, with the network it was registered with.
+pub fn charge(kept: &Kept<'_>) -> Option<Rebuilt> {
+    let new = charges::parse_new_charge(&kept.stuck.body).ok()?;
+    let create = CreateCharge::new(kept.stuck.account_id, &new)
+        .through(
+            kept.network.clone(),
+            Some(&kept.stuck.key),
+            RequestHooks::default(),
+        )
+        .checking_account();
+    Some(Box::new(create))
+}
+
+/// `POST /charges/{id}/refunds`.
+pub fn refund(kept: &Kept<'_>) -> Option<Rebuilt> {
+    let charge = uuid::Uuid::parse_str(kept.id.as_deref()?).ok()?;
+    let amount = NewRefund::parse(&kept.stuck.body).ok()?.amount.get();
+    Some(Box::new(CreateRefund {
+        account_id: kept.stuck.account_id,
+        charge,
+        amount,
         check_account: true,
     }))
 }
 
-/// A refund the recovery task finishes, long after its request was
-/// authenticated: it checks first that the account may still act.
-struct RecoveredRefund(CreateRefund);
+/// `POST /webhook_endpoints` (key-first leaves the webhook endpoints' keyed
+/// writes in progress too): a registration, with a secret chosen now
+/// (nobody saw the first one: its answer was never stored). Its body passed
+/// every check, the target's included, before its key was written; the
+/// sender checks the target again at every connect.
+pub fn endpoint(kept: &Kept<'_>) -> Option<Rebuilt> {
+    let checked = TargetPolicy {
+        allow_private: true,
+        allow_loopback: true,
+        allow_http: true,
+        also_allow: Vec::new(),
+    };
+    let new = registration::parse_new_endpoint(&kept.stuck.body, &checked).ok()?;
+    let mut create = endpoints::CreateEndpoint::new(kept.stuck.account_id, &new);
+    create.check_account = true;
+    Some(Box::new(create))
+}
 
-impl<Tx: ChargeStore + AccountStore + WebhookStore + ?Sized> Operation<Tx> for RecoveredRefund {
-    fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
-        if !tx.account_is_live(self.0.account_id)? {
-            return Ok(charges::revoked());
-        }
-        self.0.run(tx)
-    }
+/// `POST /webhook_endpoints/{id}/rotate_secret`.
+pub fn rotation(kept: &Kept<'_>) -> Option<Rebuilt> {
+    Some(Box::new(endpoints::RotateSecret {
+        account_id: kept.stuck.account_id,
+        id: crate::http::paging::plain_id(kept.id.as_deref()?)?,
+        secret: endpoints::new_secret(),
+        expire_previous_in: registration::parse_rotation(&kept.stuck.body).ok()?,
+        check_account: true,
+    }))
 }
 
 /// One pass: every stuck key found (up to [`BATCH`], shared fairly among
@@ -169,7 +167,7 @@ pub fn pass(
                 }
             },
         };
-        let Some(mut operation) = operation_for(&stuck, network) else {
+        let Some(mut operation) = routes::operation_for(&KEPT_METHOD, &stuck, network) else {
             close_unrecoverable(&policy, connections, &request, &stuck, &key, &path);
             continue;
         };

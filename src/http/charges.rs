@@ -15,13 +15,13 @@ use uuid::Uuid;
 use crate::http::paging::ListRequest;
 use crate::http::problem::{ApiError, CARD_DECLINED, Problem, saved_problem};
 use crate::http::requests::{self, JsonRequest, KeyUse, json_response, record_outcome, respond};
+use crate::http::schemas::{
+    self, ChargeId, ChargeRequestBody, ChargeStatus, DescriptionBody, KeyParam, ListCursor,
+};
 use crate::http::state::AppState;
 use crate::network::client::{self, NetworkClient};
 use crate::payments::domain::{Description, NewCharge, NewDescription};
 use crate::payments::methods::{self, Decline};
-use crate::payments::schemas::{
-    self, ChargeId, ChargeRequestBody, ChargeStatus, DescriptionBody, KeyParam, ListCursor,
-};
 use crate::store::{
     AccountStore, Charge, ChargeStore, Checkouts, Event, WebhookStore, now_micros, time_text,
 };
@@ -190,6 +190,17 @@ impl CreateCharge {
     }
 }
 
+/// The one check of an account's liveness a keyed operation makes when it
+/// runs long after its request was authenticated (by the recovery task; a
+/// charge after the network's answer): `Some` stored 403 ([`revoked`]) if
+/// the account may no longer act.
+pub fn refused<Tx: AccountStore + ?Sized>(
+    tx: &mut Tx,
+    account_id: i64,
+) -> Result<Option<SavedResponse>, idempotency::Error> {
+    Ok((!tx.account_is_live(account_id)?).then(revoked))
+}
+
 /// The stored, final answer to a keyed request whose account was revoked
 /// before it was completed (it is not completed).
 pub fn revoked() -> SavedResponse {
@@ -228,8 +239,10 @@ fn answer(charge: &Charge) -> SavedResponse {
 /// stores the response.
 impl<Tx: ChargeStore + AccountStore + WebhookStore + ?Sized> Operation<Tx> for CreateCharge {
     fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
-        if self.check_account && !tx.account_is_live(self.charge.account_id)? {
-            return Ok(revoked());
+        if self.check_account
+            && let Some(refused) = refused(tx, self.charge.account_id)?
+        {
+            return Ok(refused);
         }
         self.authorized();
         tx.insert_charge(&self.charge)?;

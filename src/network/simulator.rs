@@ -108,7 +108,7 @@ async fn authorize(
     let request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
     // Amount, currency and payment method as a charge has them (no
     // description here).
-    let new = crate::payments::charges::parse_new_charge(&request.body)?;
+    let new = crate::http::charges::parse_new_charge(&request.body)?;
     let authorization = Authorization {
         id: Uuid::new_v4(),
         account_id: request.account_id,

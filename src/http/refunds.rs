@@ -15,16 +15,17 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::http::charges::{PATH, charge_id, charge_json, refused};
 use crate::http::paging::ListRequest;
 use crate::http::problem::{
     ApiError, CHARGE_NOT_REFUNDABLE, NOT_FOUND, REFUND_EXCEEDS_CHARGE, saved,
 };
 use crate::http::requests::{self, KeyUse, json_response, record_outcome, respond};
 use crate::http::state::AppState;
-use crate::payments::charges::{PATH, charge_id, charge_json};
 use crate::payments::domain::NewRefund;
 use crate::store::{
-    ChargeStore, Event, Refund, RefundReservation, WebhookStore, now_micros, time_text,
+    AccountStore, ChargeStore, Event, Refund, RefundReservation, WebhookStore, now_micros,
+    time_text,
 };
 use crate::webhooks::events::CHARGE_REFUNDED;
 use idempotency::{self, Operation, SavedResponse};
@@ -81,26 +82,33 @@ pub struct RefundRequestBody {
 }
 
 /// Refunding, as an operation under a key: its writes need the charges'
-/// table only.
+/// table only (and the accounts', to check one that the recovery task
+/// finishes long after its request was authenticated).
 pub(crate) struct CreateRefund {
     pub account_id: i64,
     pub charge: Uuid,
     pub amount: i64,
+    pub check_account: bool,
 }
 
-impl<Tx: ChargeStore + WebhookStore + ?Sized> Operation<Tx> for CreateRefund {
+impl<Tx: ChargeStore + AccountStore + WebhookStore + ?Sized> Operation<Tx> for CreateRefund {
     fn run(&mut self, tx: &mut Tx) -> Result<SavedResponse, idempotency::Error> {
+        if self.check_account
+            && let Some(refused) = refused(tx, self.account_id)?
+        {
+            return Ok(refused);
+        }
         refund(tx, self.account_id, self.charge, self.amount)
     }
 }
 
 fn shown_amount() -> utoipa::openapi::schema::ObjectBuilder {
-    let amount = crate::payments::schemas::amount("In the charge's currency's minor unit.", 100);
-    crate::payments::schemas::shown(amount)
+    let amount = crate::http::schemas::amount("In the charge's currency's minor unit.", 100);
+    crate::http::schemas::shown(amount)
 }
 
 fn refund_amount() -> utoipa::openapi::schema::ObjectBuilder {
-    crate::payments::schemas::amount(
+    crate::http::schemas::amount(
         "In the charge's currency's minor unit, a whole number as for a charge (`100.0` is 100, `99.99999999999999999` is a 400); more than is left of the charge is a 400 `refund-exceeds-charge`.",
         100,
     )
@@ -164,8 +172,8 @@ pub(crate) fn refund(
 #[utoipa::path(
     post, path = "/charges/{id}/refunds", tag = "charges", operation_id = "create_refund",
     params(
-        ("id" = inline(crate::payments::schemas::ChargeId), Path),
-        crate::payments::schemas::KeyParam,
+        ("id" = inline(crate::http::schemas::ChargeId), Path),
+        crate::http::schemas::KeyParam,
     ),
     request_body(content = RefundRequestBody, content_type = "application/json"),
     responses(
@@ -197,6 +205,7 @@ pub async fn create(
         account_id,
         charge,
         amount,
+        check_account: false,
     };
     match request.key.take() {
         Some(key) => requests::run_keyed(&req, &state, request, key, operation).await,
@@ -223,10 +232,10 @@ pub async fn create(
 #[utoipa::path(
     get, path = "/charges/{id}/refunds", tag = "charges", operation_id = "list_refunds",
     params(
-        ("id" = inline(crate::payments::schemas::ChargeId), Path),
+        ("id" = inline(crate::http::schemas::ChargeId), Path),
         ("limit" = Option<i64>, Query, description = "1 to 100, default 20", minimum = 1, maximum = 100),
-        ("starting_after" = inline(Option<crate::payments::schemas::ListCursor>), Query, description = "The page after this refund: older ones. Not with `ending_before`."),
-        ("ending_before" = inline(Option<crate::payments::schemas::ListCursor>), Query, description = "The page before this refund: newer ones. Not with `starting_after`."),
+        ("starting_after" = inline(Option<crate::http::schemas::ListCursor>), Query, description = "The page after this refund: older ones. Not with `ending_before`."),
+        ("ending_before" = inline(Option<crate::http::schemas::ListCursor>), Query, description = "The page before this refund: newer ones. Not with `starting_after`."),
     ),
     responses(
         (status = 200, body = RefundList),

@@ -11,7 +11,7 @@
 //! backends); this crate is the application around it:
 //!
 //! ```text
-//! store/        the database: traits, one file per table per backend, the pool
+//! store/        the database: traits, one macro per table family over both backends, the pool
 //! payments/     the domain: charges and refunds as values, their field errors, the test cards
 //! http/         the edge: accounts, limits, problems, the write pipeline, the handlers
 //!               and the operations they run under a key, their OpenAPI schemas

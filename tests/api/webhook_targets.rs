@@ -4,27 +4,15 @@
 //! receiver it hosts at its own address and nowhere else, not even another
 //! port of its own machine.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
 use crate::support::receiver::Receiver;
 use crate::support::webhooks::{add_endpoint, add_event};
-use crate::support::{TestApp, TestBackend, spawn_app_with};
+use crate::support::{TestBackend, spawn_app_with};
 use crate::webhook_endpoints::register;
-
-/// Waits (at most 10 s) until `SELECT count(*) FROM from_where` is `n`.
-async fn until_count(app: &TestApp, from_where: &str, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while app.count(from_where) != n {
-        assert!(
-            Instant::now() < deadline,
-            "{from_where}: {} rows",
-            app.count(from_where)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use crate::webhooks_delivery::until_count;
 
 crate::on_both_backends! {
     async fn the_loopback_demo_registers_loopback_targets_and_refuses_its_network_neighbours() {

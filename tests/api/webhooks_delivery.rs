@@ -28,7 +28,7 @@ async fn app_sending(configure: impl FnOnce(&mut Settings)) -> TestApp {
 }
 
 /// Waits (at most 10 s) until `SELECT count(*) FROM from_where` is `n`.
-async fn until_count(app: &TestApp, from_where: &str, n: i64) {
+pub async fn until_count(app: &TestApp, from_where: &str, n: i64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while app.count(from_where) != n {
         assert!(

@@ -469,7 +469,7 @@ async fn fail_over(replication: Replication) -> Unplanned {
         let old = run.blocking(Formation::primary).await;
         let new = 1 - old;
         let (old_name, new_name) = (run.formation.nodes[old].name, run.formation.nodes[new].name);
-        let (old_port, new_port) = (run.formation.nodes[old].port, run.formation.nodes[new].port);
+        let new_port = run.formation.nodes[new].port;
         let stalled = run.blocking(move |f| f.stall_replication(old)).await;
         assert_eq!(stalled, 1, "one WAL sender on {old_name}");
         tokio::time::sleep(STALL).await;

@@ -218,8 +218,9 @@ macro_rules! delivery_store {
                     left -= rows.len() as i64;
                     let previous_secret_expires_at = previous_expires.map(D::decode_time).transpose()?;
                     for (event, account_id, attempts) in rows {
-                        taken.push((event, Claimed {
-                            event_id: Uuid::nil(),
+                        // The event's own fields are read for all of them at once (with_events).
+                        taken.push(Claimed {
+                            event_id: D::decode_id(event)?,
                             endpoint_id: D::decode_id(endpoint.clone())?,
                             account_id,
                             attempts,
@@ -232,7 +233,7 @@ macro_rules! delivery_store {
                             event_type: String::new(),
                             data: String::new(),
                             event_created_at: now,
-                        }));
+                        });
                     }
                     served.push(endpoint);
                     if left == 0 {
@@ -434,8 +435,8 @@ macro_rules! delivery_store {
         }
 
         /// Fills in each claimed delivery's event, read in one query.
-        fn with_events(conn: &mut D, taken: Vec<(Id, Claimed)>) -> QueryResult<Vec<Claimed>> {
-            let ids: Vec<Id> = taken.iter().map(|t| t.0.clone()).collect();
+        fn with_events(conn: &mut D, taken: Vec<Claimed>) -> QueryResult<Vec<Claimed>> {
+            let ids: Vec<Id> = taken.iter().map(|c| D::encode_id(c.event_id)).collect();
             let rows: Vec<(Id, String, String, Time)> = $events::table
                 .filter($events::id.eq_any(ids))
                 .select(($events::id, $events::event_type, $events::data, $events::created_at))
@@ -445,18 +446,17 @@ macro_rules! delivery_store {
             for (id, event_type, data, created) in rows {
                 found.insert(D::decode_id(id)?, (event_type, data, D::decode_time(created)?));
             }
-            let mut claimed = Vec::with_capacity(taken.len());
-            for (event, mut claim) in taken {
-                claim.event_id = D::decode_id(event)?;
-                // An event is deleted only with its deliveries (cascade).
-                if let Some((event_type, data, created)) = found.get(&claim.event_id) {
+            // An event is deleted only with its deliveries (cascade): each is found.
+            Ok(taken
+                .into_iter()
+                .filter_map(|mut claim| {
+                    let (event_type, data, created) = found.get(&claim.event_id)?;
                     claim.event_type = event_type.clone();
                     claim.data = data.clone();
                     claim.event_created_at = *created;
-                    claimed.push(claim);
-                }
-            }
-            Ok(claimed)
+                    Some(claim)
+                })
+                .collect())
         }
 
         /// The receiver said 410 Gone: the endpoint is disabled and its

@@ -18,33 +18,31 @@
 //! response) or rolls back (then runs as the first). On SQLite the wait is
 //! for the database's write lock, at `BEGIN IMMEDIATE`.
 
-use crate::{
-    Error, KeyedRequest, NewKeyStatus, Operation, Outcome, Policy, Registration, Transactional,
-    register, store_response, with_transient_retries,
-};
+use crate::key_store::KeyedRequest;
+use crate::operation::{Connections, Operation};
+use crate::outcome::{Error, Outcome};
+use crate::policy::Policy;
+use crate::steps::{Registration, register, store_response, with_transient_retries};
 
-pub(crate) fn execute<S: Transactional + ?Sized>(
+pub(crate) fn execute<C: Connections>(
     policy: &Policy,
-    store: &mut S,
+    store: &mut C::Store,
     request: &KeyedRequest<'_>,
-    operation: &mut dyn Operation<S>,
+    operation: &mut dyn Operation<C::Store>,
 ) -> Result<Outcome, Error> {
     with_transient_retries(|| {
-        store.transaction(|tx| {
+        C::transaction(store, |tx| {
             // 1. Register the key. A concurrent request with the same key
             //    makes this wait until it commits or rolls back. A response
             //    known in advance is written with the key, completed.
-            let status = match operation.known_response() {
-                Some(response) => NewKeyStatus::Completed(response),
-                None => NewKeyStatus::InProgress,
-            };
-            let claim = match register(policy, tx, &policy.new_key(request, None, status))? {
+            let known = operation.known_response();
+            let claim = match register(policy, tx, &policy.new_key(request, None, known))? {
                 Registration::Claimed(claim) => claim,
                 Registration::Answered(outcome) => return Ok(outcome),
             };
             // 2. Run the operation, on the same transaction.
             let response = operation.run(tx)?;
-            policy.hooks.get().before_commit()?;
+            policy.hook(|h| h.before_commit())?;
             // 3. Store its response.
             store_response(tx, &claim, &response, operation)?;
             Ok(Outcome::Executed(response))

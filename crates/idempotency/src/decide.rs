@@ -1,19 +1,20 @@
 //! What a request does about its key's row, given the row: answer at once
 //! (replay, 422, 409) or try to claim the key.
 
-use crate::{KeyRecord, KeyState, Outcome};
+use crate::key_store::{KeyRecord, KeyState};
+use crate::outcome::Outcome;
 
 /// Where a key row was read: before anything was tried (the fast path), or
 /// after our claim found a row it could not take (the claim was lost).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Read {
+pub(crate) enum Read {
     FastPath,
     AfterLostClaim,
 }
 
 /// What to do about a key, given its row.
 #[derive(Debug, PartialEq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Try to claim the key and run the operation.
     Claim,
     /// Answer without running anything.
@@ -29,7 +30,7 @@ pub enum Decision {
 /// exists may be taken is not decided here but in the takeover statement,
 /// under the row's lock ([`takeover`](super::key_store::takeover), the
 /// rule's one statement).
-pub fn decide(row: Option<KeyRecord>, fingerprint: &str, read: Read) -> Decision {
+pub(crate) fn decide(row: Option<KeyRecord>, fingerprint: &str, read: Read) -> Decision {
     let Some(row) = row else {
         return match read {
             Read::FastPath => Decision::Claim,

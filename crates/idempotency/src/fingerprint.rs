@@ -9,10 +9,12 @@ use std::io::{self, Write};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+/// What identifies a request for its key: `sha256:` and the hash in hex.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fingerprint(String);
 
 impl Fingerprint {
+    /// The fingerprint of `method`, `path` and `body`.
     pub fn of(method: &str, path: &str, body: &Value) -> Fingerprint {
         let mut hasher = Hashing(Sha256::new());
         hasher.0.update(method.as_bytes());
@@ -24,6 +26,12 @@ impl Fingerprint {
         Fingerprint(format!("sha256:{:x}", hasher.0.finalize()))
     }
 
+    /// One read back from a key row.
+    pub(crate) fn stored(fingerprint: String) -> Fingerprint {
+        Fingerprint(fingerprint)
+    }
+
+    /// As stored in the key row.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -45,7 +53,7 @@ impl Write for Hashing {
 
 /// Compact JSON with object keys in byte order, whatever order the map keeps
 /// them in. Also used to render stored bodies, so a replay is byte-identical.
-pub fn canonical_json(value: &Value) -> String {
+pub(crate) fn canonical_json(value: &Value) -> String {
     let mut out = Vec::with_capacity(256);
     write_canonical(value, &mut out).expect("writing to memory cannot fail");
     String::from_utf8(out).expect("serde_json writes UTF-8")

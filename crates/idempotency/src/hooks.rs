@@ -1,108 +1,39 @@
-//! The seam at the named points of a request's transactions, where a fault
-//! can be injected: before COMMIT, after a key-first key's commit, around
-//! a call to another service.
+//! The protocol's named points, where an application counts what happened
+//! and a test or a teaching demo injects a fault: before COMMIT, after a
+//! key-first key's commit, a key that was found taken, keys purged.
 //!
-//! Production passes [`NoHooks`], whose every hook does nothing; a test or
-//! a teaching demo installs its own. A hook fails in the terms below, which
-//! are the protocol's own; what a demo makes of them (an answer thrown away,
-//! a worker that stops as a dead process would) is its own, around the
-//! handler or inside its hooks, and the protocol names none of it.
+//! Production installs none, or only its metrics. A fault is the hook's own
+//! error type, boxed: the protocol rolls the transaction back and returns
+//! it as [`Error::Hook`](crate::Error::Hook), and what it means (a 500, a
+//! 503) is the application's to say, by downcasting to its type.
 
-use std::sync::Arc;
+use std::time::Duration;
 
-use diesel::result::Error as QueryError;
+/// What a hook returns to stop the request.
+pub(crate) type HookError = Box<dyn std::error::Error + Send + Sync>;
 
-use crate::Transactional;
-
-/// Why a hook stopped the request. Everything its transaction wrote rolls
-/// back.
-#[derive(Debug, thiserror::Error)]
-pub enum HookFailure {
-    /// An injected failure: the request answers 500 (key-first: its key is
-    /// released, so the retry runs as the first).
-    #[error("injected failure: {0}")]
-    Injected(String),
-    /// The hook had no capacity to do what it was asked: the request answers
-    /// 503 with this text as its detail.
-    #[error("{0}")]
-    Overloaded(String),
-    /// A service the request depends on did not answer (the request answers
-    /// 503; nothing is stored).
-    #[error("{0}")]
-    Unavailable(String),
-}
-
-pub trait TxHooks: Send + Sync {
+/// Every method does nothing by default: implement the ones you need and
+/// add the hooks to [`Policy::hooks`](crate::Policy::hooks).
+pub trait Hooks: Send + Sync {
     /// Inside the transaction, after the operation's writes, before its
-    /// response is stored and committed (the atomic design; a charge without
-    /// a key; the key-first design's second transaction).
-    fn before_commit(&self) -> Result<(), HookFailure> {
+    /// response is stored and committed (the atomic design; the key-first
+    /// design's second transaction; a foreign step's phase 3). An `Err`
+    /// rolls all of it back.
+    fn before_commit(&self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         Ok(())
     }
 
-    /// Key-first only: after the key row is committed and before the
-    /// operation (the window a crash leaves an in-progress key in).
-    fn after_key_committed(&self) -> Result<(), HookFailure> {
+    /// Key-first and phases only: after the key row is committed and before
+    /// the operation (the window a crash leaves an in-progress key in). An
+    /// `Err` leaves the key in progress until its lease runs out.
+    fn after_key_committed(&self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         Ok(())
     }
 
-    /// Before a call to another service (the card network), inside the
-    /// operation.
-    fn before_remote_call(&self) -> Result<(), HookFailure> {
-        Ok(())
-    }
+    /// A key's INSERT found a row (committed, or a concurrent duplicate's
+    /// it waited for): how long that took.
+    fn key_conflict(&self, _waited: Duration) {}
 
-    /// After that call answered (the other service did its part).
-    fn after_remote_call(&self) -> Result<(), HookFailure> {
-        Ok(())
-    }
-}
-
-pub struct NoHooks;
-
-impl TxHooks for NoHooks {}
-
-/// The hooks a state's requests run with: none by default (production),
-/// or hooks installed by a test or a demo.
-#[derive(Clone, Default)]
-pub struct RequestHooks(Option<Arc<dyn TxHooks>>);
-
-impl RequestHooks {
-    pub fn installed(hooks: Arc<dyn TxHooks>) -> RequestHooks {
-        RequestHooks(Some(hooks))
-    }
-
-    /// The installed hooks, or [`NoHooks`].
-    pub fn get(&self) -> &dyn TxHooks {
-        self.0.as_deref().unwrap_or(&NoHooks)
-    }
-}
-
-/// What stopped a write: the database, or a hook.
-#[derive(Debug, thiserror::Error)]
-pub enum WriteError {
-    #[error(transparent)]
-    Database(#[from] QueryError),
-    #[error(transparent)]
-    Hook(#[from] HookFailure),
-}
-
-/// Runs `write`, one statement that is atomic on its own (a charge without a
-/// key, a new description), alone; or, when hooks are installed, in a
-/// transaction with
-/// [`before_commit`](TxHooks::before_commit) after it, so that the hook has
-/// a transaction to act in as it has on every other write.
-pub fn write_alone<S: Transactional + ?Sized, T>(
-    store: &mut S,
-    hooks: &RequestHooks,
-    write: impl FnOnce(&mut S) -> Result<T, QueryError>,
-) -> Result<T, WriteError> {
-    let Some(hooks) = &hooks.0 else {
-        return Ok(write(store)?);
-    };
-    store.transaction(|tx| {
-        let written = write(tx)?;
-        hooks.before_commit()?;
-        Ok(written)
-    })
+    /// Expired key rows deleted by one statement of the purge.
+    fn keys_purged(&self, _rows: u64) {}
 }

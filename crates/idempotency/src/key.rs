@@ -4,45 +4,39 @@
 //! `Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`. Many clients send
 //! the value unquoted, so a bare value is accepted as well, taken literally.
 //! Both forms carry the same keys: 1 to 255 printable ASCII characters
-//! (space to `~`). The grammar, exactly ([`HEADER_PATTERN`]): either `"` ...
+//! (space to `~`). The grammar, exactly ([`IdempotencyKey::HEADER_PATTERN`]): either `"` ...
 //! `"` with `\"` and `\\` the only escapes and no parameters, or a bare
 //! value that neither starts with `"` nor starts or ends with a space.
 
 #[cfg(feature = "actix")]
 use actix_web::http::header::{HeaderMap, HeaderName};
 
-/// The header's name, lowercase.
-pub const HEADER_NAME: &str = "idempotency-key";
+const MAX_LEN: usize = 255;
 #[cfg(feature = "actix")]
-pub const HEADER: HeaderName = HeaderName::from_static(HEADER_NAME);
-pub const MAX_LEN: usize = 255;
+const HEADER: HeaderName = HeaderName::from_static(IdempotencyKey::HEADER);
 
-/// The header's value as a regular expression (ECMA-262, as JSON Schema
-/// uses), for the OpenAPI document; a unit test holds it to
-/// [`IdempotencyKey::parse`]. Surrounding spaces and tabs are HTTP's, not the
-/// value's (RFC 9110 §5.5), and are ignored.
-pub const HEADER_PATTERN: &str =
-    r#"^(?:"(?:[ !#-\[\]-~]|\\["\\]){1,255}"|[!#-~](?:[ -~]{0,253}[!-~])?)$"#;
-
-/// A key's value itself ([`IdempotencyKey::from_value`]), as where a key
-/// appears outside the header (e.g. in a URL path).
-pub const VALUE_PATTERN: &str = r"^[ -~]{1,255}$";
-
+/// A valid key: 1 to 255 printable ASCII characters, unquoted.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey(String);
 
+/// Why a header is not a valid key: the draft's `400`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
+    /// The header was sent more than once.
     #[error("send the Idempotency-Key header only once")]
     Repeated,
+    /// Empty, or longer than [`IdempotencyKey::MAX_LEN`].
     #[error("the Idempotency-Key must be 1 to {MAX_LEN} printable ASCII characters")]
     Length,
+    /// A byte that is not printable ASCII.
     #[error("the Idempotency-Key may contain only printable ASCII characters")]
     Charset,
+    /// A quoted string with a bad escape or an unterminated quote.
     #[error(
         "the Idempotency-Key is a quoted string with an unterminated or invalid escape; send it as \"value\""
     )]
     Syntax,
+    /// A quoted string with parameters after it.
     #[error(
         "the Idempotency-Key is a string without parameters: send \"value\" with nothing after the closing quote"
     )]
@@ -50,6 +44,23 @@ pub enum KeyError {
 }
 
 impl IdempotencyKey {
+    /// The header's name, lowercase.
+    pub const HEADER: &'static str = "idempotency-key";
+
+    /// The longest key, in bytes.
+    pub const MAX_LEN: usize = MAX_LEN;
+
+    /// The header's value as a regular expression (ECMA-262, as JSON Schema
+    /// uses), for an OpenAPI document; a unit test holds it to
+    /// [`IdempotencyKey::parse`]. Surrounding spaces and tabs are HTTP's,
+    /// not the value's (RFC 9110 §5.5), and are ignored.
+    pub const HEADER_PATTERN: &'static str =
+        r#"^(?:"(?:[ !#-\[\]-~]|\\["\\]){1,255}"|[!#-~](?:[ -~]{0,253}[!-~])?)$"#;
+
+    /// A key's value itself ([`IdempotencyKey::from_value`]), as where a key
+    /// appears outside the header (e.g. in a URL path).
+    pub const VALUE_PATTERN: &'static str = r"^[ -~]{1,255}$";
+
     /// The header's value as received (one field value; a repeated header
     /// is the caller's to refuse, [`KeyError::Repeated`]).
     pub fn from_header_value(value: &str) -> Result<IdempotencyKey, KeyError> {
@@ -69,6 +80,8 @@ impl IdempotencyKey {
         IdempotencyKey::parse(value.as_bytes()).map(Some)
     }
 
+    /// The header's value as bytes, quoted (a Structured Field String) or
+    /// bare.
     pub fn parse(raw: &[u8]) -> Result<IdempotencyKey, KeyError> {
         // Surrounding white space (HTTP's OWS) is not part of the value.
         let raw = raw.trim_ascii_matches_sp();
@@ -94,6 +107,7 @@ impl IdempotencyKey {
         Ok(IdempotencyKey(value.to_owned()))
     }
 
+    /// The key itself, unquoted.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -226,7 +240,7 @@ mod tests {
 
     #[test]
     fn the_documented_value_pattern_is_from_value() {
-        let pattern = regex::Regex::new(VALUE_PATTERN).unwrap();
+        let pattern = regex::Regex::new(IdempotencyKey::VALUE_PATTERN).unwrap();
         let long = "k".repeat(MAX_LEN);
         let longer = "k".repeat(MAX_LEN + 1);
         for value in [
@@ -252,7 +266,7 @@ mod tests {
             quoted in proptest::bool::ANY,
         ) {
             static PATTERN: std::sync::LazyLock<regex::Regex> =
-                std::sync::LazyLock::new(|| regex::Regex::new(HEADER_PATTERN).unwrap());
+                std::sync::LazyLock::new(|| regex::Regex::new(IdempotencyKey::HEADER_PATTERN).unwrap());
             let pattern = &*PATTERN;
             let value = raw.trim_matches([' ', '\t']);
             proptest::prop_assert_eq!(pattern.is_match(value), parse(&raw).is_ok(), "{:?}", raw);

@@ -1,6 +1,6 @@
 //! The key table's contract: what the protocol needs of the table that
 //! holds the keys (`idempotency_keys`), as a trait each backend implements
-//! once ([`KeyStore`], with [`Transactional`]), the rows it reads and writes,
+//! once ([`KeyStore`]), the rows it reads and writes,
 //! and the one rule for taking a row over ([`takeover`]).
 //!
 //! One row per (account, key), its primary key. What a row says is decoded
@@ -9,7 +9,7 @@
 //! replay, whatever the operation was.
 //!
 //! This file names no backend and no other table; this crate implements
-//! these two traits for Diesel's connections (the statements once, in
+//! the trait for Diesel's connections (the statements once, in
 //! `key_table.rs`; each backend's differences in `postgres.rs` and
 //! `sqlite.rs`), over the table in `sql/`.
 
@@ -24,7 +24,9 @@ use diesel::sql_types::Bool;
 use serde_json::Value;
 use uuid::Uuid;
 
-pub type QueryResult<T> = Result<T, DieselError>;
+use crate::fingerprint::Fingerprint;
+
+pub(crate) type QueryResult<T> = Result<T, DieselError>;
 
 /// The key table's steps, each one statement of Diesel's query builder
 /// (written once for both backends, in `key_table.rs`).
@@ -79,22 +81,6 @@ pub trait KeyStore {
     ) -> QueryResult<Vec<StuckKey>>;
 }
 
-/// A key store that runs a transaction: the connection the protocol works
-/// on, and the transaction it hands an operation (the same type: Diesel
-/// hands the connection itself to a transaction's closure).
-pub trait Transactional: KeyStore {
-    /// Runs `work` in one transaction: committed if it returns `Ok`, rolled
-    /// back otherwise (the error comes back as it was). PostgreSQL: at READ
-    /// COMMITTED, where a second insert of the same key waits on the unique
-    /// index (at REPEATABLE READ it would fail instead). SQLite: `BEGIN
-    /// IMMEDIATE`, so a concurrent writer waits for the whole transaction
-    /// rather than failing halfway.
-    fn transaction<T, E: From<DieselError>>(
-        &mut self,
-        work: impl FnOnce(&mut Self) -> Result<T, E>,
-    ) -> Result<T, E>;
-}
-
 /// The takeover rule, stated once: a key row that already exists may be
 /// written over by a new request when it has **expired** (the purge has not
 /// removed it yet), or when it is **in progress**, its **lease has run
@@ -113,7 +99,7 @@ pub trait Transactional: KeyStore {
 /// its column types differ), and nothing else states the
 /// rule: `decide` only answers the rows that need no attempt (a replay, a
 /// mismatch, a live lease) and sends every other one here.
-pub fn takeover<Expired, InProgress, LeaseOver, SameRequest>(
+pub(crate) fn takeover<Expired, InProgress, LeaseOver, SameRequest>(
     expired: Expired,
     in_progress: InProgress,
     lease_over: LeaseOver,
@@ -131,8 +117,9 @@ where
     expired.or(in_progress.and(lease_over).and(same_request))
 }
 
-/// What a key row holds that [`takeover`] reads, each column as the
-/// predicate sees it against the database's clock.
+/// What a key row holds that the takeover rule reads (see
+/// [`KeyStore::take_over_key`]), each column as the predicate sees it
+/// against the database's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TakeoverRow<'a> {
     /// `expires_at` is past.
@@ -141,51 +128,104 @@ pub struct TakeoverRow<'a> {
     pub in_progress: bool,
     /// `locked_until` is past.
     pub lease_over: bool,
+    /// The fingerprint of the request that registered the row.
     pub fingerprint: &'a str,
+    /// The foreign step the row was registered with, if any.
     pub foreign_step: Option<&'a str>,
 }
 
-/// [`takeover`] in plain Rust, for a model of the protocol that cannot run
-/// SQL: whether a request with `fingerprint` and `foreign_step` may take
-/// `row` over. The SQL is the rule; this is its twin, pinned to it on every
-/// combination of the row's fields by `tests/takeover_twin.rs` on both
-/// backends, so that a change to one without the other fails there.
-pub fn may_take_over(row: TakeoverRow<'_>, fingerprint: &str, foreign_step: Option<&str>) -> bool {
-    let same_request = row.fingerprint == fingerprint && row.foreign_step == foreign_step;
-    row.expired || (row.in_progress && row.lease_over && same_request)
+impl TakeoverRow<'_> {
+    /// [`takeover`] in plain Rust, for a model of the protocol that cannot
+    /// run SQL: whether a request with `fingerprint` and `foreign_step` may
+    /// take this row over. The SQL is the rule; this is its twin, pinned to
+    /// it on every combination of the row's fields by
+    /// `tests/takeover_twin.rs` on both backends, so that a change to one
+    /// without the other fails there.
+    pub fn may_be_taken_over(&self, fingerprint: &str, foreign_step: Option<&str>) -> bool {
+        let same_request = self.fingerprint == fingerprint && self.foreign_step == foreign_step;
+        self.expired || (self.in_progress && self.lease_over && same_request)
+    }
 }
 
 /// A key row left in progress, with the request it was registered for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StuckKey {
+    /// The account that sent the request.
     pub account_id: i64,
+    /// The key, as the client sent it.
     pub key: String,
+    /// The request's fingerprint, as registered.
     pub fingerprint: String,
+    /// The request's path, as kept for recovery.
     pub path: String,
+    /// The request's body.
     pub body: Value,
     /// The foreign step it was registered with (see
     /// [`NewKey::foreign_step`]), if any.
     pub foreign_step: Option<String>,
 }
 
+impl StuckKey {
+    /// The request the row was registered for, as its recovery runs it again.
+    pub fn request(&self) -> KeyedRequest<'_> {
+        KeyedRequest {
+            account_id: self.account_id,
+            key: &self.key,
+            fingerprint: Fingerprint::stored(self.fingerprint.clone()),
+            path: &self.path,
+            body: &self.body,
+        }
+    }
+}
+
 /// One keyed request, scoped to the account that sent it: its identity.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct KeyedRequest<'a> {
+    /// The account that sent it: a key is one account's.
     pub account_id: i64,
+    /// The key, as [`IdempotencyKey`](crate::IdempotencyKey) parsed it.
     pub key: &'a str,
     /// What identifies the request (method, path, body).
-    pub fingerprint: &'a str,
+    pub fingerprint: Fingerprint,
     /// The request itself (its route's path and its body), kept in a row
     /// registered in progress so that a recovery task can run it again if
     /// its worker dies.
     pub path: &'a str,
+    /// The request's body.
     pub body: &'a Value,
+}
+
+impl<'a> KeyedRequest<'a> {
+    /// `account_id`'s request under `key`: `method` and `path` as received,
+    /// and the parsed `body`, fingerprinted together.
+    pub fn new(
+        account_id: i64,
+        key: &'a str,
+        method: &str,
+        path: &'a str,
+        body: &'a Value,
+    ) -> KeyedRequest<'a> {
+        KeyedRequest {
+            account_id,
+            key,
+            fingerprint: Fingerprint::of(method, path, body),
+            path,
+            body,
+        }
+    }
+
+    /// The same request, kept for recovery under `path` (the route's, as a
+    /// router decoded it) rather than the one fingerprinted as received.
+    pub fn routed_as(self, path: &'a str) -> KeyedRequest<'a> {
+        KeyedRequest { path, ..self }
+    }
 }
 
 /// A key row as it is written (inserted, or written over a row taken
 /// over): the request's, under the policy's terms.
 #[derive(Debug, Clone, Copy)]
 pub struct NewKey<'a> {
+    /// The request it is registered for.
     pub request: &'a KeyedRequest<'a>,
     /// How long the key is remembered.
     pub ttl: Duration,
@@ -196,24 +236,21 @@ pub struct NewKey<'a> {
     /// perform that same step may finish the row, never one without it nor
     /// one at another service.
     pub foreign_step: Option<&'a str>,
-    pub status: NewKeyStatus<'a>,
-}
-
-/// How a new key row is written.
-#[derive(Debug, Clone, Copy)]
-pub enum NewKeyStatus<'a> {
-    /// Registered, its operation to run, under a fresh lease.
-    InProgress,
-    /// Already completed with its response: for an operation whose response
-    /// is known before it writes (see `Operation::known_response`).
-    Completed(&'a SavedResponse),
+    /// `None`: registered in progress, its operation to run, under a fresh
+    /// lease. `Some`: already completed with this response (an operation
+    /// whose response is known before it writes, see
+    /// [`Operation::known_response`](crate::Operation::known_response)).
+    pub completed: Option<&'a SavedResponse>,
 }
 
 /// The row a request registered, and the lease that lets it complete it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
+    /// The row's account.
     pub account_id: i64,
+    /// The row's key.
     pub key: String,
+    /// The lease the row was written under: only its holder completes it.
     pub lease_token: Uuid,
     /// Whether the row was written completed already.
     pub completed: bool,
@@ -226,7 +263,7 @@ impl Claim {
             account_id: row.request.account_id,
             key: row.request.key.to_owned(),
             lease_token,
-            completed: matches!(row.status, NewKeyStatus::Completed(_)),
+            completed: row.completed.is_some(),
         }
     }
 }
@@ -234,9 +271,11 @@ impl Claim {
 /// A response as stored in a key row and replayed byte for byte.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SavedResponse {
+    /// The HTTP status.
     pub status: u16,
     /// Lowercase header names; `BTreeMap` so the order is the same every time.
     pub headers: BTreeMap<String, String>,
+    /// The JSON body.
     pub body: Value,
 }
 
@@ -257,7 +296,7 @@ impl SavedResponse {
     }
 
     /// The headers as the row's JSON column keeps them.
-    pub fn headers_json(&self) -> Value {
+    pub(crate) fn headers_json(&self) -> Value {
         serde_json::to_value(&self.headers).expect("a string map serializes")
     }
 
@@ -269,18 +308,18 @@ impl SavedResponse {
 }
 
 /// The `status` column's two values, as each backend's queries write them.
-pub const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
-pub const COMPLETED: &str = KeyStatus::Completed.as_str();
+pub(crate) const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
+pub(crate) const COMPLETED: &str = KeyStatus::Completed.as_str();
 
 /// The `status` column's two values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyStatus {
+pub(crate) enum KeyStatus {
     InProgress,
     Completed,
 }
 
 impl KeyStatus {
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             KeyStatus::InProgress => "in_progress",
             KeyStatus::Completed => "completed",
@@ -293,32 +332,37 @@ impl KeyStatus {
 pub struct KeyRecord {
     /// What identifies the request that registered the key.
     pub fingerprint: String,
+    /// What the row says.
     pub state: KeyState,
 }
 
+/// What a live key row says.
 #[derive(Debug, Clone, PartialEq)]
 pub enum KeyState {
     /// Registered, its operation not finished (key-first: between or inside
     /// its two transactions). `lease_live`: its worker's lease
     /// (`locked_until`) has not run out.
-    InProgress { lease_live: bool },
+    InProgress {
+        /// The lease has not run out.
+        lease_live: bool,
+    },
     /// Finished: the response to replay.
     Completed(SavedResponse),
 }
 
 /// A key row's columns as a backend reads them, before decoding.
-pub struct RawKeyRow {
-    pub fingerprint: String,
-    pub status: String,
-    pub lease_live: bool,
-    pub response_status: Option<i32>,
-    pub response_headers: Option<Value>,
-    pub response_body: Option<Value>,
+pub(crate) struct RawKeyRow {
+    pub(crate) fingerprint: String,
+    pub(crate) status: String,
+    pub(crate) lease_live: bool,
+    pub(crate) response_status: Option<i32>,
+    pub(crate) response_headers: Option<Value>,
+    pub(crate) response_body: Option<Value>,
 }
 
 impl RawKeyRow {
     /// The one place a row's columns become a [`KeyState`].
-    pub fn decode(self) -> QueryResult<KeyRecord> {
+    pub(crate) fn decode(self) -> QueryResult<KeyRecord> {
         let corrupt = |what: String| DieselError::DeserializationError(what.into());
         let state = match self.status.as_str() {
             s if s == KeyStatus::InProgress.as_str() => KeyState::InProgress {

@@ -17,6 +17,18 @@ use uuid::Uuid;
 
 use crate::key_store::QueryResult;
 
+/// The transaction each backend runs the protocol in (see
+/// [`Connections::transaction`](crate::Connections::transaction)). Public
+/// in a private module: implemented here, for Diesel's two connections,
+/// and for no one else.
+pub trait Backend {
+    /// Runs `work` in one transaction, as the protocol needs it.
+    fn key_transaction<T, E: From<diesel::result::Error>>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, E>,
+    ) -> Result<T, E>;
+}
+
 /// What the statements written once here need of a backend, where the two
 /// differ.
 pub(crate) trait Dialect {
@@ -67,8 +79,8 @@ macro_rules! key_store {
             use uuid::Uuid;
 
             use $crate::key_store::{
-                COMPLETED, Claim, IN_PROGRESS, KeyRecord, KeyStore, NewKey, NewKeyStatus,
-                QueryResult, RawKeyRow, SavedResponse, StuckKey, takeover,
+                COMPLETED, Claim, IN_PROGRESS, KeyRecord, KeyStore, NewKey, QueryResult,
+                RawKeyRow, SavedResponse, StuckKey, takeover,
             };
             use $crate::key_table::Dialect;
 
@@ -99,8 +111,8 @@ macro_rules! key_store {
             /// is protected for the lease, and keeps its request for
             /// recovery.
             fn new_row<'a>(row: &NewKey<'a>, lease_token: Uuid) -> QueryResult<NewRow<'a>> {
-                let (status, code, headers, body, lease, request) = match row.status {
-                    NewKeyStatus::InProgress => {
+                let (status, code, headers, body, lease, request) = match row.completed {
+                    None => {
                         let request = (
                             row.request.path,
                             D::json(Cow::Borrowed(row.request.body)),
@@ -108,7 +120,7 @@ macro_rules! key_store {
                         );
                         (IN_PROGRESS, None, None, None, row.lease, Some(request))
                     }
-                    NewKeyStatus::Completed(response) => (
+                    Some(response) => (
                         COMPLETED,
                         Some(D::code(response.status)?),
                         Some(D::json(Cow::Owned(response.headers_json()))),
@@ -122,7 +134,7 @@ macro_rules! key_store {
                     None => (None, None, None),
                 };
                 Ok((
-                    $keys::fingerprint.eq(row.request.fingerprint),
+                    $keys::fingerprint.eq(row.request.fingerprint.as_str()),
                     $keys::status.eq(status),
                     $keys::response_status.eq(code),
                     $keys::response_headers.eq(headers),
@@ -207,7 +219,7 @@ macro_rules! key_store {
                         $keys::status.eq(IN_PROGRESS),
                         $keys::locked_until.lt(D::clock()),
                         $keys::fingerprint
-                            .eq(request.fingerprint)
+                            .eq(request.fingerprint.as_str())
                             .and(D::same_step(row.foreign_step)),
                     );
                     let taken: Option<i64> = D::cached(

@@ -36,16 +36,19 @@
 //!
 //! What an operation answers in phase 3 is its own: a charge whose account
 //! was revoked meanwhile answers (and stores) a 403 instead of charging,
-//! and its [`settle`](crate::ForeignStep::settle) then voids the
+//! and its [`settle`](crate::Operation::settle) then voids the
 //! authorization at the network, so that no hold stays behind that no
 //! charge owns.
 
 use std::time::{Duration, Instant};
 
-use crate::{
-    Claim, Connections, Decision, Error, KeyStore, KeyedRequest, Mode, NewKeyStatus, Operation,
-    Outcome, Policy, Read, Registration, Transactional, answer_after_lost_claim, decide, register,
-    run_and_store, with_transient_retries,
+use crate::decide::{Decision, Read, decide};
+use crate::key_store::{Claim, KeyStore, KeyedRequest};
+use crate::operation::{Connections, Operation};
+use crate::outcome::{Error, Outcome};
+use crate::policy::{Mode, Policy};
+use crate::steps::{
+    Registration, answer_after_lost_claim, register, run_and_store, with_transient_retries,
 };
 
 /// A waiting duplicate's first pause, and its longest.
@@ -62,12 +65,12 @@ pub(crate) fn execute<C: Connections>(
     operation: &mut dyn Operation<C::Store>,
 ) -> Result<Outcome, Error> {
     // Phase 1, the row naming the foreign step it is registered for.
-    let step = operation.foreign_step().map(|s| s.name().to_owned());
+    let step = operation.foreign_step().map(str::to_owned);
     let claim = match register_or_wait(policy, connections, request, step.as_deref())? {
         Registration::Claimed(claim) => claim,
         Registration::Answered(outcome) => return Ok(outcome),
     };
-    policy.hooks.get().after_key_committed()?;
+    policy.hook(|h| h.after_key_committed())?;
     complete(policy, connections, &claim, request, operation)
 }
 
@@ -81,7 +84,7 @@ fn register_or_wait<C: Connections>(
     request: &KeyedRequest<'_>,
     step: Option<&str>,
 ) -> Result<Registration, Error> {
-    let new_key = policy.new_key(request, step, NewKeyStatus::InProgress);
+    let new_key = policy.new_key(request, step, None);
     let mut pause = FIRST_POLL;
     loop {
         let registered = connections.run(|store| {
@@ -89,10 +92,10 @@ fn register_or_wait<C: Connections>(
             // another request holds is answered (or waited for) without
             // queueing for a write (on SQLite, the database's write lock).
             let row = store.find_live_key(request.account_id, request.key)?;
-            if let Decision::Answer(outcome) = decide(row, request.fingerprint, Read::FastPath) {
+            if let Decision::Answer(outcome) = decide(row, request.fingerprint.as_str(), Read::FastPath) {
                 return Ok(Registration::Answered(outcome));
             }
-            with_transient_retries(|| store.transaction(|tx| register(policy, tx, &new_key)))
+            with_transient_retries(|| C::transaction(store, |tx| register(policy, tx, &new_key)))
         });
         let registered = match registered {
             Err(Error::KeyLocked) => Registration::Answered(Outcome::InFlight),
@@ -119,22 +122,17 @@ pub(crate) fn complete<C: Connections>(
     operation: &mut dyn Operation<C::Store>,
 ) -> Result<Outcome, Error> {
     // Phase 2: no transaction, no connection.
-    let called = match operation.foreign_step() {
-        Some(step) => step.call(),
-        None => Ok(()),
-    };
+    let called = operation.call();
     if let Err(error) = called {
         return connections.run(|store| give_up(store, claim, request, error));
     }
     // Phase 3.
-    let written = connections.run(|store| run_and_store(policy, store, claim, operation));
+    let written = connections.run(|store| run_and_store::<C>(policy, store, claim, operation));
     match written {
         Ok(response) => {
             // The answer is stored: if it means the foreign step's effect
             // will never be used (a revoked account), undo it there.
-            if let Some(step) = operation.foreign_step()
-                && let Err(e) = step.settle(&response)
-            {
+            if let Err(e) = operation.settle(&response) {
                 tracing::error!(error = %e, account = request.account_id, "could not undo a foreign step whose key will never use it; undo it by hand");
             }
             Ok(Outcome::Executed(response))

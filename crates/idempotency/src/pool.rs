@@ -6,9 +6,14 @@
 use std::time::Instant;
 
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel::result::Error as DieselError;
 
-use crate::{Connections, Error, Transactional};
+use crate::key_store::KeyStore;
+use crate::key_table::Backend;
+use crate::operation::Connections;
+use crate::outcome::Error;
 
+/// A request's connections from `pool`, until its deadline.
 pub struct PoolConnections<'a, C: R2D2Connection + 'static> {
     pool: &'a Pool<ConnectionManager<C>>,
     until: Instant,
@@ -22,12 +27,20 @@ impl<'a, C: R2D2Connection + 'static> PoolConnections<'a, C> {
     }
 }
 
-impl<C: R2D2Connection + Transactional + 'static> Connections for PoolConnections<'_, C> {
+/// For Diesel's `PgConnection` and `SqliteConnection`.
+impl<C: R2D2Connection + KeyStore + Backend + 'static> Connections for PoolConnections<'_, C> {
     type Store = C;
 
     fn run<T>(&mut self, work: impl FnOnce(&mut C) -> Result<T, Error>) -> Result<T, Error> {
         let mut conn = self.pool.get().map_err(|e| Error::Connection(e.into()))?;
         work(&mut conn)
+    }
+
+    fn transaction<T, E: From<DieselError>>(
+        store: &mut C,
+        work: impl FnOnce(&mut C) -> Result<T, E>,
+    ) -> Result<T, E> {
+        store.key_transaction(work)
     }
 
     fn until(&self) -> Instant {

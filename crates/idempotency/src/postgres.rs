@@ -14,8 +14,8 @@ use diesel::sql_types::{Interval, Timestamptz};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::key_store::{QueryResult, Transactional};
-use crate::key_table::{self, Dialect};
+use crate::key_store::QueryResult;
+use crate::key_table::{self, Backend, Dialect};
 use crate::webhook::inbox;
 use schema::{idempotency_keys as keys, webhook_inbox};
 
@@ -23,11 +23,8 @@ use schema::{idempotency_keys as keys, webhook_inbox};
 /// of yours (run once; add your foreign key to your accounts table).
 pub const CREATE_TABLE: &str = include_str!("../sql/postgres.sql");
 
-/// The webhook inbox's `CREATE` statements (`sql/postgres_inbox.sql`), for
-/// a migration of a receiver's (run once).
-pub const CREATE_INBOX: &str = include_str!("../sql/postgres_inbox.sql");
-
 /// The tables, as `sql/postgres.sql` and `sql/postgres_inbox.sql` create them.
+#[allow(missing_docs)] // Diesel's table! writes the columns.
 pub mod schema {
     diesel::table! {
         idempotency_keys (account_id, key) {
@@ -163,8 +160,8 @@ impl Dialect for PgConnection {
 /// index entry until the first transaction commits (then finds its row) or
 /// rolls back (then inserts); at REPEATABLE READ it would fail with a
 /// serialization error instead.
-impl Transactional for PgConnection {
-    fn transaction<T, E: From<diesel::result::Error>>(
+impl Backend for PgConnection {
+    fn key_transaction<T, E: From<diesel::result::Error>>(
         &mut self,
         work: impl FnOnce(&mut Self) -> Result<T, E>,
     ) -> Result<T, E> {

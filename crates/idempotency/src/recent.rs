@@ -3,13 +3,13 @@
 //!
 //! A request whose (account, key) is here reads its key row first, in one
 //! statement and no transaction, and is replayed if the row says so (see
-//! `execute`; atomic mode without a foreign step, the one shape that reads
+//! `Policy::execute`; atomic mode without a foreign step, the one shape that reads
 //! nothing before its transaction). The database stays the authority: a key that expired, was
 //! purged or was expired (by a demo, say) since is not replayed from here, and
 //! a miss falls through to the protocol's transaction. A first request pays
 //! one hash look-up.
 //!
-//! Bounded: past [`CAPACITY`] entries the oldest is forgotten (its retry
+//! Bounded: past its capacity the oldest is forgotten (its retry
 //! then runs the transaction, as it would have without the hint). Only a
 //! 64-bit hash of each pair is kept, under a per-process random seed, so a
 //! collision (another key's retry hinted) costs one read, never an answer.
@@ -20,8 +20,9 @@ use std::sync::Mutex;
 
 /// Entries kept: about 2 MB; at 3 000 first requests a second, the last
 /// half-minute of keys.
-pub const CAPACITY: usize = 100_000;
+const CAPACITY: usize = 100_000;
 
+/// A bounded set of (account, key) pairs this process completed lately.
 pub struct RecentKeys {
     seed: std::hash::RandomState,
     capacity: usize,
@@ -42,6 +43,7 @@ impl Default for RecentKeys {
 }
 
 impl RecentKeys {
+    /// At most `capacity` entries (the default: 100 000).
     pub fn with_capacity(capacity: usize) -> RecentKeys {
         RecentKeys {
             seed: std::hash::RandomState::new(),
@@ -75,10 +77,12 @@ impl RecentKeys {
         }
     }
 
+    /// How many are kept.
     pub fn len(&self) -> usize {
         self.lock().set.len()
     }
 
+    /// Whether none is.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

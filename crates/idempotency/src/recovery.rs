@@ -11,10 +11,12 @@
 use diesel::result::Error as DieselError;
 
 use crate::key_first::run_claimed;
-use crate::{
-    Connections, Error, KeyStore, KeyedRequest, NewKeyStatus, Operation, Outcome, Policy,
-    SavedResponse, Transactional, phases, with_transient_retries,
-};
+use crate::key_store::{KeyStore, KeyedRequest, SavedResponse};
+use crate::operation::{Connections, Operation};
+use crate::outcome::{Error, Outcome};
+use crate::phases;
+use crate::policy::Policy;
+use crate::steps::with_transient_retries;
 
 impl Policy {
     /// Finishes a stuck key (see the module's doc), foreign step included.
@@ -27,10 +29,10 @@ impl Policy {
         request: &KeyedRequest<'_>,
         operation: &mut dyn Operation<C::Store>,
     ) -> Result<Option<SavedResponse>, Error> {
-        let step = operation.foreign_step().map(|s| s.name().to_owned());
-        let new_key = self.new_key(request, step.as_deref(), NewKeyStatus::InProgress);
+        let step = operation.foreign_step().map(str::to_owned);
+        let new_key = self.new_key(request, step.as_deref(), None);
         let claimed = connections.run(|store| {
-            with_transient_retries(|| store.transaction(|tx| Ok(tx.take_over_key(&new_key)?)))
+            with_transient_retries(|| C::transaction(store, |tx| Ok(tx.take_over_key(&new_key)?)))
         })?;
         let Some(claim) = claimed else {
             return Ok(None);
@@ -38,7 +40,7 @@ impl Policy {
         let outcome = match step {
             Some(_) => phases::complete(self, connections, &claim, request, operation)?,
             None => {
-                connections.run(|store| run_claimed(self, store, &claim, request, operation))?
+                connections.run(|store| run_claimed::<C>(self, store, &claim, request, operation))?
             }
         };
         match outcome {
@@ -50,7 +52,7 @@ impl Policy {
     /// Gives a stuck key whose request cannot be run again (the caller
     /// cannot rebuild it) a stored terminal answer, `response`, so that it
     /// stops being found as stuck. `step`: the foreign step the row names
-    /// (`StuckKey::foreign_step`), as the takeover rule asks. `false`:
+    /// ([`StuckKey::foreign_step`](crate::StuckKey::foreign_step)), as the takeover rule asks. `false`:
     /// someone else took it first.
     pub fn close_unrecoverable<C: Connections>(
         &self,
@@ -59,10 +61,10 @@ impl Policy {
         step: Option<&str>,
         response: &SavedResponse,
     ) -> Result<bool, Error> {
-        let new_key = self.new_key(request, step, NewKeyStatus::Completed(response));
+        let new_key = self.new_key(request, step, Some(response));
         connections.run(|store| {
             with_transient_retries(|| {
-                store.transaction(|tx| Ok(tx.take_over_key(&new_key)?.is_some()))
+                C::transaction(store, |tx| Ok(tx.take_over_key(&new_key)?.is_some()))
             })
         })
     }
@@ -76,7 +78,7 @@ impl Policy {
         let mut total = 0;
         loop {
             let n = store.purge_expired_keys(batch)?;
-            self.metrics.keys_purged(n as u64);
+            self.hooks.iter().for_each(|h| h.keys_purged(n as u64));
             total += n;
             if (n as i64) < batch {
                 return Ok(total);

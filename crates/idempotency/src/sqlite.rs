@@ -12,8 +12,8 @@ use diesel::sqlite::SqliteConnection;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::key_store::{QueryResult, Transactional};
-use crate::key_table::{self, Dialect};
+use crate::key_store::QueryResult;
+use crate::key_table::{self, Backend, Dialect};
 use crate::webhook::inbox;
 use schema::{idempotency_keys as keys, webhook_inbox};
 
@@ -21,11 +21,8 @@ use schema::{idempotency_keys as keys, webhook_inbox};
 /// of yours (run once; add your foreign key to your accounts table).
 pub const CREATE_TABLE: &str = include_str!("../sql/sqlite.sql");
 
-/// The webhook inbox's `CREATE` statements (`sql/sqlite_inbox.sql`), for
-/// a migration of a receiver's (run once).
-pub const CREATE_INBOX: &str = include_str!("../sql/sqlite_inbox.sql");
-
 /// The tables, as `sql/sqlite.sql` and `sql/sqlite_inbox.sql` create them.
+#[allow(missing_docs)] // Diesel's table! writes the columns.
 pub mod schema {
     diesel::table! {
         idempotency_keys (account_id, key) {
@@ -57,7 +54,7 @@ pub mod schema {
 
 /// A time as SQLite stores it: RFC 3339 in UTC with microseconds, a fixed
 /// width, so that text order is time order.
-pub fn time_text(t: DateTime<Utc>) -> String {
+pub(crate) fn time_text(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
@@ -130,8 +127,8 @@ impl Dialect for SqliteConnection {
 /// concurrent writer (a second insert of the same key among them) waits for
 /// the whole transaction (the busy timeout) instead of failing halfway
 /// when a deferred transaction upgrades its lock.
-impl Transactional for SqliteConnection {
-    fn transaction<T, E: From<diesel::result::Error>>(
+impl Backend for SqliteConnection {
+    fn key_transaction<T, E: From<diesel::result::Error>>(
         &mut self,
         work: impl FnOnce(&mut Self) -> Result<T, E>,
     ) -> Result<T, E> {

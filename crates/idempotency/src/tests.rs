@@ -1,10 +1,40 @@
 //! The protocol's pure parts, table by table: `decide` and the retry loop.
 
-use super::*;
-use diesel::result::DatabaseErrorKind;
+use diesel::result::{DatabaseErrorInformation, DatabaseErrorKind, Error as DieselError};
 
+use crate::decide::{Decision, Read, decide};
+use crate::steps::{MAX_ATTEMPTS, with_transient_retries};
+use crate::{Error, Fingerprint, KeyRecord, KeyState, Outcome, SavedResponse};
+
+struct Info(&'static str);
+
+impl DatabaseErrorInformation for Info {
+    fn message(&self) -> &str {
+        self.0
+    }
+    fn details(&self) -> Option<&str> {
+        None
+    }
+    fn hint(&self) -> Option<&str> {
+        None
+    }
+    fn table_name(&self) -> Option<&str> {
+        None
+    }
+    fn column_name(&self) -> Option<&str> {
+        None
+    }
+    fn constraint_name(&self) -> Option<&str> {
+        None
+    }
+    fn statement_position(&self) -> Option<i32> {
+        None
+    }
+}
+
+/// A database error as a backend would report it.
 fn db_error(kind: DatabaseErrorKind, message: &'static str) -> Error {
-    Error::Database(super::failure::tests::error(kind, message))
+    Error::Database(DieselError::DatabaseError(kind, Box::new(Info(message))))
 }
 
 /// Every (row state, fingerprint, where it was read) and what follows.

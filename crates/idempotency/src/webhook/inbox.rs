@@ -17,7 +17,7 @@
 //! lock under `BEGIN IMMEDIATE`), then sees `Duplicate` once the first
 //! commits, or `First` if it rolled back: the effect happens once either
 //! way. The table is `sql/postgres_inbox.sql` or `sql/sqlite_inbox.sql`
-//! (`postgres::CREATE_INBOX`, `sqlite::CREATE_INBOX`).
+//! (`webhook::POSTGRES_INBOX`, `webhook::SQLITE_INBOX`).
 
 use std::time::Duration;
 
@@ -51,9 +51,9 @@ pub trait InboxStore {
 /// a real event's place.
 ///
 /// On PostgreSQL run it at READ COMMITTED (Diesel's `transaction` and
-/// [`Transactional`](crate::Transactional) do): at REPEATABLE READ a
+/// [`Connections::transaction`](crate::Connections::transaction) does): at REPEATABLE READ a
 /// concurrent delivery fails with a serialization error instead of
-/// waiting. On SQLite use `immediate_transaction` (or `Transactional`).
+/// waiting. On SQLite use `immediate_transaction` .
 pub fn receive<C: InboxStore + ?Sized>(
     tx: &mut C,
     source: &str,

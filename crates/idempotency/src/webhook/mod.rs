@@ -25,6 +25,16 @@ pub use headers::{Headers, RequestError, unix_now, verify_request};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use inbox::{InboxStore, Received, purge, receive};
 
+/// The inbox's `CREATE` statements on PostgreSQL
+/// (`sql/postgres_inbox.sql`), for a migration of a receiver's (run once);
+/// its Diesel table is `postgres::schema::webhook_inbox`.
+#[cfg(feature = "postgres")]
+pub const POSTGRES_INBOX: &str = include_str!("../../sql/postgres_inbox.sql");
+
+/// The inbox's `CREATE` statements on SQLite (`sql/sqlite_inbox.sql`).
+#[cfg(feature = "sqlite")]
+pub const SQLITE_INBOX: &str = include_str!("../../sql/sqlite_inbox.sql");
+
 pub use signature::{
     Secret, SecretError, SignatureError, TOLERANCE, sign, signature_header, verify,
 };

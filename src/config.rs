@@ -293,18 +293,15 @@ fn mode_parser() -> impl clap::builder::TypedValueParser<Value = Mode> {
 
 impl Settings {
     /// The Idempotency-Key protocol's policy these settings choose, with
-    /// the metrics registry; no hint of recent keys and no hooks (a state
-    /// adds its own).
+    /// the metrics registry as its one hook; no hint of recent keys (a state
+    /// adds its own, and a demo's request its faults).
     pub fn key_policy(&self) -> Policy {
         Policy {
             mode: self.idempotency_mode,
             ttl: self.idempotency_ttl,
             lease: self.idempotency_lease,
             recent: None,
-            hooks: Default::default(),
-            // Every field named: `..Policy::new()` would allocate a default
-            // `NoMetrics` per request only to drop it.
-            metrics: crate::metrics::protocol(),
+            hooks: vec![crate::metrics::protocol()],
         }
     }
 

@@ -168,7 +168,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
 /// The protocol crate's counts, recorded here.
 struct Protocol;
 
-impl idempotency::Metrics for Protocol {
+impl idempotency::Hooks for Protocol {
     fn key_conflict(&self, waited: Duration) {
         METRICS.key_conflicts.observe(waited.as_secs_f64());
     }
@@ -178,9 +178,9 @@ impl idempotency::Metrics for Protocol {
     }
 }
 
-/// What the protocol's [`Policy`](idempotency::Policy) records its counts with.
-pub fn protocol() -> std::sync::Arc<dyn idempotency::Metrics> {
-    static PROTOCOL: LazyLock<std::sync::Arc<dyn idempotency::Metrics>> =
+/// The hook the protocol's [`Policy`](idempotency::Policy) records its counts with.
+pub fn protocol() -> std::sync::Arc<dyn idempotency::Hooks> {
+    static PROTOCOL: LazyLock<std::sync::Arc<dyn idempotency::Hooks>> =
         LazyLock::new(|| std::sync::Arc::new(Protocol));
     PROTOCOL.clone()
 }

@@ -34,12 +34,13 @@ use crate::http::refunds::CreateRefund;
 use crate::metrics::METRICS;
 use crate::network::client::NetworkClient;
 use crate::payments::domain::NewRefund;
+use crate::store::RequestHooks;
 use crate::store::{Store, StuckKey};
 use crate::telemetry::log_safe;
 use crate::webhooks::endpoints;
 use crate::webhooks::registration;
 use crate::webhooks::targets::TargetPolicy;
-use idempotency::{Connections, KeyedRequest, Policy, RequestHooks};
+use idempotency::{Connections, KeyedRequest, Policy};
 
 /// How much of a client's key a log line shows (escaped, as every field a
 /// client chooses).
@@ -148,13 +149,7 @@ pub fn pass(
         Ok(keys)
     })?;
     for stuck in stuck_keys {
-        let request = KeyedRequest {
-            account_id: stuck.account_id,
-            key: &stuck.key,
-            fingerprint: &stuck.fingerprint,
-            path: &stuck.path,
-            body: &stuck.body,
-        };
+        let request = stuck.request();
         let key = log_safe(&stuck.key, LOGGED_KEY_LEN);
         let path = log_safe(&stuck.path, LOGGED_KEY_LEN);
         let network = match &stuck.foreign_step {

@@ -27,7 +27,7 @@ use super::{
 use crate::http::accounts;
 use crate::http::problem::{self, ApiError, DEMO_ACCOUNT_ONLY, SIMULATED_LOST_RESPONSE};
 use crate::http::state::AppState;
-use idempotency::hooks::{HookFailure, RequestHooks, TxHooks};
+use crate::store::{HookFailure, Hooks, RequestHooks};
 use idempotency::{IdempotencyKey, Mode};
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -195,11 +195,24 @@ struct DemoHooks {
     refused: Arc<std::sync::Mutex<Option<Busy>>>,
 }
 
-impl TxHooks for DemoHooks {
+/// The protocol's points: a hook's failure goes back boxed, and the
+/// application's errors downcast it to its [`HookFailure`].
+impl idempotency::Hooks for DemoHooks {
+    fn before_commit(&self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        Ok(self.commit()?)
+    }
+
+    fn after_key_committed(&self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.key_committed();
+        Ok(())
+    }
+}
+
+impl DemoHooks {
     /// Inside the transaction, before COMMIT. The delay slot is taken here,
     /// by the request that really holds a transaction: a duplicate waiting
     /// on the key holds none.
-    fn before_commit(&self) -> Result<(), HookFailure> {
+    fn commit(&self) -> Result<(), HookFailure> {
         if let Some(delay) = self.faults.delay_commit {
             let _slot = match self.delayed.take(self.holder, delay) {
                 Ok(slot) => slot,
@@ -216,7 +229,7 @@ impl TxHooks for DemoHooks {
         Ok(())
     }
 
-    fn after_key_committed(&self) -> Result<(), HookFailure> {
+    fn key_committed(&self) {
         if self.faults.crash_after_key {
             tracing::warn!("Demo-Fault: crash-after-key: killing this process with SIGKILL");
             // SIGKILL: no unwinding, no destructors, no rollback: a real crash.
@@ -225,9 +238,11 @@ impl TxHooks for DemoHooks {
         if self.faults.abandon {
             stop_as_a_dead_worker("abandon");
         }
-        Ok(())
     }
+}
 
+/// The application's points, around the card network's call.
+impl Hooks for DemoHooks {
     fn before_remote_call(&self) -> Result<(), HookFailure> {
         if self.faults.network_down {
             return Err(HookFailure::Unavailable(
@@ -556,7 +571,7 @@ impl After {
     ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
         let replayed = response
             .headers()
-            .contains_key(crate::http::requests::IDEMPOTENT_REPLAYED);
+            .contains_key(idempotency::Outcome::REPLAYED_HEADER);
         if self.forget_commit && response.status() == StatusCode::CREATED && !replayed {
             let charge = response
                 .headers()

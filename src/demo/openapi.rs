@@ -10,7 +10,7 @@ use crate::http::problem::{
     Answer, CROSS_SITE_REQUEST, DEMO_ACCOUNT_ONLY, DEMO_ROOM_FULL, DEMO_ROOM_UNKNOWN,
     SIMULATED_LOST_ANSWER, SIMULATED_LOST_RESPONSE, WEBHOOK_NOT_VERIFIED,
 };
-use idempotency::key::{MAX_LEN, VALUE_PATTERN};
+use idempotency::IdempotencyKey;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -95,8 +95,8 @@ pub fn add(doc: &mut utoipa::openapi::OpenApi) {
                 .schema_type(Type::String)
                 .min_length(Some(1));
             p.schema = Some(
-                key.max_length(Some(MAX_LEN))
-                    .pattern(Some(VALUE_PATTERN))
+                key.max_length(Some(IdempotencyKey::MAX_LEN))
+                    .pattern(Some(IdempotencyKey::VALUE_PATTERN))
                     .into(),
             );
         }

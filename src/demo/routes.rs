@@ -21,7 +21,7 @@ use crate::http::requests::{self, JsonRequest, KeyUse};
 use crate::http::state::AppState;
 use crate::http::{get, resource};
 use crate::network::client::NetworkClient;
-use crate::store::{Charge, KeyStatus, Page, Store, time_text};
+use crate::store::{Charge, Page, Store, time_text};
 use idempotency::{IdempotencyKey, SavedResponse};
 
 /// Rows of each table the page is shown at most.
@@ -110,7 +110,7 @@ async fn check_then_insert(
                     tx.insert_charge(&create.charge)?;
                     tx.write_event(&charges::charge_event(&create.charge))?;
                     queries::insert_unguarded(tx, account_id, &row, create.charge.id)?;
-                    hooks.get().before_commit()?;
+                    hooks.before_commit()?;
                     Ok::<_, ApiError>(())
                 })?;
                 Ok((create.response, false))
@@ -240,7 +240,7 @@ fn key_view(k: queries::KeyView) -> Value {
         "expired": k.expired,
         // Key-first: an in-progress row is protected until then.
         "locked_until": k.locked_until,
-        "lease_live": k.status == KeyStatus::InProgress.as_str() && k.lease_live,
+        "lease_live": k.status == "in_progress" && k.lease_live,
         "status": k.status,
     })
 }

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::http::paging::ListRequest;
 use crate::http::problem::{ApiError, CARD_DECLINED, Problem, saved_problem};
-use crate::http::requests::{self, JsonRequest, KeyUse, json_response, record_outcome, respond};
+use crate::http::requests::{self, JsonRequest, KeyUse, record_outcome, respond};
 use crate::http::schemas::{
     self, ChargeId, ChargeRequestBody, ChargeStatus, DescriptionBody, KeyParam, ListCursor,
 };
@@ -25,10 +25,9 @@ use crate::payments::methods::{self, Decline};
 use crate::store::{
     AccountStore, Charge, ChargeStore, Checkouts, Event, WebhookStore, now_micros, time_text,
 };
+use crate::store::{RequestHooks, write_alone};
 use crate::webhooks::events;
-use idempotency::hooks::RequestHooks;
-use idempotency::hooks::write_alone;
-use idempotency::{self, ForeignStep, IdempotencyKey, Operation, SavedResponse};
+use idempotency::{self, IdempotencyKey, Operation, SavedResponse};
 
 pub const PATH: &str = "/charges";
 
@@ -169,7 +168,7 @@ impl CreateCharge {
                 }
                 tx.insert_charge(charge)?;
                 tx.write_event(&event)?;
-                hooks.get().before_commit()?;
+                hooks.before_commit()?;
                 Ok(true)
             })
         })?;
@@ -214,8 +213,8 @@ pub fn revoked() -> SavedResponse {
 /// decline.
 fn answer(charge: &Charge) -> SavedResponse {
     match charge.failure_code.as_deref().and_then(methods::decline) {
-        None => json_response(
-            StatusCode::CREATED,
+        None => SavedResponse::json(
+            StatusCode::CREATED.as_u16(),
             Some(format!("{PATH}/{}", charge.id)),
             charge_json(charge),
         ),
@@ -254,22 +253,26 @@ impl<Tx: ChargeStore + AccountStore + WebhookStore + ?Sized> Operation<Tx> for C
         (!self.check_account).then_some(&self.response)
     }
 
-    fn foreign_step(&mut self) -> Option<&mut dyn ForeignStep> {
-        self.network
-            .as_mut()
-            .map(|call| call as &mut dyn ForeignStep)
+    fn foreign_step(&self) -> Option<&str> {
+        self.network.as_ref().map(|call| call.client.identity())
+    }
+
+    fn call(&mut self) -> Result<(), idempotency::Error> {
+        self.network.as_mut().map_or(Ok(()), NetworkCall::call)
+    }
+
+    fn settle(&mut self, stored: &SavedResponse) -> Result<(), idempotency::Error> {
+        let network = self.network.as_mut();
+        network.map_or(Ok(()), |call| call.settle(stored))
     }
 }
 
 /// Asked under the same key every time: a retry of ours is the network's
 /// replay.
-impl ForeignStep for NetworkCall {
-    fn name(&self) -> &str {
-        self.client.identity()
-    }
-
+impl NetworkCall {
     fn call(&mut self) -> Result<(), idempotency::Error> {
-        self.hooks.get().before_remote_call()?;
+        let injected = |f| idempotency::Error::Hook(Box::new(f));
+        self.hooks.before_remote_call().map_err(injected)?;
         let answer = self
             .client
             .authorize(&self.key, self.amount, &self.currency, &self.payment_method)
@@ -277,7 +280,7 @@ impl ForeignStep for NetworkCall {
                 client::NetworkError::KeyReused => idempotency::Error::DependencyKeyReused,
                 e => idempotency::Error::Dependency(e.to_string()),
             })?;
-        self.hooks.get().after_remote_call()?;
+        self.hooks.after_remote_call().map_err(injected)?;
         match answer {
             client::Answer::Authorized(a) => self.authorized = Some(a.id),
             client::Answer::Declined(d) => self.declined = Some(d),

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::payments::domain::FieldError;
 use crate::store::{Failure, classify};
-use idempotency::hooks::HookFailure;
+use crate::store::{HookFailure, WriteError};
 use idempotency::{self, KeyError, SavedResponse};
 
 pub const CONTENT_TYPE: &str = "application/problem+json";
@@ -469,12 +469,21 @@ impl From<HookFailure> for ApiError {
     }
 }
 
-impl From<idempotency::hooks::WriteError> for ApiError {
-    fn from(e: idempotency::hooks::WriteError) -> Self {
+impl From<WriteError> for ApiError {
+    fn from(e: WriteError) -> Self {
         match e {
-            idempotency::hooks::WriteError::Database(e) => e.into(),
-            idempotency::hooks::WriteError::Hook(e) => e.into(),
+            WriteError::Database(e) => e.into(),
+            WriteError::Hook(e) => hook_failure(e),
         }
+    }
+}
+
+/// A hook's failure, as the protocol hands it back: the application's own
+/// [`HookFailure`], or any other error (a 500).
+fn hook_failure(e: Box<dyn std::error::Error + Send + Sync>) -> ApiError {
+    match e.downcast::<HookFailure>() {
+        Ok(failure) => (*failure).into(),
+        Err(e) => ApiError::internal(e),
     }
 }
 
@@ -482,7 +491,7 @@ impl From<idempotency::Error> for ApiError {
     fn from(e: idempotency::Error) -> Self {
         match e {
             idempotency::Error::Database(e) => e.into(),
-            idempotency::Error::Hook(e) => e.into(),
+            idempotency::Error::Hook(e) => hook_failure(e),
             idempotency::Error::Connection(e) => match e.downcast::<crate::store::RunError>() {
                 Ok(e) => (*e).into(),
                 Err(e) => ApiError::internal(e),

@@ -20,7 +20,7 @@ use crate::http::paging::ListRequest;
 use crate::http::problem::{
     ApiError, CHARGE_NOT_REFUNDABLE, NOT_FOUND, REFUND_EXCEEDS_CHARGE, saved,
 };
-use crate::http::requests::{self, KeyUse, json_response, record_outcome, respond};
+use crate::http::requests::{self, KeyUse, record_outcome, respond};
 use crate::http::state::AppState;
 use crate::payments::domain::NewRefund;
 use crate::store::{
@@ -137,8 +137,8 @@ pub(crate) fn refund(
             tx.insert_refund(&refund)?;
             let data = charge_json(&charge).to_string();
             tx.write_event(&Event::new(account_id, CHARGE_REFUNDED, data))?;
-            json_response(
-                StatusCode::CREATED,
+            SavedResponse::json(
+                StatusCode::CREATED.as_u16(),
                 Some(format!("{PATH}/{}/refunds/{}", charge.id, refund.id)),
                 serde_json::to_value(RefundView::from(&refund)).expect("a refund serializes"),
             )
@@ -215,11 +215,11 @@ pub async fn create(
             let response = state
                 .db(&req, move |store| {
                     // Two statements that must commit together: a transaction.
-                    Ok(store.transaction(|tx| {
+                    store.transaction(|tx| {
                         let response = refund(tx, account_id, charge, amount)?;
-                        hooks.get().before_commit()?;
-                        Ok::<_, idempotency::Error>(response)
-                    })?)
+                        hooks.before_commit()?;
+                        Ok::<_, ApiError>(response)
+                    })
                 })
                 .await?;
             record_outcome("no_key", "none");

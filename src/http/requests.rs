@@ -4,8 +4,7 @@
 //! protocol in `idempotency` on a pooled connection, and the answer it
 //! gives, as HTTP.
 
-use actix_web::http::StatusCode;
-use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt;
 use serde_json::Value;
@@ -13,16 +12,13 @@ use serde_json::Value;
 use crate::http::problem::{ApiError, IN_FLIGHT_RETRY_AFTER_SECS};
 use crate::http::state::AppState;
 use crate::metrics::METRICS;
+use crate::store::RequestHooks;
 use crate::telemetry;
-use idempotency::hooks::RequestHooks;
 use idempotency::{
     self, Fingerprint, IdempotencyKey, KeyedRequest, Operation, Outcome, SavedResponse,
 };
 
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
-/// Set on a response that was replayed from a stored key instead of executed.
-pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
-
 /// Whether a write reads the `Idempotency-Key` header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyUse {
@@ -125,7 +121,8 @@ pub async fn run_keyed(
     key: IdempotencyKey,
     mut operation: impl Operation<dyn crate::store::Store> + Send + 'static,
 ) -> Result<HttpResponse, ApiError> {
-    let fingerprint = request.fingerprint(req);
+    let method = req.method().clone();
+    let received = req.path().to_owned();
     let policy = state.key_policy(request.hooks);
     let mode = policy.mode;
     let (account_id, body) = (request.account_id, request.body);
@@ -134,13 +131,11 @@ pub async fn run_keyed(
     let path = req.match_info().as_str().to_owned();
     let outcome = state
         .db_checkouts(req, move |checkouts| {
-            let keyed = KeyedRequest {
-                account_id,
-                key: key.as_str(),
-                fingerprint: fingerprint.as_str(),
-                path: &path,
-                body: &body,
-            };
+            // The fingerprint is the request's as received (a client that
+            // spells the path otherwise sent another request).
+            let keyed =
+                KeyedRequest::new(account_id, key.as_str(), method.as_str(), &received, &body)
+                    .routed_as(&path);
             Ok(policy.execute(checkouts, &keyed, &mut operation)?)
         })
         .await?;
@@ -169,42 +164,14 @@ pub fn record_outcome(outcome: &'static str, mode: &str) {
         .inc();
 }
 
-/// A JSON response to store and send: its status, `Content-Type` and, for
-/// something created, `Location`.
-pub fn json_response(status: StatusCode, location: Option<String>, body: Value) -> SavedResponse {
-    let mut headers = std::collections::BTreeMap::from([(
-        "content-type".to_owned(),
-        "application/json".to_owned(),
-    )]);
-    if let Some(location) = location {
-        headers.insert("location".to_owned(), location);
-    }
-    SavedResponse {
-        status: status.as_u16(),
-        headers,
-        body,
-    }
-}
-
-/// A stored (or just made) response as HTTP.
+/// A stored (or just made) response as HTTP, with RFC 9110's reason
+/// phrases.
 pub fn respond(saved: &SavedResponse, replayed: bool) -> HttpResponse {
-    let status = StatusCode::from_u16(saved.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = HttpResponse::build(status);
-    if let Some(reason) = crate::http::problem::rfc9110_reason(status) {
-        response.reason(reason);
+    let mut response = saved.to_http(replayed);
+    if let Some(reason) = crate::http::problem::rfc9110_reason(response.status()) {
+        response.head_mut().reason = Some(reason);
     }
-    for (name, value) in &saved.headers {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::try_from(name.as_str()),
-            HeaderValue::try_from(value.as_str()),
-        ) {
-            response.insert_header((name, value));
-        }
-    }
-    if replayed {
-        response.insert_header((IDEMPOTENT_REPLAYED, HeaderValue::from_static("true")));
-    }
-    response.body(saved.body_bytes())
+    response
 }
 
 /// `Content-Type: application/json` exactly once, in any case, with no

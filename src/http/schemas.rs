@@ -12,7 +12,7 @@ use crate::payments::domain::{
     CURRENCIES, DESCRIPTION_PATTERN, MAX_AMOUNT, MAX_DESCRIPTION_CHARS, MIN_AMOUNT,
 };
 use crate::payments::methods::{self, PAYMENT_METHODS};
-use idempotency::key::{HEADER_PATTERN, MAX_LEN};
+use idempotency::IdempotencyKey;
 
 /// The body of `POST /charges`. An unknown member, or a member given twice, is a 400.
 #[derive(utoipa::ToSchema)]
@@ -168,8 +168,8 @@ impl PartialSchema for KeyHeader {
         ObjectBuilder::new()
             .schema_type(Type::String)
             .min_length(Some(1))
-            .max_length(Some(2 * MAX_LEN + 2))
-            .pattern(Some(HEADER_PATTERN))
+            .max_length(Some(2 * IdempotencyKey::MAX_LEN + 2))
+            .pattern(Some(IdempotencyKey::HEADER_PATTERN))
             .into()
     }
 }

@@ -14,9 +14,9 @@ use crate::config::Settings;
 use crate::http::accounts::Authenticator;
 use crate::http::problem::ApiError;
 use crate::network::client::NetworkClient;
+use crate::store::RequestHooks;
 use crate::store::{Checkouts, DbPool, Store};
 use idempotency::RecentKeys;
-use idempotency::hooks::RequestHooks;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -27,7 +27,7 @@ pub struct AppState {
     /// The card network a charge asks to authorize it, if any.
     pub network: Option<Arc<NetworkClient>>,
     pub settings: Arc<Settings>,
-    /// The keys this process completed lately (see `idempotency::recent`).
+    /// The keys this process completed lately (see `idempotency::RecentKeys`).
     pub recent_keys: Arc<RecentKeys>,
     /// What runs at the named points of a write's transactions: none
     /// installed, unless this is the demo's state for a request with
@@ -39,11 +39,12 @@ impl AppState {
     /// The Idempotency-Key protocol's policy for a request of this state's,
     /// run with `hooks` (none but the demo's or a test's).
     pub fn key_policy(&self, hooks: RequestHooks) -> idempotency::Policy {
-        idempotency::Policy {
+        let mut policy = idempotency::Policy {
             recent: Some(self.recent_keys.clone()),
-            hooks,
             ..self.settings.key_policy()
-        }
+        };
+        policy.hooks.extend(hooks.protocol());
+        policy
     }
 
     /// Runs `work` on a pooled connection, within what is left of `req`'s deadline

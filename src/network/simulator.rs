@@ -41,7 +41,7 @@ use crate::http::accounts::{self, Authenticator};
 use crate::http::hosts::{self, AllowedHosts};
 use crate::http::limits::Peers;
 use crate::http::problem::ApiError;
-use crate::http::requests::{self, KeyUse, json_response};
+use crate::http::requests::{self, KeyUse};
 use crate::http::state::AppState;
 use crate::store::{Authorization, AuthorizationStore, DbPool, Store, now_micros, time_text};
 use crate::telemetry;
@@ -119,8 +119,8 @@ async fn authorize(
     };
     let (authorization, response) = match new.payment_method.decline {
         None => {
-            let response = json_response(
-                StatusCode::CREATED,
+            let response = SavedResponse::json(
+                StatusCode::CREATED.as_u16(),
                 Some(format!("{PATH}/{}", authorization.id)),
                 view(&authorization),
             );
@@ -203,7 +203,7 @@ async fn void(
     let operation =
         move |tx: &mut (dyn Store + 'static)| -> Result<SavedResponse, idempotency::Error> {
             Ok(match tx.void_authorization(account_id, id)? {
-                Some(voided) => json_response(StatusCode::OK, None, view(&voided)),
+                Some(voided) => SavedResponse::json(StatusCode::OK.as_u16(), None, view(&voided)),
                 None => crate::http::problem::saved(
                     &crate::http::problem::NOT_FOUND,
                     "This merchant has no authorization with this id.",

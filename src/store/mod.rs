@@ -26,6 +26,8 @@
 
 pub mod database;
 pub mod deliveries;
+pub mod failure;
+pub mod hooks;
 pub mod pool;
 pub mod postgres;
 pub mod redact;
@@ -42,10 +44,10 @@ use uuid::Uuid;
 
 pub use database::SetupError;
 pub use diesel::result::Error as QueryError;
-pub use idempotency::failure::{Failure, classify};
-pub use idempotency::key_store::{
-    Claim, KeyRecord, KeyState, KeyStatus, KeyStore, KeyedRequest, SavedResponse, StuckKey,
-    Transactional,
+pub use failure::{Failure, classify};
+pub use hooks::{HookFailure, Hooks, RequestHooks, WriteError, write_alone};
+pub use idempotency::{
+    Claim, KeyRecord, KeyState, KeyStore, KeyedRequest, SavedResponse, StuckKey,
 };
 pub use pool::{
     Backend, Checkouts, Connection, DbPool, PoolSettings, PoolTimeout, PooledStore, RunError,
@@ -97,7 +99,41 @@ pub enum AnyConnection<'a> {
     Sqlite(&'a mut SqliteConnection),
 }
 
-/// The protocol's transactions on the application's connection.
+/// A transaction on one of the application's connections: on the protocol's
+/// behalf ([`Checkouts`]' `Connections::transaction` calls it) and on the
+/// application's own.
+pub trait Transactional {
+    /// Runs `work` in one transaction: committed if it returns `Ok`, rolled
+    /// back otherwise (the error comes back as it was).
+    fn transaction<T, E: From<DieselError>>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, E>,
+    ) -> Result<T, E>;
+}
+
+/// READ COMMITTED: a second insert of the same key waits on the unique
+/// index entry (at REPEATABLE READ it would fail instead).
+impl Transactional for PgConnection {
+    fn transaction<T, E: From<DieselError>>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.build_transaction().read_committed().run(work)
+    }
+}
+
+/// `BEGIN IMMEDIATE`: a concurrent writer waits for the whole transaction
+/// instead of failing halfway.
+impl Transactional for SqliteConnection {
+    fn transaction<T, E: From<DieselError>>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.immediate_transaction(work)
+    }
+}
+
+/// The application's connection, whichever its backend.
 impl<'a> Transactional for dyn Store + 'a {
     fn transaction<T, E: From<DieselError>>(
         &mut self,

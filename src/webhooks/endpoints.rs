@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::http::paging::ListRequest;
 use crate::http::problem::{ApiError, NOT_FOUND, WEBHOOK_ENDPOINT_LIMIT, saved};
-use crate::http::requests::{self, JsonRequest, KeyUse, json_response, respond};
+use crate::http::requests::{self, JsonRequest, KeyUse, respond};
 use crate::http::state::AppState;
 use crate::store::webhooks::MAX_ENDPOINTS;
 use crate::store::{AccountStore, Endpoint, Store, WebhookStore, now_micros, time_text};
@@ -119,8 +119,8 @@ fn with_secret(status: StatusCode, endpoint: &Endpoint) -> SavedResponse {
         endpoint: endpoint.into(),
         secret: endpoint.secret.clone(),
     };
-    json_response(
-        status,
+    SavedResponse::json(
+        status.as_u16(),
         (status == StatusCode::CREATED).then(|| format!("{PATH}/{}", endpoint.id)),
         serde_json::to_value(body).expect("an endpoint serializes"),
     )

@@ -142,8 +142,8 @@ crate::on_both_backends! {
         assert_eq!(key, json!({
             "type": "string",
             "minLength": 1,
-            "maxLength": 2 * charges::idempotency::key::MAX_LEN + 2,
-            "pattern": charges::idempotency::key::HEADER_PATTERN,
+            "maxLength": 2 * charges::idempotency::IdempotencyKey::MAX_LEN + 2,
+            "pattern": charges::idempotency::IdempotencyKey::HEADER_PATTERN,
         }), "a string, never null, with the parser's grammar");
 
         // Every currency the document lists is one the server takes.

@@ -27,8 +27,7 @@ impl SavedResponse {
     /// marked with [`Outcome::REPLAYED_HEADER`]. A header that is not valid
     /// HTTP is left out.
     pub fn to_http(&self, replayed: bool) -> HttpResponse {
-        let status =
-            StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = HttpResponse::build(status);
         for (name, value) in &self.headers {
             if let (Ok(name), Ok(value)) = (

@@ -21,6 +21,7 @@ use crate::key_store::QueryResult;
 /// [`Connections::transaction`](crate::Connections::transaction)). Public
 /// in a private module: implemented here, for Diesel's two connections,
 /// and for no one else.
+#[cfg_attr(not(feature = "r2d2"), allow(dead_code))]
 pub trait Backend {
     /// Runs `work` in one transaction, as the protocol needs it.
     fn key_transaction<T, E: From<diesel::result::Error>>(
@@ -79,8 +80,8 @@ macro_rules! key_store {
             use uuid::Uuid;
 
             use $crate::key_store::{
-                COMPLETED, Claim, IN_PROGRESS, KeyRecord, KeyStore, NewKey, QueryResult,
-                RawKeyRow, SavedResponse, StuckKey, takeover,
+                COMPLETED, Claim, IN_PROGRESS, KeyRecord, KeyStore, NewKey, QueryResult, RawKeyRow,
+                SavedResponse, StuckKey, takeover,
             };
             use $crate::key_table::Dialect;
 

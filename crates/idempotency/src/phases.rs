@@ -92,7 +92,9 @@ fn register_or_wait<C: Connections>(
             // another request holds is answered (or waited for) without
             // queueing for a write (on SQLite, the database's write lock).
             let row = store.find_live_key(request.account_id, request.key)?;
-            if let Decision::Answer(outcome) = decide(row, request.fingerprint.as_str(), Read::FastPath) {
+            if let Decision::Answer(outcome) =
+                decide(row, request.fingerprint.as_str(), Read::FastPath)
+            {
                 return Ok(Registration::Answered(outcome));
             }
             with_transient_retries(|| C::transaction(store, |tx| register(policy, tx, &new_key)))

@@ -39,9 +39,8 @@ impl Policy {
         };
         let outcome = match step {
             Some(_) => phases::complete(self, connections, &claim, request, operation)?,
-            None => {
-                connections.run(|store| run_claimed::<C>(self, store, &claim, request, operation))?
-            }
+            None => connections
+                .run(|store| run_claimed::<C>(self, store, &claim, request, operation))?,
         };
         match outcome {
             Outcome::Executed(response) => Ok(Some(response)),

@@ -45,8 +45,7 @@ pub(crate) fn register<S: KeyStore + ?Sized>(
     let waited = started.elapsed();
     policy.hooks.iter().for_each(|h| h.key_conflict(waited));
     let found = tx.find_live_key(request.account_id, request.key)?;
-    if let Decision::Answer(outcome) = decide(found, request.fingerprint.as_str(), Read::FastPath)
-    {
+    if let Decision::Answer(outcome) = decide(found, request.fingerprint.as_str(), Read::FastPath) {
         return Ok(Registration::Answered(outcome));
     }
     if let Some(claim) = tx.take_over_key(row)? {

@@ -48,8 +48,8 @@ const PG_TIME: &str = r#"'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'"#;
 /// there.
 pub fn create_tables(store: &mut dyn Store) -> QueryResult<()> {
     let inbox = match store.connection() {
-        AnyConnection::Pg(_) => idempotency::postgres::CREATE_INBOX,
-        AnyConnection::Sqlite(_) => idempotency::sqlite::CREATE_INBOX,
+        AnyConnection::Pg(_) => idempotency::webhook::POSTGRES_INBOX,
+        AnyConnection::Sqlite(_) => idempotency::webhook::SQLITE_INBOX,
     };
     // The crate's file creates; the demo opens on databases that have it.
     let inbox = inbox

@@ -31,7 +31,7 @@
 //!   - `network-fresh-key`: the network is asked under a new key each time,
 //!     as an integration that does not pass the key on would.
 //!
-//!   The transaction and network faults act through the `TxHooks` seam (an
+//!   The transaction and network faults act through the `store::hooks` seam (an
 //!   abandoning worker unwinds there, as a dead one would stop); the key
 //!   the network is asked under through the demo's own client of it;
 //!   `lose-response`, `abandon`'s lost answer and `forget-commit` wrap the

@@ -222,7 +222,7 @@ impl NetworkClient {
         let status = response.status().as_u16();
         let replayed = response
             .headers()
-            .get("idempotent-replayed")
+            .get(idempotency::Outcome::REPLAYED_HEADER)
             .is_some_and(|v| v == "true");
         if status != 201 {
             // Read to tell its 422s apart (a few KB at most), never passed on.

@@ -12,12 +12,13 @@
 //!
 //! ```text
 //! store/        the database: traits, one macro per table family over both backends, the pool
-//! payments/     the domain: charges and refunds as values, their field errors, the test cards
+//! payments/     the domain: charges and refunds as values, their field errors, the test cards,
+//!               what an event is (its JSON and id)
 //! http/         the edge: accounts, limits, problems, the write pipeline, the handlers
 //!               and the operations they run under a key, their OpenAPI schemas
 //! network/      the card network: its client, which a charge calls, and the network
 //!               itself, a service of its own (`charges network`, simulator.rs)
-//! webhooks/     events (the outbox), endpoints and their signed delivery
+//! webhooks/     endpoints and their signed delivery
 //! demo/         demo mode: the teaching page's faults, views and sandbox
 //! conformance/  a checker of any API's Idempotency-Key handling, from outside
 //! openapi.rs    the contract, generated from every handler (the demo's too)
@@ -58,13 +59,8 @@ pub const LAYERS: &[&[&str]] = &[
     // methods and their declines. Nothing of HTTP or SQL.
     &["payments"],
     // Leaves: the metrics registry; the card network's client (a charge's
-    // foreign step); what an event is and which targets a webhook may have.
-    &[
-        "metrics",
-        "network::client",
-        "webhooks::targets",
-        "webhooks::events",
-    ],
+    // foreign step); which targets a webhook may have.
+    &["metrics", "network::client", "webhooks::targets"],
     // The webhook settings (they name the target rule); the deliveries'
     // HTTP client (it applies the rule at each connect).
     &["webhooks::settings", "webhooks::client"],

@@ -315,7 +315,7 @@ fn webhooks_section() -> Value {
             "properties": {
                 "id": {"type": "string", "description": "`evt_…`, as in `webhook-id`"},
                 "object": {"const": "event"},
-                "type": {"enum": crate::webhooks::events::TYPES},
+                "type": {"enum": crate::payments::events::TYPES},
                 "created_at": {"type": "string", "format": "date-time"},
                 "data": {"type": "object", "required": ["object"], "properties": {"object": {"type": "object", "description": "The charge (or, for charge.refunded, the refund) as it was when the event happened"}}},
             },

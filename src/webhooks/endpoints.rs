@@ -319,7 +319,7 @@ fn description() -> utoipa::openapi::schema::ObjectBuilder {
 }
 
 fn enabled_events() -> utoipa::openapi::schema::ArrayBuilder {
-    let mut types: Vec<&str> = crate::webhooks::events::TYPES.to_vec();
+    let mut types: Vec<&str> = crate::payments::events::TYPES.to_vec();
     types.push("*");
     utoipa::openapi::schema::ArrayBuilder::new()
         .items(
@@ -328,7 +328,7 @@ fn enabled_events() -> utoipa::openapi::schema::ArrayBuilder {
                 .enum_values(Some(types)),
         )
         .min_items(Some(1))
-        .max_items(Some(crate::webhooks::events::TYPES.len()))
+        .max_items(Some(crate::payments::events::TYPES.len()))
         .unique_items(true)
         .examples([serde_json::json!(["charge.succeeded", "charge.refunded"])])
 }

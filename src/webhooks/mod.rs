@@ -2,7 +2,6 @@
 //! transaction, the endpoints an account registers, and their delivery.
 //!
 //! ```text
-//! events.rs       an event's JSON and id, the same bytes for the API and every delivery
 //! settings.rs     WEBHOOK_*: which targets are allowed, the retry schedule
 //! targets.rs      where a webhook may be sent: no loopback, private, link-local,
 //!                 multicast or unspecified address unless the operator allows it
@@ -17,13 +16,13 @@
 //! deliveries.rs   GET /events/{id}/deliveries, POST /events/{id}/redeliver
 //! ```
 //!
-//! The outbox itself, the event written in the charge's transaction, is
+//! What an event is, its JSON and id, is the domain's (`payments::events`);
+//! the outbox itself, the event written in the charge's transaction, is
 //! the store's (`store::webhooks`), called by the charge and refund writes.
 
 pub mod client;
 pub mod deliveries;
 pub mod endpoints;
-pub mod events;
 pub mod events_api;
 pub mod registration;
 pub mod schedule;

@@ -19,9 +19,9 @@ use crate::http::paging::ListRequest;
 use crate::http::problem::{ApiError, NOT_FOUND, WEBHOOK_ENDPOINT_LIMIT, saved};
 use crate::http::requests::{self, JsonRequest, KeyUse, respond};
 use crate::http::state::AppState;
+use crate::http::webhooks::registration::{self, NewEndpoint};
 use crate::store::webhooks::MAX_ENDPOINTS;
 use crate::store::{AccountStore, Endpoint, Store, WebhookStore, now_micros, time_text};
-use crate::webhooks::registration::{self, NewEndpoint};
 use idempotency::webhook::signature::Secret;
 use idempotency::{KeyRecord, KeyState, Operation, SavedResponse};
 

@@ -12,6 +12,10 @@ use idempotency::{Mode, Policy};
 /// Without `DATABASE_URL`: an SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://charges.db";
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
+/// The well-known merchant key, public in this source: `charges network`
+/// refuses it on an address other machines reach, `charges serve` refuses it
+/// for a separate network, and the in-process one takes a random key instead.
+pub const DEFAULT_NETWORK_API_KEY: &str = "sk_network_local";
 pub const DEFAULT_WEB_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/web");
 pub const DEFAULT_POOL_SIZE: u32 = 10;
 pub const DEFAULT_POOL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -249,7 +253,7 @@ pub struct Settings {
     pub network_database_url: Option<String>,
 
     /// The merchant key this API holds at a separate card network (NETWORK_URL); the in-process network gets a random one per process unless this is set to another than the default.
-    #[arg(long, env = "NETWORK_API_KEY", default_value = crate::network::client::DEFAULT_NETWORK_API_KEY, hide_env_values = true)]
+    #[arg(long, env = "NETWORK_API_KEY", default_value = DEFAULT_NETWORK_API_KEY, hide_env_values = true)]
     pub network_api_key: String,
 
     /// How long a call to the card network may take (then 503, the key free for the retry).
@@ -345,7 +349,7 @@ impl Settings {
             metrics_bind: METRICS_OFF.to_owned(),
             network_url: NETWORK_OFF.to_owned(),
             network_database_url: None,
-            network_api_key: crate::network::client::DEFAULT_NETWORK_API_KEY.to_owned(),
+            network_api_key: DEFAULT_NETWORK_API_KEY.to_owned(),
             network_timeout: DEFAULT_NETWORK_TIMEOUT,
             network_latency: DEFAULT_NETWORK_LATENCY,
             recovery_interval: DEFAULT_RECOVERY_INTERVAL,
@@ -448,7 +452,7 @@ impl Settings {
     /// anything is opened or created.
     pub fn check_network_key(&self) -> Result<(), String> {
         let separate = ![NETWORK_OFF, NETWORK_IN_PROCESS].contains(&self.network_url.as_str());
-        if separate && self.network_api_key == crate::network::client::DEFAULT_NETWORK_API_KEY {
+        if separate && self.network_api_key == DEFAULT_NETWORK_API_KEY {
             return Err(format!(
                 "NETWORK_URL {} is a separate network, and NETWORK_API_KEY is the default, public key: set NETWORK_API_KEY to the secret that network was started with",
                 crate::store::redact::redact(&self.network_url)

@@ -12,12 +12,14 @@
 //!
 //! ```text
 //! store/        the database: traits, one macro per table family over both backends, the pool
-//! payments/     the domain: charges and refunds as values, their field errors, the test cards
+//! payments/     the domain: charges and refunds as values, their field errors, the test cards,
+//!               what an event is (its JSON and id)
 //! http/         the edge: accounts, limits, problems, the write pipeline, the handlers
-//!               and the operations they run under a key, their OpenAPI schemas
+//!               (webhooks/: endpoints, events, deliveries) and the operations they run
+//!               under a key, their OpenAPI schemas
 //! network/      the card network: its client, which a charge calls, and the network
 //!               itself, a service of its own (`charges network`, simulator.rs)
-//! webhooks/     events (the outbox), endpoints and their signed delivery
+//! webhooks/     below the edge: where a webhook may go, its settings, its signed delivery
 //! demo/         demo mode: the teaching page's faults, views and sandbox
 //! conformance/  a checker of any API's Idempotency-Key handling, from outside
 //! openapi.rs    the contract, generated from every handler (the demo's too)
@@ -49,38 +51,30 @@ pub use idempotency;
 
 /// The modules from the bottom up: each may use only modules of the layers
 /// below its own. A name is a path (`http`, `network::client`); a module
-/// belongs to the longest name its path starts with. Most names are
-/// folders; a folder with a part below the rest names that part too.
+/// belongs to the longest name its path starts with. Every name is a
+/// folder or a file of `src/` but one: `network/` straddles the edge, so its
+/// client, which a charge calls, is named apart.
 pub const LAYERS: &[&[&str]] = &[
     // A client of any API over HTTP: it uses nothing of the crate.
     &["conformance"],
     // The domain: charges and refunds as validated values, the test payment
-    // methods and their declines. Nothing of HTTP or SQL.
+    // methods and their declines, what an event is. Nothing of HTTP or SQL.
     &["payments"],
     // Leaves: the metrics registry; the card network's client (a charge's
-    // foreign step); what an event is and which targets a webhook may have.
-    &[
-        "metrics",
-        "network::client",
-        "webhooks::targets",
-        "webhooks::events",
-    ],
-    // The webhook settings (they name the target rule); the deliveries'
-    // HTTP client (it applies the rule at each connect).
-    &["webhooks::settings", "webhooks::client"],
+    // foreign step), below the edge while the network itself is above it.
+    &["metrics", "network::client"],
     // The database (the key table's is the protocol crate's); logging.
     &["store", "telemetry"],
-    // The webhook sender: what an attempt makes of a delivery, then the
-    // task that claims, signs, sends and records.
-    &["webhooks::schedule"],
-    &["webhooks::sender"],
-    // Settings (they name the protocol's modes and the pool's size).
+    // Webhooks below the edge: the target rule, the settings, the sender
+    // and its HTTP client.
+    &["webhooks"],
+    // Settings (they name the protocol's modes, the pool's size and the
+    // webhooks' targets).
     &["config"],
     // The edge: problems, accounts, limits, the write pipeline, the API's
-    // handlers and the operations they run under a key.
+    // handlers (the webhooks' included) and the operations they run under
+    // a key.
     &["http"],
-    // Webhooks at the edge: endpoints, the events API, deliveries.
-    &["webhooks"],
     // The card network itself, a service of its own on the edge.
     &["network"],
     &["demo"],

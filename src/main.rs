@@ -7,9 +7,10 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use charges::app::Application;
-use charges::config::{DEFAULT_DATABASE_URL, DEFAULT_PURGE_BATCH, Settings};
+use charges::config::{
+    DEFAULT_DATABASE_URL, DEFAULT_NETWORK_API_KEY, DEFAULT_PURGE_BATCH, Settings,
+};
 use charges::http::accounts;
-use charges::network::client::DEFAULT_NETWORK_API_KEY;
 use charges::store::{Connection, redact::redact};
 
 #[derive(Parser)]

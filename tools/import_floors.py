@@ -5,17 +5,21 @@ modules of a checkout's src/, each module as LAYERS in src/lib.rs names it
 LAYERS named paths). Prints the number of modules and the longest chain, or
 the cycle found. `check` prints the graph of LAYERS' names (each with the
 layer it is on, and what it imports) and fails on a cycle or on an import
-that is not downward in LAYERS, as tests/rules/layers.rs does.
+that is not downward in LAYERS, as tests/rules/layers.rs does. `folders`
+lists every import between top-level folders (with the files that make
+it), each marked `against` when LAYERS puts the folder it imports at or
+above the importer (a folder is on its own name's layer), then every cycle
+between folders, not just the first one found.
 
-Usage: python3 tools/import_floors.py [ROOT] [layers|top|check]"""
+Usage: python3 tools/import_floors.py [ROOT] [layers|top|check|folders]"""
 import os, re, sys
 root = sys.argv[1] if len(sys.argv) > 1 else '.'
 mode = sys.argv[2] if len(sys.argv) > 2 else 'layers'
 src=os.path.join(root,'src')
 lib=open(os.path.join(src,'lib.rs')).read()
-names=re.findall(r'"([a-z_:]+)"', lib[lib.index('pub const LAYERS'):]) if mode in ('layers','check') else None
+names=re.findall(r'"([a-z_:]+)"', lib[lib.index('pub const LAYERS'):]) if mode in ('layers','check','folders') else None
 def owner(path):
-    if mode=='top': return path.split('::')[0]
+    if mode in ('top','folders'): return path.split('::')[0]
     best=None
     for n in names:
         if path==n or path.startswith(n+'::'):
@@ -41,6 +45,8 @@ def paths(text):
             if mm: out.add(mm.group(1))
     return {p for p in out if p and p!='self'}
 edges={}
+# (folder, folder it imports) -> the files and paths that make the import
+why={}
 for d,_,fs in os.walk(src):
     for f in fs:
         if not f.endswith('.rs'): continue
@@ -51,14 +57,37 @@ for d,_,fs in os.walk(src):
         text='\n'.join(l for l in open(os.path.join(d,f)) if not l.strip().startswith('//'))
         for p in paths(text):
             o=owner(p)
-            if o and me and o!=me: edges.setdefault(me,set()).add(o)
-if mode=='check':
+            if o and me and o!=me:
+                edges.setdefault(me,set()).add(o)
+                why.setdefault((me,o),set()).add(f"{'/'.join(rel)} -> {p}")
+def layer_table():
     body=lib[lib.index('pub const LAYERS'):]
     body=body[body.index('= &[')+4:]
     body=body[:body.index('\n];')]
     layer_of={}
     for at,line in enumerate(re.findall(r'&\[([^\]]*)\]', body)):
         for n in re.findall(r'"([a-z_:]+)"', line): layer_of[n]=at
+    return layer_of
+if mode=='folders':
+    layer_of=layer_table()
+    against=0
+    for (a,b) in sorted(why):
+        bad=layer_of.get(b,-1)>=layer_of.get(a,99)
+        against+=bad
+        print(f"{a} -> {b}{'   against LAYERS' if bad else ''}")
+        for w in sorted(why[(a,b)]): print('    '+w)
+    # Every elementary cycle, each found once from its smallest folder.
+    cycles=[]
+    def walk(start, n, path):
+        for m in sorted(edges.get(n, ())):
+            if m==start: cycles.append(path+[start])
+            elif m>start and m not in path: walk(start, m, path+[m])
+    for n in sorted(edges): walk(n, n, [n])
+    print(f'{len(why)} imports between folders, {against} against LAYERS;', len(cycles), 'cycles')
+    for c in cycles: print('cycle: ' + ' -> '.join(c))
+    raise SystemExit(0)
+if mode=='check':
+    layer_of=layer_table()
     wrong=[]
     for me in sorted(layer_of, key=lambda n:(-layer_of[n], n)):
         uses=sorted(edges.get(me,()), key=lambda n:(-layer_of.get(n,-1), n))

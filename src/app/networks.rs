@@ -10,9 +10,10 @@ use actix_web::dev::Server;
 use actix_web::web;
 
 use super::StartupError;
+use crate::config::DEFAULT_NETWORK_API_KEY;
 use crate::config::Settings;
 use crate::demo;
-use crate::network::client::{DEFAULT_NETWORK_API_KEY, NetworkClient};
+use crate::network::client::NetworkClient;
 use crate::network::simulator;
 use crate::store::DbPool;
 

@@ -31,14 +31,14 @@ use crate::config::Settings;
 use crate::http::charges::{self, CreateCharge};
 use crate::http::problem::{self, REQUEST_NOT_RECOVERABLE};
 use crate::http::refunds::CreateRefund;
+use crate::http::webhooks::endpoints;
+use crate::http::webhooks::registration;
 use crate::metrics::METRICS;
 use crate::network::client::NetworkClient;
 use crate::payments::domain::NewRefund;
 use crate::store::RequestHooks;
 use crate::store::{Store, StuckKey};
 use crate::telemetry::log_safe;
-use crate::webhooks::endpoints;
-use crate::webhooks::registration;
 use crate::webhooks::targets::TargetPolicy;
 use idempotency::{Connections, KeyedRequest, Policy};
 

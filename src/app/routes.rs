@@ -14,11 +14,11 @@ use actix_web::{Route, web};
 use super::recovery::{self, Kept};
 use crate::demo;
 use crate::http::ops;
+use crate::http::webhooks::{deliveries, endpoints, events_api};
 use crate::http::{charges, get, refunds, resource, resource_in};
 use crate::network::client::NetworkClient;
 use crate::openapi;
 use crate::store::{Store, StuckKey};
-use crate::webhooks::{deliveries, endpoints, events_api};
 use idempotency::Operation;
 
 /// An operation rebuilt from a stuck key's kept request.

@@ -22,9 +22,9 @@ use super::routes::on_your_connection;
 use crate::config::Settings;
 use crate::http::problem::ApiError;
 use crate::http::state::AppState;
+use crate::http::webhooks::endpoints::new_secret;
+use crate::payments::events;
 use crate::store::Store;
-use crate::webhooks::endpoints::new_secret;
-use crate::webhooks::events;
 use crate::webhooks::settings::WebhookSettings;
 use idempotency::webhook::{Secret, signature_header};
 

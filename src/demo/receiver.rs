@@ -27,8 +27,8 @@ use crate::http::problem::{
     self, ApiError, NOT_FOUND, SIMULATED_LOST_ANSWER, WEBHOOK_NOT_VERIFIED,
 };
 use crate::http::state::AppState;
+use crate::payments::events::CHARGE_SUCCEEDED;
 use crate::store::{AnyConnection, Store};
-use crate::webhooks::events::CHARGE_SUCCEEDED;
 use idempotency::webhook::{Headers, Received, RequestError, Secret, unix_now, verify_request};
 
 /// What the receiver did with a delivery that verified.

@@ -21,12 +21,12 @@ use crate::http::schemas::{
 use crate::http::state::AppState;
 use crate::network::client::{self, NetworkClient};
 use crate::payments::domain::{Description, NewCharge, NewDescription};
+use crate::payments::events;
 use crate::payments::methods::{self, Decline};
 use crate::store::{
     AccountStore, Charge, ChargeStore, Checkouts, Event, WebhookStore, now_micros, time_text,
 };
 use crate::store::{RequestHooks, write_alone};
-use crate::webhooks::events;
 use idempotency::{self, IdempotencyKey, Operation, SavedResponse};
 
 pub const PATH: &str = "/charges";

@@ -11,6 +11,8 @@
 //! - the API's handlers and what they run under the Idempotency-Key
 //!   protocol: [`charges`], [`refunds`] (their OpenAPI schemas,
 //!   [`schemas`]); the domain they parse into is `crate::payments`, below;
+//! - [`webhooks`]: the handlers of webhook endpoints, events and their
+//!   deliveries (what sends them is `crate::webhooks`, below);
 //! - [`ops`]: health, readiness and the problem pages (the contract,
 //!   generated from every handler, is `crate::openapi`, above them all);
 //! - here: the table of every route, and the resource every handler is
@@ -29,6 +31,7 @@ pub mod refunds;
 pub mod requests;
 pub mod schemas;
 pub mod state;
+pub mod webhooks;
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, Route, guard, web};

@@ -23,11 +23,11 @@ use crate::http::problem::{
 use crate::http::requests::{self, KeyUse, record_outcome, respond};
 use crate::http::state::AppState;
 use crate::payments::domain::NewRefund;
+use crate::payments::events::CHARGE_REFUNDED;
 use crate::store::{
     AccountStore, ChargeStore, Event, Refund, RefundReservation, WebhookStore, now_micros,
     time_text,
 };
-use crate::webhooks::events::CHARGE_REFUNDED;
 use idempotency::{self, Operation, SavedResponse};
 
 /// A refund as the API shows it.

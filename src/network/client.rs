@@ -29,11 +29,6 @@ const MAX_AUTHORIZATION_BODY: u64 = 64 * 1024;
 /// How much of the ledger's page (`list`, at most 200 authorizations) is read.
 const MAX_LIST_BODY: u64 = 1024 * 1024;
 
-/// The well-known merchant key, public in this source: `charges network`
-/// refuses it on an address other machines reach, `charges serve` refuses it
-/// for a separate network, and the in-process one takes a random key instead.
-pub const DEFAULT_NETWORK_API_KEY: &str = "sk_network_local";
-
 /// The network's key for a keyed request: the same account and client key
 /// always give the same one, and no two accounts share one.
 pub fn derived_key(account_id: i64, client_key: &str) -> String {

@@ -403,7 +403,7 @@ fn seed_merchant(pool: &DbPool, api_key: &str) -> Result<(), String> {
 /// key's merchant always had, so that its authorizations (and the keys they
 /// were made under) stay its own across restarts.
 fn in_process_merchant() -> String {
-    let digest = accounts::hash_api_key(crate::network::client::DEFAULT_NETWORK_API_KEY);
+    let digest = accounts::hash_api_key(crate::config::DEFAULT_NETWORK_API_KEY);
     format!("Merchant {}", &digest[..12])
 }
 

@@ -21,7 +21,7 @@ pub const MAX_ENDPOINTS: i64 = 16;
 pub struct Event {
     pub id: Uuid,
     pub account_id: i64,
-    /// One of `webhooks::events::TYPES`.
+    /// One of `payments::events::TYPES`.
     pub event_type: String,
     pub data: String,
     pub created_at: DateTime<Utc>,
@@ -41,9 +41,9 @@ impl Event {
     }
 
     /// Its JSON, the bytes `GET /events/{id}` answers and every delivery
-    /// sends (`webhooks::events::body`).
+    /// sends (`payments::events::body`).
     pub fn body(&self) -> String {
-        crate::webhooks::events::body(
+        crate::payments::events::body(
             &self.id,
             &self.event_type,
             &super::time_text(self.created_at),

@@ -25,10 +25,10 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use uuid::Uuid;
 
 use super::client::{Answer, Message, WebhookClient};
-use super::events;
 use super::schedule;
 use super::settings::WebhookSettings;
 use super::targets::TargetPolicy;
+use crate::payments::events;
 use crate::store::deliveries::{Attempt, Claimed, Next, Slots};
 use crate::store::{DbPool, Failure, QueryError, RunError, classify, time_text};
 

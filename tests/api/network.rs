@@ -262,7 +262,7 @@ crate::on_both_backends! {
         assert_eq!(unknown.status(), 401, "the demo key is no merchant's");
         let public = http
             .get(format!("{url}/authorizations"))
-            .bearer_auth(charges::network::client::DEFAULT_NETWORK_API_KEY)
+            .bearer_auth(charges::config::DEFAULT_NETWORK_API_KEY)
             .send()
             .await
             .unwrap();

@@ -38,14 +38,14 @@ async fn the_in_process_network_refuses_the_well_known_key() {
     let http = reqwest::Client::new();
     let listed = http
         .get(format!("{url}/authorizations"))
-        .bearer_auth(charges::network::client::DEFAULT_NETWORK_API_KEY)
+        .bearer_auth(charges::config::DEFAULT_NETWORK_API_KEY)
         .send()
         .await
         .unwrap();
     assert_eq!(listed.status(), 401, "the well-known key lists nothing");
     let forged = http
         .post(format!("{url}/authorizations"))
-        .bearer_auth(charges::network::client::DEFAULT_NETWORK_API_KEY)
+        .bearer_auth(charges::config::DEFAULT_NETWORK_API_KEY)
         .header("idempotency-key", "\"forged\"")
         .json(&json!({"amount": 99_999_999, "currency": "usd"}))
         .send()

@@ -19,7 +19,7 @@ pub fn account_id(db: &TestDatabase, name: &str) -> i64 {
 }
 
 /// A new random signing secret, `whsec_…`, as registration makes one.
-pub use charges::webhooks::endpoints::new_secret;
+pub use charges::http::webhooks::endpoints::new_secret;
 
 /// An enabled endpoint of the account at `url` for every event type; its
 /// id and signing secret.

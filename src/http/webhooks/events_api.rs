@@ -1,6 +1,6 @@
 //! `GET /events` and `GET /events/{id}`: the account's events, as the
 //! outbox wrote them in their charges' transactions. An event's JSON is
-//! `webhooks::events::body`'s, the bytes every delivery of it sends.
+//! `payments::events::body`'s, the bytes every delivery of it sends.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use utoipa::openapi::{RefOr, Schema};
@@ -11,8 +11,8 @@ use crate::http::charges::ChargeView;
 use crate::http::paging::{ListRequest, Listed};
 use crate::http::problem::ApiError;
 use crate::http::state::AppState;
+use crate::payments::events::{TYPES, parse_public_id};
 use crate::store::Event;
-use crate::webhooks::events::{TYPES, parse_public_id};
 
 pub const PATH: &str = "/events";
 
@@ -26,7 +26,7 @@ const LISTED: Listed = Listed {
 /// An event: something that happened to one of the account's charges,
 /// told once to each endpoint subscribed to its type.
 #[derive(utoipa::ToSchema)]
-#[allow(dead_code)] // Documentation only: written by `webhooks::events::body`.
+#[allow(dead_code)] // Documentation only: written by `payments::events::body`.
 pub struct EventView {
     #[schema(schema_with = event_id)]
     id: String,

@@ -19,9 +19,9 @@ use crate::http::paging::ListRequest;
 use crate::http::problem::{ApiError, NOT_FOUND, WEBHOOK_ENDPOINT_LIMIT, saved};
 use crate::http::requests::{self, JsonRequest, KeyUse, respond};
 use crate::http::state::AppState;
+use crate::http::webhooks::registration::{self, NewEndpoint};
 use crate::store::webhooks::MAX_ENDPOINTS;
 use crate::store::{AccountStore, Endpoint, Store, WebhookStore, now_micros, time_text};
-use crate::webhooks::registration::{self, NewEndpoint};
 use idempotency::webhook::signature::Secret;
 use idempotency::{KeyRecord, KeyState, Operation, SavedResponse};
 
@@ -319,7 +319,7 @@ fn description() -> utoipa::openapi::schema::ObjectBuilder {
 }
 
 fn enabled_events() -> utoipa::openapi::schema::ArrayBuilder {
-    let mut types: Vec<&str> = crate::webhooks::events::TYPES.to_vec();
+    let mut types: Vec<&str> = crate::payments::events::TYPES.to_vec();
     types.push("*");
     utoipa::openapi::schema::ArrayBuilder::new()
         .items(
@@ -328,7 +328,7 @@ fn enabled_events() -> utoipa::openapi::schema::ArrayBuilder {
                 .enum_values(Some(types)),
         )
         .min_items(Some(1))
-        .max_items(Some(crate::webhooks::events::TYPES.len()))
+        .max_items(Some(crate::payments::events::TYPES.len()))
         .unique_items(true)
         .examples([serde_json::json!(["charge.succeeded", "charge.refunded"])])
 }

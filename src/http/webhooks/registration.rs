@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::http::problem::{ApiError, WEBHOOK_TARGET_NOT_ALLOWED};
 use crate::payments::domain::FieldError;
 use crate::payments::domain::{Description, error, unknown_fields};
-use crate::webhooks::events::TYPES;
+use crate::payments::events::TYPES;
 use crate::webhooks::targets::{self, TargetError, TargetPolicy};
 
 /// An endpoint URL's longest form (the column's CHECK).

@@ -9,9 +9,9 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::events::{parse_public_id, public_id};
 use crate::http::problem::ApiError;
 use crate::http::state::AppState;
+use crate::payments::events::{parse_public_id, public_id};
 use crate::store::deliveries::{Attempt, DeliveryView};
 use crate::store::{now_micros, time_text};
 

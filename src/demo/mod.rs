@@ -72,6 +72,7 @@
 
 mod faults;
 mod gate;
+mod hooks;
 pub mod lesson8;
 pub mod openapi;
 mod queries;

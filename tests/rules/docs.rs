@@ -28,9 +28,17 @@ fn defines(source: &str, name: &str) -> bool {
         line.split(|c: char| !(c.is_alphanumeric() || c == '_'))
             .any(|w| w == name)
     };
+    // Inside a re-export's braces, across lines as rustfmt breaks them.
+    let mut in_export = false;
     source.lines().map(str::trim_start).any(|line| {
         // A re-export names an item here; a private `use` does not.
-        let exported = line.starts_with("pub use ") || line.starts_with("pub(crate) use ");
+        let opens = line.starts_with("pub use ") || line.starts_with("pub(crate) use ");
+        let exported = opens || in_export;
+        if opens && line.ends_with('{') {
+            in_export = true;
+        } else if in_export && line.starts_with('}') {
+            in_export = false;
+        }
         let line = line
             .strip_prefix("pub(crate) ")
             .or_else(|| line.strip_prefix("pub "))

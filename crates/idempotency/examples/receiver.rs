@@ -23,7 +23,6 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
-use idempotency::actix::problem;
 use idempotency::webhook::{Headers, Received, Secret, receive, unix_now, verify_request};
 use serde_json::{Value, json};
 
@@ -48,6 +47,15 @@ const ORDERS_SQL: &str = "CREATE TABLE IF NOT EXISTS shop_orders (id TEXT PRIMAR
 pub struct Receiver {
     pool: PgPool,
     secrets: Vec<Secret>,
+}
+
+/// An error as RFC 9457 problem details, as the crate's own answers are.
+fn problem(status: StatusCode, detail: &str) -> HttpResponse {
+    let body =
+        json!({"title": status.canonical_reason(), "status": status.as_u16(), "detail": detail});
+    HttpResponse::build(status)
+        .content_type("application/problem+json")
+        .body(body.to_string())
 }
 
 async fn webhook(req: HttpRequest, body: web::Bytes, shop: web::Data<Receiver>) -> HttpResponse {
@@ -172,7 +180,7 @@ pub fn start(
     let inbox_exists =
         diesel::dsl::sql::<diesel::sql_types::Bool>("to_regclass('webhook_inbox') IS NOT NULL");
     if !diesel::select(inbox_exists).get_result::<bool>(&mut conn)? {
-        conn.batch_execute(idempotency::postgres::CREATE_INBOX)?;
+        conn.batch_execute(idempotency::webhook::POSTGRES_INBOX)?;
     }
     conn.batch_execute(ORDERS_SQL)?;
     drop(conn);

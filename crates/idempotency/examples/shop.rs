@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! DATABASE_URL=postgres://postgres@127.0.0.1/shop SHOP_TOKENS=tok_a=1,tok_b=2 PORT=0 \
-//!   cargo run -p idempotency --example shop
+//!   cargo run -p idempotency --example shop --features actix,r2d2
 //! ```
 //!
 //! It creates its tables if they are missing and prints the address it
@@ -16,13 +16,13 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use actix_web::http::{StatusCode, header};
-use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, Responder, ResponseError, web};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
-use idempotency::actix::problem;
-use idempotency::pool::PoolConnections;
-use idempotency::{Fingerprint, KeyedRequest, Mode, Operation, Policy, SavedResponse};
+use idempotency::{
+    IdempotencyKey, KeyedRequest, Mode, Operation, Policy, PoolConnections, SavedResponse,
+};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -81,30 +81,36 @@ struct Shop {
     tokens: HashMap<String, i64>,
 }
 
+/// The shop's own errors, as RFC 9457 problem details (as the crate
+/// answers a mismatch or a key in flight).
+fn problem(status: StatusCode, detail: &str) -> HttpResponse {
+    let body =
+        json!({"title": status.canonical_reason(), "status": status.as_u16(), "detail": detail});
+    HttpResponse::build(status)
+        .content_type("application/problem+json")
+        .body(body.to_string())
+}
+
 async fn create_order(req: HttpRequest, body: web::Bytes, shop: web::Data<Shop>) -> HttpResponse {
     let Some(account_id) = authenticate(&req, &shop) else {
         return problem(StatusCode::UNAUTHORIZED, NO_TOKEN);
     };
-    let key = match idempotency::actix::key(req.headers()) {
+    let key = match IdempotencyKey::from_headers(req.headers()) {
         Ok(Some(key)) => key,
         Ok(None) => return problem(StatusCode::BAD_REQUEST, "Send an Idempotency-Key."),
-        Err(e) => return idempotency::actix::refuse(&e),
+        Err(e) => return e.error_response(),
     };
     // Refused before the key is registered: the corrected request may reuse it.
     let body: Value = serde_json::from_slice(&body).unwrap_or_default();
     let Some(order) = parse_order(&body, account_id) else {
         return problem(StatusCode::BAD_REQUEST, "Send {item, amount > 0, note}.");
     };
-    let fingerprint = Fingerprint::of("POST", req.path(), &body);
+    let path = req.path().to_owned();
     // Diesel blocks: off the async workers.
     let outcome = web::block(move || {
-        let request = KeyedRequest {
-            account_id,
-            key: key.as_str(),
-            fingerprint: fingerprint.as_str(),
-            path: "/orders",
-            body: &body,
-        };
+        // Fingerprinted as received, kept for recovery as routed.
+        let request =
+            KeyedRequest::new(account_id, key.as_str(), "POST", &path, &body).routed_as("/orders");
         let until = Instant::now() + Duration::from_secs(30);
         let mut connections = PoolConnections::new(&shop.pool, until);
         shop.policy
@@ -112,7 +118,7 @@ async fn create_order(req: HttpRequest, body: web::Bytes, shop: web::Data<Shop>)
     })
     .await;
     match outcome {
-        Ok(Ok(outcome)) => idempotency::actix::respond(&outcome),
+        Ok(Ok(outcome)) => outcome.respond_to(&req),
         failed => {
             eprintln!("POST /orders: {failed:?}");
             problem(

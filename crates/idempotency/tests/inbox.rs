@@ -46,11 +46,11 @@ macro_rules! inbox_conn {
 
 inbox_conn!(
     diesel::pg::PgConnection,
-    idempotency::postgres::CREATE_INBOX
+    idempotency::webhook::POSTGRES_INBOX
 );
 inbox_conn!(
     diesel::sqlite::SqliteConnection,
-    idempotency::sqlite::CREATE_INBOX
+    idempotency::webhook::SQLITE_INBOX
 );
 
 /// A fresh database with the inbox (and the key table and `orders`, whose
@@ -90,7 +90,7 @@ fn handle<C: InboxConn>(
 ) -> Result<Received, RequestError> {
     let id = verify_request(secrets, headers, body, now)?;
     let received = conn
-        .transaction(|tx| {
+        .key_transaction(|tx| {
             let received = receive(tx, SOURCE, id)?;
             if received == Received::First {
                 effect(tx, id)?;
@@ -158,7 +158,7 @@ fn second_delivery_while_the_first_is_open<C: InboxConn>(db: &TestDb<C>, commit:
     thread::scope(|s| {
         let first = s.spawn(move || {
             let mut conn = db.conn();
-            let done = conn.transaction(|tx| {
+            let done = conn.key_transaction(|tx| {
                 assert_eq!(receive(tx, SOURCE, "evt_1")?, Received::First);
                 effect(tx, "evt_1")?;
                 recorded_tx.send(()).unwrap();
@@ -173,7 +173,7 @@ fn second_delivery_while_the_first_is_open<C: InboxConn>(db: &TestDb<C>, commit:
         recorded_rx.recv().unwrap();
         let second = s.spawn(move || {
             let mut conn = db.conn();
-            conn.transaction(|tx| {
+            conn.key_transaction(|tx| {
                 let received = receive(tx, SOURCE, "evt_1")?;
                 if received == Received::First {
                     effect(tx, "evt_1")?;
@@ -212,18 +212,18 @@ fn a_rollback_of_the_first_leaves_the_event_receivable_as_first<C: InboxConn>(te
     assert_eq!(db.orders().len(), 1);
     // And a rollback with nobody waiting leaves it receivable too.
     let mut conn = db.conn();
-    let rolled_back = conn.transaction(|tx| {
+    let rolled_back = conn.key_transaction(|tx| {
         assert_eq!(receive(tx, SOURCE, "evt_2")?, Received::First);
         Err::<(), _>(diesel::result::Error::RollbackTransaction)
     });
     assert!(rolled_back.is_err());
     assert_eq!(
-        conn.transaction(|tx| receive(tx, SOURCE, "evt_2")),
+        conn.key_transaction(|tx| receive(tx, SOURCE, "evt_2")),
         Ok(Received::First)
     );
     // Another source's event of the same id is another event.
     assert_eq!(
-        conn.transaction(|tx| receive(tx, "other", "evt_2")),
+        conn.key_transaction(|tx| receive(tx, "other", "evt_2")),
         Ok(Received::First)
     );
 }
@@ -307,7 +307,7 @@ fn purge_deletes_only_rows_older_than_asked<C: InboxConn>(test: &str) {
         return;
     };
     let mut conn = db.conn();
-    let first = conn.transaction(|tx| receive(tx, SOURCE, "evt_1"));
+    let first = conn.key_transaction(|tx| receive(tx, SOURCE, "evt_1"));
     assert_eq!(first, Ok(Received::First));
     assert_eq!(purge(&mut conn, Duration::from_secs(3600)), Ok(0));
     assert_eq!(inbox_rows(&db), 1);
@@ -315,7 +315,7 @@ fn purge_deletes_only_rows_older_than_asked<C: InboxConn>(test: &str) {
     assert_eq!(purge(&mut conn, Duration::from_millis(10)), Ok(1));
     // A redelivery after its row is gone is a first delivery again: keep
     // rows longer than the sender retries.
-    let again = conn.transaction(|tx| receive(tx, SOURCE, "evt_1"));
+    let again = conn.key_transaction(|tx| receive(tx, SOURCE, "evt_1"));
     assert_eq!(again, Ok(Received::First));
 }
 

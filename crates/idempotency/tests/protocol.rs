@@ -5,7 +5,7 @@
 //! The operations write `orders`, the tests' own table: a test counts its
 //! rows to tell that an operation ran once, and reads the key row to tell
 //! what the protocol committed. A worker that dies is a hook that fails
-//! (`after_key_committed`) or a foreign step that stops as a dead process
+//! (`after_key_committed`) or a foreign call that stops as a dead process
 //! would (a panic, no unwinding cleanup of the key), as the app's demo does.
 
 mod support;
@@ -17,8 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idempotency::{
-    Error, ForeignStep, HookFailure, KeyedRequest, Metrics, Mode, Operation, Outcome, Policy,
-    RecentKeys, RequestHooks, SavedResponse, TxHooks,
+    Error, Hooks, KeyedRequest, Mode, Operation, Outcome, Policy, RecentKeys, SavedResponse,
 };
 use serde_json::{Value, json};
 use support::{TestConn, TestDb};
@@ -58,13 +57,7 @@ impl Req {
     }
 
     fn keyed_for(&self, account_id: i64) -> KeyedRequest<'_> {
-        KeyedRequest {
-            account_id,
-            key: &self.key,
-            fingerprint: &self.fingerprint,
-            path: PATH,
-            body: &self.body,
-        }
+        KeyedRequest::new(account_id, &self.key, "POST", PATH, &self.body)
     }
 }
 
@@ -149,8 +142,16 @@ impl<C: TestConn> Operation<C> for PlaceOrder {
         self.announced.as_ref()
     }
 
-    fn foreign_step(&mut self) -> Option<&mut dyn ForeignStep> {
-        self.step.as_mut().map(|s| s as &mut dyn ForeignStep)
+    fn foreign_step(&self) -> Option<&str> {
+        self.step.as_ref().map(|s| s.name)
+    }
+
+    fn call(&mut self) -> Result<(), Error> {
+        self.step.as_mut().map_or(Ok(()), Network::call)
+    }
+
+    fn settle(&mut self, stored: &SavedResponse) -> Result<(), Error> {
+        self.step.as_mut().map_or(Ok(()), |s| s.settle(stored))
     }
 }
 
@@ -162,36 +163,38 @@ struct Seen {
 }
 
 /// A foreign step (a call no rollback undoes) that counts its calls; like
-/// the app's card network call, it runs the hooks around the call itself.
+/// the app's card network call, it may stop as a dead worker would once
+/// the other service has done its part.
 struct Network {
     /// The service it calls: [`STEP`] unless told otherwise.
     name: &'static str,
     seen: Arc<Mutex<Seen>>,
-    hooks: RequestHooks,
     /// The connections' flag: a call must never hold one.
     checked_out: Arc<std::sync::atomic::AtomicBool>,
     /// Answer this error instead of calling.
     down: bool,
+    /// Stop as a dead process would right after the call answered (a
+    /// panic, as the app's demo's `abandon-after-network`).
+    dies_after_the_call: bool,
     /// Called while the other service works on the call (a test's pause).
     during: Option<Box<dyn FnMut() + Send>>,
 }
 
 impl Network {
-    fn new<C>(seen: &Arc<Mutex<Seen>>, conns: &support::Conns<'_, C>, policy: &Policy) -> Network {
+    fn new<C>(seen: &Arc<Mutex<Seen>>, conns: &support::Conns<'_, C>) -> Network {
         Network {
             name: STEP,
             seen: seen.clone(),
-            hooks: policy.hooks.clone(),
             checked_out: conns.checked_out.clone(),
             down: false,
+            dies_after_the_call: false,
             during: None,
         }
     }
-}
 
-impl ForeignStep for Network {
-    fn name(&self) -> &str {
-        self.name
+    fn dying_after_the_call(mut self) -> Network {
+        self.dies_after_the_call = true;
+        self
     }
 
     fn call(&mut self) -> Result<(), Error> {
@@ -199,7 +202,6 @@ impl ForeignStep for Network {
             !self.checked_out.load(Ordering::SeqCst),
             "the foreign step was called holding a connection"
         );
-        self.hooks.get().before_remote_call()?;
         if self.down {
             return Err(Error::Dependency("the network did not answer".into()));
         }
@@ -207,7 +209,10 @@ impl ForeignStep for Network {
         if let Some(during) = &mut self.during {
             during();
         }
-        self.hooks.get().after_remote_call()?;
+        if self.dies_after_the_call {
+            // No panic message: resume_unwind skips the panic hook.
+            std::panic::resume_unwind(Box::new("the worker died after the foreign call"));
+        }
         Ok(())
     }
 
@@ -225,33 +230,44 @@ enum Fault {
     /// Key-first and phases: the worker stops right after the key's commit
     /// (the key stays in progress: nothing releases it).
     DieAfterKeyCommitted,
-    /// The worker stops as a dead process would right after the foreign
-    /// call answered (a panic, as the app's demo's `abandon-after-network`).
-    DieAfterRemoteCall,
 }
 
-impl TxHooks for Fault {
-    fn before_commit(&self) -> Result<(), HookFailure> {
+/// A fault's error: the hook's own type, which the protocol hands back
+/// boxed in [`Error::Hook`].
+#[derive(Debug)]
+struct Injected(&'static str);
+
+impl std::fmt::Display for Injected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "injected failure: {}", self.0)
+    }
+}
+
+impl std::error::Error for Injected {}
+
+impl Hooks for Fault {
+    fn before_commit(&self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         match self {
-            Fault::FailBeforeCommit => Err(HookFailure::Injected("fail-before-commit".into())),
-            _ => Ok(()),
+            Fault::FailBeforeCommit => Err(Box::new(Injected("fail-before-commit"))),
+            Fault::DieAfterKeyCommitted => Ok(()),
         }
     }
 
-    fn after_key_committed(&self) -> Result<(), HookFailure> {
+    fn after_key_committed(&self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         match self {
-            Fault::DieAfterKeyCommitted => Err(HookFailure::Injected("the worker died".into())),
-            _ => Ok(()),
+            Fault::DieAfterKeyCommitted => Err(Box::new(Injected("the worker died"))),
+            Fault::FailBeforeCommit => Ok(()),
         }
     }
+}
 
-    fn after_remote_call(&self) -> Result<(), HookFailure> {
-        if let Fault::DieAfterRemoteCall = self {
-            // No panic message: resume_unwind skips the panic hook.
-            std::panic::resume_unwind(Box::new("the worker died after the foreign call"));
-        }
-        Ok(())
-    }
+/// The request was stopped by a [`Fault`], its error handed back as it was.
+#[track_caller]
+fn assert_injected(outcome: &Result<Outcome, Error>) {
+    assert!(
+        matches!(outcome, Err(Error::Hook(e)) if e.downcast_ref::<Injected>().is_some()),
+        "{outcome:?}"
+    );
 }
 
 fn policy(mode: Mode, lease: Duration) -> Policy {
@@ -262,7 +278,7 @@ fn policy(mode: Mode, lease: Duration) -> Policy {
 }
 
 fn with_fault(mut policy: Policy, fault: Fault) -> Policy {
-    policy.hooks = RequestHooks::installed(Arc::new(fault));
+    policy.hooks = vec![Arc::new(fault)];
     policy
 }
 
@@ -273,7 +289,7 @@ struct Counted {
     conflicts: AtomicUsize,
 }
 
-impl Metrics for Counted {
+impl Hooks for Counted {
     fn key_conflict(&self, _waited: Duration) {
         self.conflicts.fetch_add(1, Ordering::SeqCst);
     }
@@ -347,7 +363,7 @@ fn atomic_a_first_request_executes_once_and_its_retry_replays_it<C: TestConn>(te
     };
     let metrics = Arc::new(Counted::default());
     let policy = Policy {
-        metrics: metrics.clone(),
+        hooks: vec![metrics.clone()],
         ..Policy::new(Mode::Atomic)
     };
     let req = Req::new("order-1", 500);
@@ -429,7 +445,7 @@ fn atomic_an_operation_that_fails_rolls_back_its_key_row_too<C: TestConn>(test: 
         &req.keyed(),
         &mut PlaceOrder::new("o1", 500),
     );
-    assert!(matches!(outcome, Err(Error::Hook(_))), "{outcome:?}");
+    assert_injected(&outcome);
     assert_eq!(db.orders(), vec![]);
     assert_eq!(db.key_row(ACCOUNT, "order-1"), None);
 
@@ -619,7 +635,7 @@ fn key_first_a_key_left_in_progress_is_in_flight_then_taken_over_after_its_lease
     let started = Instant::now();
     let mut first = PlaceOrder::new("o1", 500);
     let outcome = dying.execute(&mut db.connections(), &req.keyed(), &mut first);
-    assert!(matches!(outcome, Err(Error::Hook(_))), "{outcome:?}");
+    assert_injected(&outcome);
     assert_eq!(first.runs, 0);
     assert_in_progress(&db, "order-1");
     assert_eq!(
@@ -709,7 +725,7 @@ fn recover_finishes_a_stuck_key_once<C: TestConn>(test: &str) {
         &req.keyed(),
         &mut PlaceOrder::new("o1", 500),
     );
-    assert!(matches!(outcome, Err(Error::Hook(_))), "{outcome:?}");
+    assert_injected(&outcome);
 
     // Under a live lease its worker may still be on it: not recovered.
     let mut early = PlaceOrder::new("o1", 500);
@@ -742,13 +758,7 @@ fn recover_finishes_a_stuck_key_once<C: TestConn>(test: &str) {
     );
     assert_eq!(stuck.fingerprint, req.fingerprint);
     assert_eq!(stuck.foreign_step, None);
-    let rebuilt = KeyedRequest {
-        account_id: stuck.account_id,
-        key: &stuck.key,
-        fingerprint: &stuck.fingerprint,
-        path: &stuck.path,
-        body: &stuck.body,
-    };
+    let rebuilt = stuck.request();
 
     let mut recovery = PlaceOrder::new("o1", 500);
     let recovered = healthy
@@ -796,7 +806,7 @@ fn phases_call_the_foreign_step_once_and_a_retry_replays_without_calling_it<C: T
         let seen = Arc::new(Mutex::new(Seen::default()));
 
         let mut conns = db.connections();
-        let step = Network::new(&seen, &conns, &policy);
+        let step = Network::new(&seen, &conns);
         let mut first = PlaceOrder::new(&id, 500).with_step(step);
         let response = executed(policy.execute(&mut conns, &req.keyed(), &mut first));
         assert_eq!(response, created(&id, 500), "{mode:?}");
@@ -813,7 +823,7 @@ fn phases_call_the_foreign_step_once_and_a_retry_replays_without_calling_it<C: T
         assert_eq!((row.foreign_step, row.request_path), (None, None));
 
         let mut conns = db.connections();
-        let step = Network::new(&seen, &conns, &policy);
+        let step = Network::new(&seen, &conns);
         let mut retry = PlaceOrder::new(&id, 500).with_step(step);
         assert_eq!(
             replayed(policy.execute(&mut conns, &req.keyed(), &mut retry)),
@@ -838,17 +848,16 @@ fn phases_a_worker_dead_after_the_foreign_call_is_recovered_by_calling_it_again<
     };
     for mode in [Mode::Atomic, Mode::KeyFirst] {
         let healthy = policy(mode, SHORT_LEASE);
-        let dying = with_fault(healthy.clone(), Fault::DieAfterRemoteCall);
         let key = format!("order-{}", mode.as_str());
         let id = format!("o-{}", mode.as_str());
         let req = Req::new(&key, 500);
         let seen = Arc::new(Mutex::new(Seen::default()));
 
         let mut conns = db.connections();
-        let step = Network::new(&seen, &conns, &dying);
+        let step = Network::new(&seen, &conns).dying_after_the_call();
         let mut first = PlaceOrder::new(&id, 500).with_step(step);
         let died = catch_unwind(AssertUnwindSafe(|| {
-            dying.execute(&mut conns, &req.keyed(), &mut first)
+            healthy.execute(&mut conns, &req.keyed(), &mut first)
         }));
         assert!(died.is_err(), "{mode:?}: the worker died");
         assert_eq!(seen.lock().unwrap().calls, 1);
@@ -865,7 +874,7 @@ fn phases_a_worker_dead_after_the_foreign_call_is_recovered_by_calling_it_again<
         );
 
         let mut conns = db.connections();
-        let step = Network::new(&seen, &conns, &healthy);
+        let step = Network::new(&seen, &conns);
         let mut recovery = PlaceOrder::new(&id, 500).with_step(step);
         let recovered = healthy
             .recover(&mut conns, &req.keyed(), &mut recovery)
@@ -883,7 +892,7 @@ fn phases_a_worker_dead_after_the_foreign_call_is_recovered_by_calling_it_again<
         assert_completed(&db, &key, 201);
 
         let mut conns = db.connections();
-        let step = Network::new(&seen, &conns, &healthy);
+        let step = Network::new(&seen, &conns);
         let mut again = PlaceOrder::new(&id, 500).with_step(step);
         assert_eq!(
             healthy
@@ -909,7 +918,7 @@ fn phases_a_failed_foreign_call_releases_the_key<C: TestConn>(test: &str) {
     let seen = Arc::new(Mutex::new(Seen::default()));
 
     let mut conns = db.connections();
-    let mut step = Network::new(&seen, &conns, &policy);
+    let mut step = Network::new(&seen, &conns);
     step.down = true;
     let mut first = PlaceOrder::new("o1", 500).with_step(step);
     let outcome = policy.execute(&mut conns, &req.keyed(), &mut first);
@@ -918,7 +927,7 @@ fn phases_a_failed_foreign_call_releases_the_key<C: TestConn>(test: &str) {
     assert_eq!(db.key_row(ACCOUNT, "order-1"), None, "released");
 
     let mut conns = db.connections();
-    let step = Network::new(&seen, &conns, &policy);
+    let step = Network::new(&seen, &conns);
     let mut retry = PlaceOrder::new("o1", 500).with_step(step);
     executed(policy.execute(&mut conns, &req.keyed(), &mut retry));
     assert_eq!(seen.lock().unwrap().calls, 1);
@@ -931,7 +940,6 @@ fn phases_a_failed_foreign_call_releases_the_key<C: TestConn>(test: &str) {
 fn held_call<'db, C: TestConn>(
     db: &'db TestDb<C>,
     seen: &Arc<Mutex<Seen>>,
-    policy: &Policy,
     id: &str,
 ) -> (
     support::Conns<'db, C>,
@@ -942,7 +950,7 @@ fn held_call<'db, C: TestConn>(
     let (calling_tx, calling) = mpsc::channel::<()>();
     let (release, released) = mpsc::channel::<()>();
     let conns = db.connections();
-    let mut step = Network::new(seen, &conns, policy);
+    let mut step = Network::new(seen, &conns);
     step.during = Some(Box::new(move || {
         calling_tx.send(()).unwrap();
         released
@@ -960,7 +968,7 @@ fn phases_in_atomic_mode_a_duplicate_waits_for_the_first_and_replays_it<C: TestC
     let policy = policy(Mode::Atomic, LONG_LEASE);
     let req = Req::new("order-1", 500);
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let (mut conns, mut first, calling, release) = held_call(&db, &seen, &policy, "o1");
+    let (mut conns, mut first, calling, release) = held_call(&db, &seen, "o1");
     let (a, b, second) = std::thread::scope(|s| {
         let a = s.spawn(|| policy.execute(&mut conns, &req.keyed(), &mut first));
         calling
@@ -968,7 +976,7 @@ fn phases_in_atomic_mode_a_duplicate_waits_for_the_first_and_replays_it<C: TestC
             .expect("A calls");
         let b = s.spawn(|| {
             let mut conns = db.connections();
-            let step = Network::new(&seen, &conns, &policy);
+            let step = Network::new(&seen, &conns);
             let mut second = PlaceOrder::new("o1-dup", 500).with_step(step);
             let outcome = policy.execute(&mut conns, &req.keyed(), &mut second);
             (outcome, second)
@@ -998,7 +1006,7 @@ fn phases_a_duplicate_is_in_flight_at_its_deadline_or_at_once_in_key_first_mode<
         let id = format!("o-{}", mode.as_str());
         let req = Req::new(&key, 500);
         let seen = Arc::new(Mutex::new(Seen::default()));
-        let (mut conns, mut first, calling, release) = held_call(&db, &seen, &policy, &id);
+        let (mut conns, mut first, calling, release) = held_call(&db, &seen, &id);
         // A's call is released only once B has answered: B answers
         // without waiting for A, or this test times out.
         let (a, b, second) = std::thread::scope(|s| {
@@ -1007,7 +1015,7 @@ fn phases_a_duplicate_is_in_flight_at_its_deadline_or_at_once_in_key_first_mode<
                 .recv_timeout(Duration::from_secs(20))
                 .expect("A calls");
             let mut conns = db.connections().deadline(Duration::from_millis(800));
-            let step = Network::new(&seen, &conns, &policy);
+            let step = Network::new(&seen, &conns);
             let mut second = PlaceOrder::new(&id, 500).with_step(step);
             let b = policy.execute(&mut conns, &req.keyed(), &mut second);
             release.send(()).unwrap();
@@ -1038,7 +1046,7 @@ fn close_unrecoverable_gives_a_stuck_key_a_stored_answer<C: TestConn>(test: &str
         &req.keyed(),
         &mut PlaceOrder::new("o1", 500),
     );
-    assert!(matches!(outcome, Err(Error::Hook(_))), "{outcome:?}");
+    assert_injected(&outcome);
     db.until_lease_runs_out(ACCOUNT, "order-1");
 
     let terminal = SavedResponse {
@@ -1087,7 +1095,7 @@ fn purge_expired_deletes_expired_keys_only_and_reports_them<C: TestConn>(test: &
     };
     let metrics = Arc::new(Counted::default());
     let kept = Policy {
-        metrics: metrics.clone(),
+        hooks: vec![metrics.clone()],
         ..Policy::new(Mode::Atomic)
     };
     for n in 1..=3 {
@@ -1278,14 +1286,13 @@ fn a_key_registered_for_a_foreign_step_is_finished_only_through_it<C: TestConn>(
         return;
     };
     let healthy = policy(Mode::KeyFirst, SHORT_LEASE);
-    let dying = with_fault(healthy.clone(), Fault::DieAfterRemoteCall);
     let req = Req::new("order-1", 500);
     let seen = Arc::new(Mutex::new(Seen::default()));
     let mut conns = db.connections();
-    let step = Network::new(&seen, &conns, &dying);
+    let step = Network::new(&seen, &conns).dying_after_the_call();
     let mut first = PlaceOrder::new("o1", 500).with_step(step);
     let died = catch_unwind(AssertUnwindSafe(|| {
-        dying.execute(&mut conns, &req.keyed(), &mut first)
+        healthy.execute(&mut conns, &req.keyed(), &mut first)
     }));
     assert!(died.is_err(), "the worker died");
     db.until_lease_runs_out(ACCOUNT, "order-1");
@@ -1311,7 +1318,7 @@ fn a_key_registered_for_a_foreign_step_is_finished_only_through_it<C: TestConn>(
     // A worker at another service, by recovery or by the client's retry.
     let other = Arc::new(Mutex::new(Seen::default()));
     let mut conns = db.connections();
-    let mut step = Network::new(&other, &conns, &healthy);
+    let mut step = Network::new(&other, &conns);
     step.name = "another-network";
     let mut elsewhere = PlaceOrder::new("o1", 500).with_step(step);
     let recovered = healthy
@@ -1319,7 +1326,7 @@ fn a_key_registered_for_a_foreign_step_is_finished_only_through_it<C: TestConn>(
         .unwrap();
     assert_eq!(recovered, None, "recovered through another service");
     let mut conns = db.connections();
-    let mut step = Network::new(&other, &conns, &healthy);
+    let mut step = Network::new(&other, &conns);
     step.name = "another-network";
     let mut retry = PlaceOrder::new("o1", 500).with_step(step);
     let outcome = healthy.execute(&mut conns, &req.keyed(), &mut retry);
@@ -1333,7 +1340,7 @@ fn a_key_registered_for_a_foreign_step_is_finished_only_through_it<C: TestConn>(
 
     // Through its own step it is finished.
     let mut conns = db.connections();
-    let step = Network::new(&seen, &conns, &healthy);
+    let step = Network::new(&seen, &conns);
     let mut own = PlaceOrder::new("o1", 500).with_step(step);
     assert_eq!(
         healthy.recover(&mut conns, &req.keyed(), &mut own).unwrap(),

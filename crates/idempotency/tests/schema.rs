@@ -15,7 +15,7 @@ use diesel::connection::SimpleConnection as _;
 use diesel::prelude::*;
 use diesel::sql_types::{Bool, Text};
 use idempotency::webhook::{Received, receive};
-use idempotency::{KeyStore, KeyedRequest, NewKey, NewKeyStatus, SavedResponse};
+use idempotency::{KeyStore, KeyedRequest, NewKey, SavedResponse};
 use serde_json::{Value, json};
 use support::TestDb;
 
@@ -49,23 +49,14 @@ fn write_both_kinds<S: KeyStore>(conn: &mut S) -> SavedResponse {
         headers: [("location".to_owned(), "/orders/o1".to_owned())].into(),
         body: json!({ "id": "o1" }),
     };
-    for (key, status) in [
-        ("in-progress", NewKeyStatus::InProgress),
-        ("completed", NewKeyStatus::Completed(&response)),
-    ] {
-        let request = KeyedRequest {
-            account_id: 7,
-            key,
-            fingerprint: "sha256:f",
-            path: "/orders",
-            body: &body,
-        };
+    for (key, completed) in [("in-progress", None), ("completed", Some(&response))] {
+        let request = KeyedRequest::new(7, key, "POST", "/orders", &body);
         let row = NewKey {
             request: &request,
             ttl: Duration::from_secs(3600),
             lease: Duration::from_secs(30),
             foreign_step: Some("network"),
-            status,
+            completed,
         };
         assert!(conn.insert_key(&row).unwrap().is_some(), "{key} inserted");
     }
@@ -179,7 +170,7 @@ mod on_postgres {
             return;
         };
         let mut conn = db.conn();
-        conn.batch_execute(idempotency::postgres::CREATE_INBOX)
+        conn.batch_execute(idempotency::webhook::POSTGRES_INBOX)
             .unwrap();
         let columns = columns(&mut conn, "webhook_inbox");
         assert_eq!(
@@ -306,7 +297,7 @@ mod on_sqlite {
             return;
         };
         let mut conn = db.conn();
-        conn.batch_execute(idempotency::sqlite::CREATE_INBOX)
+        conn.batch_execute(idempotency::webhook::SQLITE_INBOX)
             .unwrap();
         let columns = columns(&mut conn, "webhook_inbox");
         assert_eq!(

@@ -1,4 +1,4 @@
-//! The takeover rule's Rust twin (`key_store::may_take_over`, what the
+//! The takeover rule's Rust twin (`TakeoverRow::may_be_taken_over`, what the
 //! model in `tests/model/` runs) says what the SQL (`take_over_key`'s
 //! `UPDATE … WHERE`) does, on every combination of the row's fields that
 //! the predicate reads, on both backends: expired or not, in progress or
@@ -10,17 +10,22 @@ mod support;
 
 use std::time::Duration;
 
-use idempotency::key_store::{TakeoverRow, may_take_over};
-use idempotency::{KeyedRequest, NewKey, NewKeyStatus, SavedResponse};
+use idempotency::{Fingerprint, KeyedRequest, NewKey, SavedResponse, TakeoverRow};
 use serde_json::json;
 use support::{TestConn, TestDb};
 
 const HOUR: Duration = Duration::from_secs(3600);
-const FINGERPRINT: &str = "sha256:mine";
 const STEPS: [Option<&str>; 3] = [None, Some("network"), Some("another")];
 
-/// Every combination of the row's fields and the request's step.
-fn combinations() -> Vec<(TakeoverRow<'static>, Option<&'static str>)> {
+/// The fingerprint of the request that takes the rows over, and another's.
+fn fingerprints() -> (Fingerprint, Fingerprint) {
+    let of = |amount: i64| Fingerprint::of("POST", "/orders", &json!({ "amount": amount }));
+    (of(1), of(2))
+}
+
+/// Every combination of the row's fields and the request's step: a row
+/// registered by the request whose fingerprint is `mine`, or by `other`.
+fn combinations<'a>(mine: &'a str, other: &'a str) -> Vec<(TakeoverRow<'a>, Option<&'static str>)> {
     let mut all = Vec::new();
     for bits in 0..16u8 {
         for row_step in STEPS {
@@ -29,11 +34,7 @@ fn combinations() -> Vec<(TakeoverRow<'static>, Option<&'static str>)> {
                     expired: bits & 1 != 0,
                     in_progress: bits & 2 != 0,
                     lease_over: bits & 4 != 0,
-                    fingerprint: if bits & 8 != 0 {
-                        FINGERPRINT
-                    } else {
-                        "sha256:other"
-                    },
+                    fingerprint: if bits & 8 != 0 { mine } else { other },
                     foreign_step: row_step,
                 };
                 all.push((row, request_step));
@@ -47,26 +48,29 @@ fn combinations() -> Vec<(TakeoverRow<'static>, Option<&'static str>)> {
 /// store would not write that way (a completed row's live lease, its
 /// step) in SQL both backends read alike: the times are moved onto the
 /// row's own `created_at` (past) or its first `expires_at` (an hour ahead).
-fn write_row<C: TestConn>(conn: &mut C, key: &str, row: TakeoverRow<'_>) {
+/// `fingerprint` is the row's (`row.fingerprint`, as a request carries it).
+fn write_row<C: TestConn>(
+    conn: &mut C,
+    key: &str,
+    row: TakeoverRow<'_>,
+    fingerprint: &Fingerprint,
+) {
+    assert_eq!(fingerprint.as_str(), row.fingerprint);
     let body = json!({ "amount": 1 });
     let request = KeyedRequest {
         account_id: 1,
         key,
-        fingerprint: row.fingerprint,
+        fingerprint: fingerprint.clone(),
         path: "/orders",
         body: &body,
     };
     let response = SavedResponse::json(201, None, json!({ "id": key }));
-    let status = match row.in_progress {
-        true => NewKeyStatus::InProgress,
-        false => NewKeyStatus::Completed(&response),
-    };
     let new = NewKey {
         request: &request,
         ttl: HOUR,
         lease: Duration::ZERO,
         foreign_step: None,
-        status,
+        completed: (!row.in_progress).then_some(&response),
     };
     conn.insert_key(&new).unwrap().expect("a fresh key");
     let lease = match row.lease_over {
@@ -90,9 +94,15 @@ fn twin_says_what_the_sql_does<C: TestConn>(test: &str) {
         return;
     };
     let mut conn = db.conn();
-    let cases = combinations();
+    let (mine, other) = fingerprints();
+    let cases = combinations(mine.as_str(), other.as_str());
     for (i, (row, _)) in cases.iter().enumerate() {
-        write_row(&mut conn, &format!("k{i}"), *row);
+        let registered_by = if row.fingerprint == mine.as_str() {
+            &mine
+        } else {
+            &other
+        };
+        write_row(&mut conn, &format!("k{i}"), *row, registered_by);
     }
     // `locked_until < now()`: PostgreSQL's now() is its transaction's
     // start, so a row written a moment ago must be strictly past it.
@@ -105,7 +115,7 @@ fn twin_says_what_the_sql_does<C: TestConn>(test: &str) {
         let request = KeyedRequest {
             account_id: 1,
             key: &key,
-            fingerprint: FINGERPRINT,
+            fingerprint: mine.clone(),
             path: "/orders",
             body: &body,
         };
@@ -114,10 +124,10 @@ fn twin_says_what_the_sql_does<C: TestConn>(test: &str) {
             ttl: HOUR,
             lease: HOUR,
             foreign_step: *request_step,
-            status: NewKeyStatus::InProgress,
+            completed: None,
         };
         let sql = conn.take_over_key(&new).unwrap().is_some();
-        let twin = may_take_over(*row, FINGERPRINT, *request_step);
+        let twin = row.may_be_taken_over(mine.as_str(), *request_step);
         taken += usize::from(sql);
         if sql != twin {
             wrong.push(format!(

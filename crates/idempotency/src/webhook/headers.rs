@@ -20,30 +20,30 @@ pub const MAX_ID_LEN: usize = 255;
 /// The three headers as the request carried them (`None`: absent).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Headers {
-    /// `webhook-id`: the event's id, the same on every redelivery.
+    /// `webhook-id`: the event's id, the same on every attempt.
     pub id: Option<String>,
-    /// `webhook-timestamp`: when this attempt was signed, Unix seconds.
+    /// `webhook-timestamp`: this attempt's Unix seconds, as sent.
     pub timestamp: Option<String>,
-    /// `webhook-signature`: space-separated `v1,<base64>` entries.
+    /// `webhook-signature`: the `v1,<base64>` entries, as sent.
     pub signature: Option<String>,
 }
 
 /// Why a delivery is refused, before anything is recorded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
-    /// A header is absent or empty (400).
+    /// The named header is absent, or empty (400).
     #[error("the {0} header is missing or empty")]
     Missing(&'static str),
-    /// A header was sent twice (400).
+    /// The named header was sent more than once (400).
     #[error("the {0} header was sent more than once")]
     Repeated(&'static str),
-    /// A header is not visible ASCII (400).
+    /// The named header's value is not visible ASCII (400).
     #[error("the {0} header is not visible ASCII")]
     NotText(&'static str),
     /// `webhook-id` is longer than [`MAX_ID_LEN`] (400).
     #[error("webhook-id is longer than 255 characters")]
     IdTooLong,
-    /// The signature does not hold (401).
+    /// The signature check failed (see [`RequestError::status`]).
     #[error(transparent)]
     Signature(#[from] SignatureError),
 }

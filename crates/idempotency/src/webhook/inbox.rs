@@ -50,10 +50,10 @@ pub trait InboxStore {
 /// ([`verify_request`](super::verify_request)): a forged id must not take
 /// a real event's place.
 ///
-/// On PostgreSQL run it at READ COMMITTED (Diesel's `transaction` and
-/// [`Connections::transaction`](crate::Connections::transaction) does): at REPEATABLE READ a
-/// concurrent delivery fails with a serialization error instead of
-/// waiting. On SQLite use `immediate_transaction` .
+/// On PostgreSQL run it at READ COMMITTED (as Diesel's `transaction` and
+/// [`Connections::transaction`](crate::Connections::transaction) do): at
+/// REPEATABLE READ a concurrent delivery fails with a serialization error
+/// instead of waiting. On SQLite use `immediate_transaction`.
 pub fn receive<C: InboxStore + ?Sized>(
     tx: &mut C,
     source: &str,

@@ -29,7 +29,7 @@ pub enum SecretError {
     /// What follows `whsec_` is not base64.
     #[error("a signing secret is whsec_ and base64")]
     Base64,
-    /// Too short or too long.
+    /// It decodes to fewer than 24 or more than 64 bytes.
     #[error("a signing secret holds 24 to 64 bytes")]
     Length,
 }
@@ -94,16 +94,17 @@ pub fn signature_header(secrets: &[&Secret], id: &str, timestamp: i64, body: &[u
 /// receiver records or does anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {
-    /// `webhook-timestamp` is not an integer.
+    /// `webhook-timestamp` is not an integer of Unix seconds.
     #[error("webhook-timestamp is not Unix seconds")]
     BadTimestamp,
-    /// Signed further than [`TOLERANCE`] from now: a replay, or a clock off.
+    /// `webhook-timestamp` is further than [`TOLERANCE`] from now: a
+    /// replay of a captured delivery, or a clock far off.
     #[error("webhook-timestamp is further than the tolerance from now")]
     Stale,
-    /// No `v1,` entry.
+    /// `webhook-signature` holds no decodable `v1,` entry.
     #[error("webhook-signature holds no v1 signature")]
     NoSignature,
-    /// No entry matches under any of the secrets: forged or tampered.
+    /// No `v1` entry matches the body under any of the secrets.
     #[error("no signature matches the body under any of the secrets")]
     Mismatch,
 }

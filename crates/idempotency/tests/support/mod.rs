@@ -25,7 +25,7 @@ use diesel::pg::PgConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel::sqlite::SqliteConnection;
-use idempotency::{Connections, Error, KeyState, KeyStore, Transactional};
+use idempotency::{Connections, Error, KeyState, KeyStore};
 
 pub const POSTGRES_SQL: &str = include_str!("../../sql/postgres.sql");
 pub const SQLITE_SQL: &str = include_str!("../../sql/sqlite.sql");
@@ -93,8 +93,15 @@ pub fn say_skipped(test: &str, why: &str) {
 
 /// The connection a test runs the protocol on, per backend: how its
 /// database is made, and the SQL the tests check with.
-pub trait TestConn: Transactional + KeyStore + SimpleConnection + Send + Sized + 'static {
+pub trait TestConn: KeyStore + SimpleConnection + Send + Sized + 'static {
     const BACKEND: &'static str;
+
+    /// The protocol's transaction on this backend, as an application's
+    /// [`Connections::transaction`] writes it.
+    fn key_transaction<T, E: From<diesel::result::Error>>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, E>,
+    ) -> Result<T, E>;
 
     /// A fresh database with the key table and `orders`; `None` (said on
     /// the terminal) when this backend cannot run here.
@@ -212,6 +219,15 @@ macro_rules! same_sql {
 impl TestConn for PgConnection {
     const BACKEND: &'static str = "PostgreSQL";
 
+    /// READ COMMITTED: a second insert of the same key waits on the unique
+    /// index entry (at REPEATABLE READ it would fail instead).
+    fn key_transaction<T, E: From<diesel::result::Error>>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.build_transaction().read_committed().run(work)
+    }
+
     fn create_db(test: &str) -> Option<TestDb<Self>> {
         let Some(server) = std::env::var("TEST_DATABASE_URL")
             .ok()
@@ -291,6 +307,15 @@ impl TestConn for PgConnection {
 
 impl TestConn for SqliteConnection {
     const BACKEND: &'static str = "SQLite";
+
+    /// `BEGIN IMMEDIATE`: a concurrent writer waits for the whole
+    /// transaction instead of failing halfway.
+    fn key_transaction<T, E: From<diesel::result::Error>>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, E>,
+    ) -> Result<T, E> {
+        self.immediate_transaction(work)
+    }
 
     fn create_db(_test: &str) -> Option<TestDb<Self>> {
         let name = unique_name();
@@ -461,6 +486,13 @@ impl<C: TestConn> Connections for Conns<'_, C> {
         let done = work(conn);
         self.checked_out.store(false, Ordering::SeqCst);
         done
+    }
+
+    fn transaction<T, E: From<diesel::result::Error>>(
+        store: &mut C,
+        work: impl FnOnce(&mut C) -> Result<T, E>,
+    ) -> Result<T, E> {
+        store.key_transaction(work)
     }
 
     fn until(&self) -> Instant {

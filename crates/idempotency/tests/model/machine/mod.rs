@@ -100,7 +100,7 @@ pub struct Config {
     /// the app's does): atomic writes the key completed as it registers it.
     pub known: bool,
     /// Each body's fingerprint, as the crate computes it.
-    pub fingerprints: Vec<String>,
+    pub fingerprints: Vec<Fingerprint>,
 }
 
 impl Config {
@@ -113,11 +113,7 @@ impl Config {
     ) -> Config {
         let bodies = clients.iter().map(|c| c.body).max().unwrap_or(0);
         let fingerprints = (0..=bodies)
-            .map(|b| {
-                Fingerprint::of("POST", "/charges", &amount(b))
-                    .as_str()
-                    .to_owned()
-            })
+            .map(|b| Fingerprint::of("POST", "/charges", &amount(b)))
             .collect();
         Config {
             mode,
@@ -173,7 +169,7 @@ impl Answer {
         let charged = |replay, r: SavedResponse| {
             let id = r.body["id"].as_str().expect("a charge id");
             let charge = id[2..].parse().expect("a model charge id");
-            let bytes = format!("{} {} {}", r.status, r.headers_json(), r.body_bytes());
+            let bytes = replay::resp(&r).bytes();
             Answer::Charged {
                 replay,
                 bytes,

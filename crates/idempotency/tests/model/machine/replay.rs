@@ -12,16 +12,17 @@ use std::cell::RefCell;
 use std::time::Instant;
 
 use diesel::result::Error as DieselError;
-use idempotency::key_store::{QueryResult, RawKeyRow, TakeoverRow, may_take_over};
 use idempotency::{
-    Claim, Connections, Error, ForeignStep, KeyRecord, KeyStore, KeyedRequest, NewKey,
-    NewKeyStatus, Operation, Outcome, Policy, SavedResponse, StuckKey, Transactional,
+    Claim, Connections, Error, KeyRecord, KeyState, KeyStore, KeyedRequest, NewKey, Operation,
+    Outcome, Policy, SavedResponse, StuckKey, TakeoverRow,
 };
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::world::{Blocked, Charge, KeyId, Resp, Row, Service, World};
 use super::{Answer, Config};
+
+type QueryResult<T> = Result<T, DieselError>;
 
 /// A row as a statement read it.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -131,22 +132,26 @@ impl Ctx<'_> {
     }
 
     fn fingerprint(&self, body: u8) -> &str {
-        &self.cfg.fingerprints[usize::from(body)]
+        self.cfg.fingerprints[usize::from(body)].as_str()
     }
 
     fn body_of(&self, fingerprint: &str) -> u8 {
-        let at = self.cfg.fingerprints.iter().position(|f| f == fingerprint);
+        let at = self
+            .cfg
+            .fingerprints
+            .iter()
+            .position(|f| f.as_str() == fingerprint);
         at.expect("a body of the model") as u8
     }
 
     /// The row `new` writes (its token is the world's to choose).
     fn row(&self, new: &NewKey<'_>) -> Row {
-        let (in_progress, response) = match new.status {
-            NewKeyStatus::InProgress => (true, None),
-            NewKeyStatus::Completed(r) => (false, Some(resp(r))),
+        let (in_progress, response) = match new.completed {
+            None => (true, None),
+            Some(r) => (false, Some(resp(r))),
         };
         Row {
-            body: self.body_of(new.request.fingerprint),
+            body: self.body_of(new.request.fingerprint.as_str()),
             in_progress,
             lease_live: in_progress,
             token: 0,
@@ -157,11 +162,32 @@ impl Ctx<'_> {
     }
 }
 
-fn resp(r: &SavedResponse) -> Resp {
+/// A response as the key row's columns hold it: the headers as their
+/// JSON object, the body as its bytes.
+pub fn resp(r: &SavedResponse) -> Resp {
     Resp {
         status: r.status,
-        headers: r.headers_json().to_string(),
+        headers: serde_json::to_string(&r.headers).expect("a string map serializes"),
         body: r.body_bytes(),
+    }
+}
+
+/// A row as a statement read it, decoded as the key store decodes it.
+fn record(fingerprint: &str, seen: Seen) -> KeyRecord {
+    let state = match (seen.in_progress, seen.response) {
+        (true, _) => KeyState::InProgress {
+            lease_live: seen.lease_live,
+        },
+        (false, Some(r)) => KeyState::Completed(SavedResponse {
+            status: r.status,
+            headers: serde_json::from_str(&r.headers).expect("the headers as stored"),
+            body: serde_json::from_str(&r.body).expect("the body as stored"),
+        }),
+        (false, None) => panic!("the model completed a row without its response"),
+    };
+    KeyRecord {
+        fingerprint: fingerprint.to_owned(),
+        state,
     }
 }
 
@@ -232,23 +258,7 @@ impl KeyStore for Conn<'_, '_> {
             other => return halted(other),
         };
         let Some(seen) = row else { return Ok(None) };
-        let response = seen.response.as_ref();
-        let json = |s: &str| serde_json::from_str::<Value>(s).unwrap();
-        RawKeyRow {
-            fingerprint: c.fingerprint(seen.body).to_owned(),
-            status: if seen.in_progress {
-                "in_progress"
-            } else {
-                "completed"
-            }
-            .into(),
-            lease_live: seen.lease_live,
-            response_status: response.map(|r| i32::from(r.status)),
-            response_headers: response.map(|r| json(&r.headers)),
-            response_body: response.map(|r| json(&r.body)),
-        }
-        .decode()
-        .map(Some)
+        Ok(Some(record(c.fingerprint(seen.body), seen)))
     }
 
     fn insert_key(&mut self, new: &NewKey<'_>) -> QueryResult<Option<Claim>> {
@@ -284,7 +294,7 @@ impl KeyStore for Conn<'_, '_> {
                     false => own_step,
                 },
             };
-            if !may_take_over(facts, new.request.fingerprint, new.foreign_step) {
+            if !facts.may_be_taken_over(new.request.fingerprint.as_str(), new.foreign_step) {
                 return Entry::TakeOver(None);
             }
             let tx = c.world.tx(c.worker);
@@ -353,17 +363,31 @@ impl KeyStore for Conn<'_, '_> {
     }
 }
 
-impl Transactional for Conn<'_, '_> {
-    fn transaction<T, E: From<DieselError>>(
+/// A request's connections: one, given back between transactions.
+struct Conns<'c, 'a>(Conn<'c, 'a>);
+
+impl<'c, 'a> Connections for Conns<'c, 'a> {
+    type Store = Conn<'c, 'a>;
+
+    fn run<T>(
         &mut self,
-        work: impl FnOnce(&mut Self) -> Result<T, E>,
+        work: impl FnOnce(&mut Conn<'c, 'a>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        work(&mut self.0)
+    }
+
+    /// The model's transaction: its commit or rollback is a statement of
+    /// the log as any other.
+    fn transaction<T, E: From<DieselError>>(
+        store: &mut Conn<'c, 'a>,
+        work: impl FnOnce(&mut Conn<'c, 'a>) -> Result<T, E>,
     ) -> Result<T, E> {
-        if self.0.borrow().halted.is_some() {
+        if store.0.borrow().halted.is_some() {
             return Err(halt().into());
         }
-        self.0.borrow_mut().in_tx = true;
-        let done = work(self);
-        let mut c = self.0.borrow_mut();
+        store.0.borrow_mut().in_tx = true;
+        let done = work(store);
+        let mut c = store.0.borrow_mut();
         c.in_tx = false;
         if c.halted.is_some() {
             return Err(halt().into());
@@ -382,20 +406,6 @@ impl Transactional for Conn<'_, '_> {
             Some(Entry::Commit | Entry::Rollback) => done,
             other => halted(other).map_err(E::from),
         }
-    }
-}
-
-/// A request's connections: one, given back between transactions.
-struct Conns<'c, 'a>(Conn<'c, 'a>);
-
-impl<'c, 'a> Connections for Conns<'c, 'a> {
-    type Store = Conn<'c, 'a>;
-
-    fn run<T>(
-        &mut self,
-        work: impl FnOnce(&mut Conn<'c, 'a>) -> Result<T, Error>,
-    ) -> Result<T, Error> {
-        work(&mut self.0)
     }
 
     /// Now: a duplicate never polls (atomic phases); it answers 409 and the
@@ -448,16 +458,18 @@ impl<'c, 'a> Operation<Conn<'c, 'a>> for Charging<'c, 'a> {
         self.known.as_ref()
     }
 
-    fn foreign_step(&mut self) -> Option<&mut dyn ForeignStep> {
-        self.step.as_mut().map(|s| s as &mut dyn ForeignStep)
+    fn foreign_step(&self) -> Option<&str> {
+        self.step.as_ref().map(|s| s.1.name())
+    }
+
+    fn call(&mut self) -> Result<(), Error> {
+        self.step.as_mut().map_or(Ok(()), Call::call)
     }
 }
 
-impl ForeignStep for Call<'_, '_> {
-    fn name(&self) -> &str {
-        self.1.name()
-    }
-
+impl Call<'_, '_> {
+    /// The card network's authorization, its answer from the log or the
+    /// model's world.
     fn call(&mut self) -> Result<(), Error> {
         let service = self.1;
         let entry = self.0.borrow_mut().next(false, |c| {
@@ -514,7 +526,7 @@ pub fn step(
     let request = KeyedRequest {
         account_id: i64::from(key.0),
         key: &key_text,
-        fingerprint: &cfg.fingerprints[usize::from(body)],
+        fingerprint: cfg.fingerprints[usize::from(body)].clone(),
         path: "/charges",
         body: &body_json,
     };
@@ -534,7 +546,7 @@ pub fn step(
             let mut done = policy.execute(&mut conns, &request, &mut op);
             // The bug: a replay runs the operation again and answers that.
             if cfg.bugs.replay_reruns && matches!(done, Ok(Outcome::Replayed(_))) {
-                let again = conns.run(|s| s.transaction(|tx| op.run(tx)));
+                let again = conns.run(|s| Conns::transaction(s, |tx| op.run(tx)));
                 done = again.map(Outcome::Replayed);
             }
             Some(Answer::of(done))

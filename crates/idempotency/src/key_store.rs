@@ -99,6 +99,7 @@ pub trait KeyStore {
 /// its column types differ), and nothing else states the
 /// rule: `decide` only answers the rows that need no attempt (a replay, a
 /// mismatch, a live lease) and sends every other one here.
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) fn takeover<Expired, InProgress, LeaseOver, SameRequest>(
     expired: Expired,
     in_progress: InProgress,
@@ -296,6 +297,7 @@ impl SavedResponse {
     }
 
     /// The headers as the row's JSON column keeps them.
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub(crate) fn headers_json(&self) -> Value {
         serde_json::to_value(&self.headers).expect("a string map serializes")
     }
@@ -308,16 +310,20 @@ impl SavedResponse {
 }
 
 /// The `status` column's two values, as each backend's queries write them.
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) const COMPLETED: &str = KeyStatus::Completed.as_str();
 
 /// The `status` column's two values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) enum KeyStatus {
     InProgress,
     Completed,
 }
 
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 impl KeyStatus {
     pub(crate) const fn as_str(self) -> &'static str {
         match self {
@@ -351,6 +357,7 @@ pub enum KeyState {
 }
 
 /// A key row's columns as a backend reads them, before decoding.
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) struct RawKeyRow {
     pub(crate) fingerprint: String,
     pub(crate) status: String,
@@ -360,6 +367,7 @@ pub(crate) struct RawKeyRow {
     pub(crate) response_body: Option<Value>,
 }
 
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 impl RawKeyRow {
     /// The one place a row's columns become a [`KeyState`].
     pub(crate) fn decode(self) -> QueryResult<KeyRecord> {

@@ -64,7 +64,7 @@
 //!     let mut order = CreateOrder { id: 1, account_id, amount };
 //!     policy.execute(connections, &request, &mut order)
 //! }
-//! # let _ = (Policy::new(Mode::Atomic), create_order::<idempotency::PoolConnections<PgConnection>>);
+//! # let _ = Policy::new(Mode::Atomic);
 //! ```
 //!
 //! [`Outcome::Executed`] and [`Outcome::Replayed`] carry the response to

@@ -1,7 +1,7 @@
 //! The key table's contract: what the protocol needs of the table that
 //! holds the keys (`idempotency_keys`), as a trait each backend implements
 //! once ([`KeyStore`]), the rows it reads and writes,
-//! and the one rule for taking a row over ([`takeover`]).
+//! and the one rule for taking a row over (the takeover rule (`takeover`)).
 //!
 //! One row per (account, key), its primary key. What a row says is decoded
 //! once, here, into a [`KeyState`]. The table knows nothing of what ran
@@ -42,7 +42,7 @@ pub trait KeyStore {
     fn insert_key(&mut self, row: &NewKey<'_>) -> QueryResult<Option<Claim>>;
 
     /// Overwrites the key's row with a new one, as `insert_key` would have
-    /// written it, if [`takeover`] says it may be taken over: one
+    /// written it, if the takeover rule (`takeover`) says it may be taken over: one
     /// conditional `UPDATE … WHERE <takeover> RETURNING`. Of several
     /// requests racing for one row, the row lock lets exactly one take it.
     fn take_over_key(&mut self, row: &NewKey<'_>) -> QueryResult<Option<Claim>>;
@@ -136,7 +136,7 @@ pub struct TakeoverRow<'a> {
 }
 
 impl TakeoverRow<'_> {
-    /// [`takeover`] in plain Rust, for a model of the protocol that cannot
+    /// the takeover rule (`takeover`) in plain Rust, for a model of the protocol that cannot
     /// run SQL: whether a request with `fingerprint` and `foreign_step` may
     /// take this row over. The SQL is the rule; this is its twin, pinned to
     /// it on every combination of the row's fields by

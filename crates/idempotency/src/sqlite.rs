@@ -1,6 +1,6 @@
 //! The key store on SQLite: the table (`sql/sqlite.sql`), its transaction,
 //! and what its statements (written once, in `key_table.rs`) need of it,
-//! its `Dialect`: times on the app's clock, as text ([`time_text`]).
+//! its `Dialect`: times on the app's clock, as text (`time_text`).
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -59,7 +59,7 @@ pub(crate) fn time_text(t: DateTime<Utc>) -> String {
 }
 
 /// What the statements written once in `key_table` need of SQLite: its
-/// UUIDs and JSON are text, its times are [`time_text`] on the app's clock,
+/// UUIDs and JSON are text, its times are `time_text` on the app's clock,
 /// and every statement is left to Diesel's own cache.
 impl Dialect for SqliteConnection {
     type Token = String;

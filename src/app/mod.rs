@@ -21,7 +21,7 @@ use crate::http::ops;
 use crate::http::problem::ApiError;
 use crate::http::state::AppState;
 use crate::http::{get, not_found};
-use crate::network::client::NetworkClient;
+use crate::network_client::NetworkClient;
 use crate::store::{DbPool, SetupError};
 use crate::webhooks::sender::Sender;
 use crate::{demo, telemetry};

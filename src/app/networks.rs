@@ -13,8 +13,8 @@ use super::StartupError;
 use crate::config::DEFAULT_NETWORK_API_KEY;
 use crate::config::Settings;
 use crate::demo;
-use crate::network::client::NetworkClient;
 use crate::network::simulator;
+use crate::network_client::NetworkClient;
 use crate::store::DbPool;
 
 /// What the recovery task needs besides the state: the card networks this

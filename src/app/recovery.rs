@@ -34,7 +34,7 @@ use crate::http::refunds::CreateRefund;
 use crate::http::webhooks::endpoints;
 use crate::http::webhooks::registration;
 use crate::metrics::METRICS;
-use crate::network::client::NetworkClient;
+use crate::network_client::NetworkClient;
 use crate::payments::domain::NewRefund;
 use crate::store::RequestHooks;
 use crate::store::{Store, StuckKey};

@@ -16,7 +16,7 @@ use crate::demo;
 use crate::http::ops;
 use crate::http::webhooks::{deliveries, endpoints, events_api};
 use crate::http::{charges, get, refunds, resource, resource_in};
-use crate::network::client::NetworkClient;
+use crate::network_client::NetworkClient;
 use crate::openapi;
 use crate::store::{Store, StuckKey};
 use idempotency::Operation;

@@ -89,7 +89,7 @@ use tokio::sync::Semaphore;
 
 use crate::config::Settings;
 use crate::http::accounts::{self, Authenticator};
-use crate::network::client::{NetworkClient, Watcher};
+use crate::network_client::{NetworkClient, Watcher};
 use crate::store::{Backend, DbPool, Store};
 
 pub use faults::{Faults, faults};

@@ -20,7 +20,7 @@ use crate::http::problem::ApiError;
 use crate::http::requests::{self, JsonRequest, KeyUse};
 use crate::http::state::AppState;
 use crate::http::{get, resource};
-use crate::network::client::NetworkClient;
+use crate::network_client::NetworkClient;
 use crate::store::{Charge, Page, Store, time_text};
 use idempotency::{IdempotencyKey, SavedResponse};
 

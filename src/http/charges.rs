@@ -19,7 +19,7 @@ use crate::http::schemas::{
     self, ChargeId, ChargeRequestBody, ChargeStatus, DescriptionBody, KeyParam, ListCursor,
 };
 use crate::http::state::AppState;
-use crate::network::client::{self, NetworkClient};
+use crate::network_client::{self, NetworkClient};
 use crate::payments::domain::{Description, NewCharge, NewDescription};
 use crate::payments::events;
 use crate::payments::methods::{self, Decline};
@@ -105,8 +105,8 @@ impl CreateCharge {
     ) -> CreateCharge {
         self.network = network.map(|client| {
             let derived = match key {
-                Some(key) => client::derived_key(self.charge.account_id, key),
-                None => client::key_for_charge(self.charge.id),
+                Some(key) => network_client::derived_key(self.charge.account_id, key),
+                None => network_client::key_for_charge(self.charge.id),
             };
             NetworkCall {
                 client,
@@ -277,13 +277,13 @@ impl NetworkCall {
             .client
             .authorize(&self.key, self.amount, &self.currency, &self.payment_method)
             .map_err(|e| match e {
-                client::NetworkError::KeyReused => idempotency::Error::DependencyKeyReused,
+                network_client::NetworkError::KeyReused => idempotency::Error::DependencyKeyReused,
                 e => idempotency::Error::Dependency(e.to_string()),
             })?;
         self.hooks.after_remote_call().map_err(injected)?;
         match answer {
-            client::Answer::Authorized(a) => self.authorized = Some(a.id),
-            client::Answer::Declined(d) => self.declined = Some(d),
+            network_client::Answer::Authorized(a) => self.authorized = Some(a.id),
+            network_client::Answer::Declined(d) => self.declined = Some(d),
         }
         Ok(())
     }

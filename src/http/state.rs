@@ -13,7 +13,7 @@ use actix_web::HttpRequest;
 use crate::config::Settings;
 use crate::http::accounts::Authenticator;
 use crate::http::problem::ApiError;
-use crate::network::client::NetworkClient;
+use crate::network_client::NetworkClient;
 use crate::store::RequestHooks;
 use crate::store::{Checkouts, DbPool, Store};
 use idempotency::RecentKeys;

@@ -1,8 +1,6 @@
-//! The card network: [`client`], how a charge calls it (the foreign step
-//! the protocol runs outside any transaction), a leaf below the edge; and
-//! [`simulator`], the network itself, a service of its own (`charges
+//! The card network itself: [`simulator`], a service of its own (`charges
 //! network`) built on the edge and the charges' parsing, so it sits above
-//! them.
+//! them. How a charge calls it is [`crate::network_client`], a leaf below
+//! the edge: kept apart so that no folder imports one above it.
 
-pub mod client;
 pub mod simulator;

@@ -1,5 +1,5 @@
 //! The HTTP client deliveries are sent with, bounded like the card
-//! network's (`network::client`): one `POST` within the attempt's timeout,
+//! network's (`network_client`): one `POST` within the attempt's timeout,
 //! no redirect followed (a 3xx is a failed attempt, as the specification
 //! says), at most [`MAX_ANSWER_BODY`] of the answer read, no proxy, and no
 //! `Host` but the endpoint's own (the URL's).

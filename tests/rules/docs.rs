@@ -1,5 +1,5 @@
 //! The design document names real code (issue #40): every module path it
-//! names in backticks (`idempotency::Policy`, `network::client::derived_key`,
+//! names in backticks (`idempotency::Policy`, `network_client::derived_key`,
 //! `crate::metrics::METRICS`) is a module of `src/` (or, for
 //! `idempotency::…`, of the protocol crate's `crates/idempotency/src/`), or
 //! an item defined in (or re-exported by) the module before it. A renamed

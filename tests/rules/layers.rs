@@ -2,10 +2,11 @@
 //! points downward. Read from the source files, so a new module that
 //! imports upward or sideways fails here.
 //!
-//! A layer names modules by path (`store`, `http::problem`); a file, and a
-//! path it uses, belong to the longest such name they start with, so
-//! `store::postgres::schema` can sit below the rest of `store`. Paths inside
-//! one named module (a folder's own files) are not checked.
+//! A layer names the folders and files at `src/`'s top (`store`,
+//! `network_client`; `every_layer_name_is_a_folder_or_a_file_of_src` holds
+//! it to that); a file, and a path it uses, belong to the name they start
+//! with. Paths inside one named module (a folder's own files) are not
+//! checked.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -178,5 +179,28 @@ fn the_edge_stands_above_the_domain() {
     assert!(
         domain_parts.is_empty(),
         "payments/ split in LAYERS: {domain_parts:?}"
+    );
+}
+
+/// Folders are the layers (issue #49): every name in `LAYERS` is a folder
+/// or a file at `src/`'s top, none a part of one. A folder with a part
+/// named apart (as `network::client` was, below the edge while the rest of
+/// `network/` stood above it) imports the folder that imports it, a cycle
+/// the module-level check above cannot see.
+#[test]
+fn every_layer_name_is_a_folder_or_a_file_of_src() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let wrong: Vec<&str> = LAYERS
+        .iter()
+        .flat_map(|l| l.iter().copied())
+        .filter(|name| {
+            name.contains("::")
+                || !(src.join(name).join("mod.rs").is_file()
+                    || src.join(format!("{name}.rs")).is_file())
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "LAYERS names that are not a folder or a file of src/: {wrong:?}"
     );
 }

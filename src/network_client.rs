@@ -1,4 +1,4 @@
-//! The API's client of the card network (`charges network`, in `network`):
+//! The API's client of the card network (`charges network`, in `network/`):
 //! `POST /authorizations` with an `Idempotency-Key` of its own, derived from
 //! the client's.
 //!

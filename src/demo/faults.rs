@@ -268,7 +268,7 @@ async fn admit(
         .authenticate(req.request(), &state.pool)
         .await
         .map_err(refusal)?;
-    let left = crate::http::deadline::remaining(req.request(), state.settings.request_timeout);
+    let left = crate::http::limits::deadline_left(req.request(), state.settings.request_timeout);
     let admission = sandbox
         .sandboxes
         .admit(&sandbox.pool, account, left)

@@ -81,7 +81,7 @@ pub async fn receive_webhook(
 ) -> Result<HttpResponse, ApiError> {
     let receiver_id = path.into_inner();
     let headers = Headers::from_actix(req.headers());
-    let left = crate::http::deadline::remaining(&req, app.settings.request_timeout);
+    let left = crate::http::limits::deadline_left(&req, app.settings.request_timeout);
     let outcome = sandbox
         .pool
         .run(left, move |store| {

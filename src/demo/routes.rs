@@ -296,7 +296,7 @@ async fn yours(req: &HttpRequest, app: &AppState, sandbox: &Sandbox) -> Result<Y
         });
     }
     let account = app.accounts.authenticate(req, &app.pool).await?;
-    let left = crate::http::deadline::remaining(req, app.settings.request_timeout);
+    let left = crate::http::limits::deadline_left(req, app.settings.request_timeout);
     match sandbox
         .sandboxes
         .admit(&sandbox.pool, account, left)
@@ -323,7 +323,7 @@ pub(super) async fn on_your_connection<T: Send + 'static>(
     work: impl FnOnce(&mut dyn Store, i64) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let account_id = yours(req, app, sandbox).await?.account_id;
-    let left = crate::http::deadline::remaining(req, app.settings.request_timeout);
+    let left = crate::http::limits::deadline_left(req, app.settings.request_timeout);
     sandbox
         .pool
         .named(session_label(account_id))
@@ -348,7 +348,7 @@ async fn on_your_sandbox<T: Send + 'static>(
     let label = session_label(account_id);
     // On the demo's own connections: a /demo/* route that waits (on a key
     // a held transaction locks) holds none of the server's.
-    let left = crate::http::deadline::remaining(req, settings.request_timeout);
+    let left = crate::http::limits::deadline_left(req, settings.request_timeout);
     sandbox
         .pool
         .named(label.clone())
@@ -548,7 +548,7 @@ pub async fn create_sandbox(
     app: web::Data<AppState>,
     sandbox: web::Data<Sandbox>,
 ) -> HttpResponse {
-    let left = crate::http::deadline::remaining(&req, app.settings.request_timeout);
+    let left = crate::http::limits::deadline_left(&req, app.settings.request_timeout);
     match sandbox.sandboxes.create(&req, &sandbox.pool, left).await {
         Ok(made) => HttpResponse::Created().json(made),
         Err(refused) => refused,

@@ -181,7 +181,7 @@ impl Authenticator {
         }
         let include_demo = self.include_demo;
         let lookup = hash_api_key(key);
-        let left = crate::http::deadline::remaining(req, self.request_timeout);
+        let left = crate::http::limits::deadline_left(req, self.request_timeout);
         let found = pool
             .run(left, move |store| -> Result<Option<i64>, ApiError> {
                 Ok(store.find_account(&lookup, include_demo)?)

@@ -16,6 +16,9 @@
 //!   that connections held idle by a few addresses cannot lock out a client
 //!   that is using its own.
 //!
+//! - Time, per request: what is left of its deadline for the database
+//!   ([`deadline_left`]).
+//!
 //! The client's address is the connection's peer, or, when the peer is one
 //! of `TRUSTED_PROXIES`, the last address its `X-Forwarded-For` names.
 
@@ -27,8 +30,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use actix_web::HttpRequest;
 use actix_web::dev::Extensions;
+use actix_web::{HttpMessage, HttpRequest};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
@@ -406,4 +409,26 @@ pub async fn close_unread(
         body: body.boxed(),
         _request_body: shared,
     }))
+}
+
+/// The request deadline: how long one request may wait for the database in
+/// all (`REQUEST_TIMEOUT`), counted from its first database access, so that
+/// a request that reads its account and then writes waits no longer than
+/// one that only writes. Past it the request is answered 503 at once, even
+/// if the database never answers (`store::DbPool::run`).
+#[derive(Debug, Clone, Copy)]
+struct Deadline(Instant);
+
+/// What is left of `req`'s deadline, which starts now if it has not yet.
+pub fn deadline_left(req: &HttpRequest, timeout: Duration) -> Duration {
+    let mut extensions = req.extensions_mut();
+    let deadline = match extensions.get::<Deadline>() {
+        Some(deadline) => *deadline,
+        None => {
+            let deadline = Deadline(Instant::now() + timeout);
+            extensions.insert(deadline);
+            deadline
+        }
+    };
+    deadline.0.saturating_duration_since(Instant::now())
 }

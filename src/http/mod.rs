@@ -1,10 +1,10 @@
 //! The HTTP edge: everything between a socket and an operation.
 //!
 //! - [`accounts`]: who is calling (API keys) and [`limits`]: how much they
-//!   may ask (rate limits, connection caps); [`hosts`]: which `Host` the
+//!   may ask (rate limits, connection caps, a request's deadline); [`hosts`]: which `Host` the
 //!   loopback-only services answer;
 //! - [`json`]: strict request bodies; [`problem`]: every error as
-//!   `application/problem+json`; [`deadline`]: the time a request has;
+//!   `application/problem+json`;
 //! - [`paging`]: the lists' `limit`, cursors and `has_more`;
 //! - [`requests`]: what every write goes through (its checks, the
 //!   Idempotency-Key protocol, the answer); [`state`]: what handlers share;
@@ -20,7 +20,6 @@
 
 pub mod accounts;
 pub mod charges;
-pub mod deadline;
 pub mod hosts;
 pub mod json;
 pub mod limits;

@@ -1,5 +1,6 @@
 //! What every handler shares: the pool, the authenticator and the settings,
-//! and the one way a handler reaches the database: [`AppState::db`].
+//! and the one way a handler reaches the database: [`AppState::db`], within
+//! the request's deadline (`crate::http::limits::deadline_left`).
 //!
 //! A handler reads its `web::Data<AppState>` and nothing else: the demo
 //! hands the demo account's requests a state of their own (its pool, its
@@ -54,7 +55,7 @@ impl AppState {
         req: &HttpRequest,
         work: impl FnOnce(&mut dyn Store) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
-        let left = crate::http::deadline::remaining(req, self.settings.request_timeout);
+        let left = crate::http::limits::deadline_left(req, self.settings.request_timeout);
         self.pool.run(left, work).await
     }
 
@@ -65,7 +66,7 @@ impl AppState {
         req: &HttpRequest,
         work: impl FnOnce(&mut Checkouts) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
-        let left = crate::http::deadline::remaining(req, self.settings.request_timeout);
+        let left = crate::http::limits::deadline_left(req, self.settings.request_timeout);
         self.pool.run_checkouts(left, work).await
     }
 }

@@ -101,7 +101,6 @@ mod atomic;
 mod decide;
 mod execute;
 mod fingerprint;
-mod hooks;
 mod key;
 mod key_first;
 mod key_store;
@@ -125,7 +124,6 @@ mod tests;
 pub mod webhook;
 
 pub use fingerprint::Fingerprint;
-pub use hooks::Hooks;
 pub use key::{IdempotencyKey, KeyError};
 pub use key_store::{
     Claim, KeyRecord, KeyState, KeyStore, KeyedRequest, NewKey, SavedResponse, StuckKey,
@@ -133,7 +131,7 @@ pub use key_store::{
 };
 pub use operation::{Connections, Operation};
 pub use outcome::{Error, Outcome};
-pub use policy::{Mode, Policy};
+pub use policy::{Hooks, Mode, Policy};
 #[cfg(feature = "r2d2")]
 pub use pool::PoolConnections;
 pub use recent::RecentKeys;

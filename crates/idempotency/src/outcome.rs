@@ -41,7 +41,7 @@ pub enum Error {
     /// The database failed (after the transient retries).
     #[error(transparent)]
     Database(#[from] DieselError),
-    /// A hook stopped the request (see [`Hooks`](crate::Hooks)): its own
+    /// A hook stopped the request (see [`Hooks`](crate::policy::Hooks)): its own
     /// error, for the application to downcast.
     #[error(transparent)]
     Hook(Box<dyn std::error::Error + Send + Sync>),

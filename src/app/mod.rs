@@ -306,20 +306,13 @@ fn app_state(
     settings: Settings,
     demo: bool,
 ) -> AppState {
-    AppState {
-        pool,
-        accounts: Arc::new(Authenticator::new(
-            settings.account_cache_ttl,
-            demo,
-            settings.request_timeout,
-            settings.rate_limit_per_account,
-        )),
+    let accounts = Arc::new(Authenticator::new(
+        settings.account_cache_ttl,
         demo,
-        network,
-        settings: Arc::new(settings),
-        recent_keys: Default::default(),
-        hooks: Default::default(),
-    }
+        settings.request_timeout,
+        settings.rate_limit_per_account,
+    ));
+    AppState::new(pool, accounts, demo, network, settings)
 }
 
 /// The API's server on `listener`: the client's limits, the log, the

@@ -398,17 +398,15 @@ fn demo_state(state: &AppState, sandbox: &Sandbox, request: Request) -> AppState
             refused,
         }))
     };
-    AppState {
-        // Named per sandbox: its view of lock waits shows a visitor their own only.
-        pool: sandbox
-            .pool
-            .named(super::request_label(account, session.as_deref())),
-        accounts: sandbox.accounts.clone(),
-        network,
-        settings: Arc::new(settings),
-        hooks,
-        ..state.clone()
-    }
+    let mut state = state.with_settings(settings);
+    // Named per sandbox: its view of lock waits shows a visitor their own only.
+    state.pool = sandbox
+        .pool
+        .named(super::request_label(account, session.as_deref()));
+    state.accounts = sandbox.accounts.clone();
+    state.network = network;
+    state.hooks = hooks;
+    state
 }
 
 /// What happens to the answer once the handler gave it.

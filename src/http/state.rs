@@ -17,7 +17,7 @@ use crate::http::problem::ApiError;
 use crate::network_client::NetworkClient;
 use crate::store::RequestHooks;
 use crate::store::{Checkouts, DbPool, Store};
-use idempotency::RecentKeys;
+use idempotency::Policy;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -27,9 +27,13 @@ pub struct AppState {
     pub demo: bool,
     /// The card network a charge asks to authorize it, if any.
     pub network: Option<Arc<NetworkClient>>,
+    /// Changed only by [`AppState::with_settings`], which makes the policy
+    /// anew.
     pub settings: Arc<Settings>,
-    /// The keys this process completed lately (see `idempotency::RecentKeys`).
-    pub recent_keys: Arc<RecentKeys>,
+    /// The Idempotency-Key protocol's policy `settings` choose, made once:
+    /// with the keys this process completed lately (see
+    /// `idempotency::RecentKeys`) and the metrics as its hook.
+    policy: Arc<Policy>,
     /// What runs at the named points of a write's transactions: none
     /// installed, unless this is the demo's state for a request with
     /// `Demo-Fault`.
@@ -37,15 +41,56 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// The Idempotency-Key protocol's policy for a request of this state's,
-    /// run with `hooks` (none but the demo's or a test's).
-    pub fn key_policy(&self, hooks: RequestHooks) -> idempotency::Policy {
-        let mut policy = idempotency::Policy {
-            recent: Some(self.recent_keys.clone()),
-            ..self.settings.key_policy()
+    /// A state with no hooks installed and no keys completed yet.
+    pub fn new(
+        pool: DbPool,
+        accounts: Arc<Authenticator>,
+        demo: bool,
+        network: Option<Arc<NetworkClient>>,
+        settings: Settings,
+    ) -> AppState {
+        let policy = Policy {
+            recent: Some(Default::default()),
+            ..settings.key_policy()
         };
-        policy.hooks.extend(hooks.protocol());
-        policy
+        AppState {
+            pool,
+            accounts,
+            demo,
+            network,
+            settings: Arc::new(settings),
+            policy: Arc::new(policy),
+            hooks: RequestHooks::default(),
+        }
+    }
+
+    /// This state with `settings` instead (a sandbox's mode, a network
+    /// caller's key lifetime), its policy made of them, and the same hint of
+    /// recent keys.
+    pub fn with_settings(&self, settings: Settings) -> AppState {
+        let policy = Policy {
+            recent: self.policy.recent.clone(),
+            ..settings.key_policy()
+        };
+        AppState {
+            settings: Arc::new(settings),
+            policy: Arc::new(policy),
+            ..self.clone()
+        }
+    }
+
+    /// The Idempotency-Key protocol's policy for a request of this state's,
+    /// run with `hooks` (none but the demo's or a test's): the one made for
+    /// the state, unless `hooks` adds to it.
+    pub fn key_policy(&self, hooks: RequestHooks) -> Arc<Policy> {
+        match hooks.protocol() {
+            None => self.policy.clone(),
+            Some(hook) => {
+                let mut policy = (*self.policy).clone();
+                policy.hooks.push(hook);
+                Arc::new(policy)
+            }
+        }
     }
 
     /// Runs `work` on a pooled connection, within what is left of `req`'s deadline

@@ -178,10 +178,7 @@ fn keeping_keys_as_asked(
     }
     let mut settings = (*state.settings).clone();
     settings.idempotency_ttl = asked;
-    Ok(web::Data::new(AppState {
-        settings: Arc::new(settings),
-        ..state.get_ref().clone()
-    }))
+    Ok(web::Data::new(state.with_settings(settings)))
 }
 
 /// `POST /authorizations/{id}/void`: under a key like every write of the
@@ -296,20 +293,13 @@ pub fn start(settings: Settings, listener: TcpListener) -> Result<Network, Strin
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     let pool = DbPool::open(&settings.pool()).map_err(|e| e.to_string())?;
     seed_merchant(&pool, &settings.network_api_key)?;
-    let state = web::Data::new(AppState {
-        pool,
-        accounts: Arc::new(Authenticator::new(
-            settings.account_cache_ttl,
-            false,
-            settings.request_timeout,
-            0,
-        )),
-        demo: false,
-        network: None,
-        settings: Arc::new(settings.clone()),
-        recent_keys: Default::default(),
-        hooks: Default::default(),
-    });
+    let accounts = Arc::new(Authenticator::new(
+        settings.account_cache_ttl,
+        false,
+        settings.request_timeout,
+        0,
+    ));
+    let state = web::Data::new(AppState::new(pool, accounts, false, None, settings.clone()));
     let merchant = Arc::new(accounts::hash_api_key(&settings.network_api_key));
     let loopback = local.ip().is_loopback();
     let allowed = Arc::new(AllowedHosts::new(&settings.allowed_hosts));

@@ -442,11 +442,23 @@ fn self_signed_server() -> Option<SelfSignedServer> {
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
-    Some(SelfSignedServer {
+    let server = SelfSignedServer {
         child,
         port,
         _dir: tempdir::Dir(dir),
-    })
+    };
+    // Listening, not merely started: on a loaded machine s_server takes
+    // longer than any fixed sleep to open its port (a refused connection
+    // would be a failed attempt of another kind than the one tested).
+    let until = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("localhost", port)).is_err() {
+        assert!(
+            Instant::now() < until,
+            "openssl s_server never listened on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(server)
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! The key table's contract: what the protocol needs of the table that
 //! holds the keys (`idempotency_keys`), as a trait each backend implements
 //! once ([`KeyStore`]), the rows it reads and writes,
-//! and the one rule for taking a row over (the takeover rule (`takeover`)).
+//! and the one rule for taking a row over (`takeover`).
 //!
 //! One row per (account, key), its primary key. What a row says is decoded
 //! once, here, into a [`KeyState`]. The table knows nothing of what ran
@@ -12,6 +12,10 @@
 //! the trait for Diesel's connections (the statements once, in
 //! `key_table.rs`; each backend's differences in `postgres.rs` and
 //! `sqlite.rs`), over the table in `sql/`.
+
+// Without a backend (`--no-default-features`), the rows' codecs, the
+// status values and the takeover rule's SQL have no caller.
+#![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -42,7 +46,7 @@ pub trait KeyStore {
     fn insert_key(&mut self, row: &NewKey<'_>) -> QueryResult<Option<Claim>>;
 
     /// Overwrites the key's row with a new one, as `insert_key` would have
-    /// written it, if the takeover rule (`takeover`) says it may be taken over: one
+    /// written it, if the takeover rule (`takeover`) lets it: one
     /// conditional `UPDATE … WHERE <takeover> RETURNING`. Of several
     /// requests racing for one row, the row lock lets exactly one take it.
     fn take_over_key(&mut self, row: &NewKey<'_>) -> QueryResult<Option<Claim>>;
@@ -99,7 +103,6 @@ pub trait KeyStore {
 /// its column types differ), and nothing else states the
 /// rule: `decide` only answers the rows that need no attempt (a replay, a
 /// mismatch, a live lease) and sends every other one here.
-#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) fn takeover<Expired, InProgress, LeaseOver, SameRequest>(
     expired: Expired,
     in_progress: InProgress,
@@ -136,7 +139,7 @@ pub struct TakeoverRow<'a> {
 }
 
 impl TakeoverRow<'_> {
-    /// the takeover rule (`takeover`) in plain Rust, for a model of the protocol that cannot
+    /// The takeover rule (`takeover`) in plain Rust, for a model of the protocol that cannot
     /// run SQL: whether a request with `fingerprint` and `foreign_step` may
     /// take this row over. The SQL is the rule; this is its twin, pinned to
     /// it on every combination of the row's fields by
@@ -297,7 +300,6 @@ impl SavedResponse {
     }
 
     /// The headers as the row's JSON column keeps them.
-    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub(crate) fn headers_json(&self) -> Value {
         serde_json::to_value(&self.headers).expect("a string map serializes")
     }
@@ -310,20 +312,16 @@ impl SavedResponse {
 }
 
 /// The `status` column's two values, as each backend's queries write them.
-#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) const IN_PROGRESS: &str = KeyStatus::InProgress.as_str();
-#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) const COMPLETED: &str = KeyStatus::Completed.as_str();
 
 /// The `status` column's two values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) enum KeyStatus {
     InProgress,
     Completed,
 }
 
-#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 impl KeyStatus {
     pub(crate) const fn as_str(self) -> &'static str {
         match self {
@@ -357,7 +355,6 @@ pub enum KeyState {
 }
 
 /// A key row's columns as a backend reads them, before decoding.
-#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) struct RawKeyRow {
     pub(crate) fingerprint: String,
     pub(crate) status: String,
@@ -367,7 +364,6 @@ pub(crate) struct RawKeyRow {
     pub(crate) response_body: Option<Value>,
 }
 
-#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 impl RawKeyRow {
     /// The one place a row's columns become a [`KeyState`].
     pub(crate) fn decode(self) -> QueryResult<KeyRecord> {

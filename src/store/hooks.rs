@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use diesel::result::Error as QueryError;
 
-use super::Transactional;
+use super::Store;
 
 /// Why a hook stopped the request. Everything its transaction wrote rolls
 /// back.
@@ -96,10 +96,10 @@ pub enum WriteError {
 /// key, a new description), alone; or, when hooks are installed, in a
 /// transaction with `before_commit` after it, so that the hook has a
 /// transaction to act in as it has on every other write.
-pub fn write_alone<S: Transactional + ?Sized, T>(
-    store: &mut S,
+pub fn write_alone<T>(
+    store: &mut dyn Store,
     hooks: &RequestHooks,
-    write: impl FnOnce(&mut S) -> Result<T, QueryError>,
+    write: impl FnOnce(&mut dyn Store) -> Result<T, QueryError>,
 ) -> Result<T, WriteError> {
     if hooks.get().is_none() {
         return Ok(write(store)?);

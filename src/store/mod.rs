@@ -70,7 +70,7 @@ pub trait Store:
     fn backend(&self) -> Backend;
 
     /// Runs `work` in one transaction: committed if it returns `Ok`, rolled
-    /// back otherwise (see [`Transactional::transaction`], which calls
+    /// back otherwise (see `transaction` on `dyn Store`, which calls
     /// this). PostgreSQL: Diesel's `build_transaction().read_committed()
     /// .run(..)`. SQLite: Diesel's `immediate_transaction`, `BEGIN
     /// IMMEDIATE`. Object-safe; call `transaction` instead.
@@ -99,43 +99,14 @@ pub enum AnyConnection<'a> {
     Sqlite(&'a mut SqliteConnection),
 }
 
-/// A transaction on one of the application's connections: on the protocol's
-/// behalf ([`Checkouts`]' `Connections::transaction` calls it) and on the
-/// application's own.
-pub trait Transactional {
-    /// Runs `work` in one transaction: committed if it returns `Ok`, rolled
-    /// back otherwise (the error comes back as it was).
-    fn transaction<T, E: From<DieselError>>(
-        &mut self,
-        work: impl FnOnce(&mut Self) -> Result<T, E>,
-    ) -> Result<T, E>;
-}
-
-/// READ COMMITTED: a second insert of the same key waits on the unique
-/// index entry (at REPEATABLE READ it would fail instead).
-impl Transactional for PgConnection {
-    fn transaction<T, E: From<DieselError>>(
-        &mut self,
-        work: impl FnOnce(&mut Self) -> Result<T, E>,
-    ) -> Result<T, E> {
-        self.build_transaction().read_committed().run(work)
-    }
-}
-
-/// `BEGIN IMMEDIATE`: a concurrent writer waits for the whole transaction
-/// instead of failing halfway.
-impl Transactional for SqliteConnection {
-    fn transaction<T, E: From<DieselError>>(
-        &mut self,
-        work: impl FnOnce(&mut Self) -> Result<T, E>,
-    ) -> Result<T, E> {
-        self.immediate_transaction(work)
-    }
-}
-
-/// The application's connection, whichever its backend.
-impl<'a> Transactional for dyn Store + 'a {
-    fn transaction<T, E: From<DieselError>>(
+/// A transaction on the application's connection, whichever its backend:
+/// on the protocol's behalf ([`Checkouts`]' `Connections::transaction`
+/// calls it) and on the application's own.
+impl<'a> dyn Store + 'a {
+    /// Runs `work` in one transaction ([`Store::in_transaction`]): committed
+    /// if it returns `Ok`, rolled back otherwise, and any `Err` comes back as
+    /// it was.
+    pub fn transaction<T, E: From<DieselError>>(
         &mut self,
         work: impl FnOnce(&mut Self) -> Result<T, E>,
     ) -> Result<T, E> {
@@ -160,17 +131,6 @@ impl<'a> Transactional for dyn Store + 'a {
             (Err(e), _) => Err(e.into()),
             (Ok(()), None) => unreachable!("a committed transaction ran its work"),
         }
-    }
-}
-
-impl dyn Store + '_ {
-    /// [`Transactional::transaction`], callable without importing the
-    /// trait: any `Err` rolls back and is returned as it was.
-    pub fn transaction<T, E: From<DieselError>>(
-        &mut self,
-        work: impl FnOnce(&mut dyn Store) -> Result<T, E>,
-    ) -> Result<T, E> {
-        Transactional::transaction(self, |tx| work(tx))
     }
 }
 

@@ -16,7 +16,7 @@ use super::database::{
     SetupError, Target, connect_or_create, init_openssl, one_line, with_pg_defaults,
 };
 use super::redact::{redact, redact_message};
-use super::{Failure, QueryError, Store, Transactional, classify};
+use super::{Failure, QueryError, Store, classify};
 
 thread_local! {
     /// The connection this thread holds must not go back into the pool: a
@@ -413,7 +413,7 @@ impl idempotency::Connections for Checkouts {
         store: &mut (dyn Store + 'static),
         work: impl FnOnce(&mut (dyn Store + 'static)) -> Result<T, E>,
     ) -> Result<T, E> {
-        <dyn Store as Transactional>::transaction(store, work)
+        store.transaction(work)
     }
 
     fn until(&self) -> Instant {

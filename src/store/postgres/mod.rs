@@ -18,7 +18,7 @@ use idempotency::postgres::Prepared;
 use uuid::Uuid;
 
 use super::tables::Dialect;
-use super::{AnyConnection, Backend, Failure, QueryResult, Store, Transactional, classify};
+use super::{AnyConnection, Backend, Failure, QueryResult, Store, classify};
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 /// The advisory lock migrations run under: "charges" in ASCII.
@@ -97,11 +97,17 @@ impl Store for PgConnection {
         Backend::Postgres
     }
 
+    /// READ COMMITTED: a second insert of the same key waits on the unique
+    /// index entry (at REPEATABLE READ it would fail instead), the
+    /// protocol crate's own transaction on PostgreSQL.
     fn in_transaction(
         &mut self,
         work: &mut dyn FnMut(&mut (dyn Store + 'static)) -> QueryResult<()>,
     ) -> QueryResult<()> {
-        Transactional::transaction(self, |tx| work(tx)).inspect_err(note)
+        self.build_transaction()
+            .read_committed()
+            .run(|tx| work(tx))
+            .inspect_err(note)
     }
 
     fn migrate(&mut self) -> Result<Vec<String>, String> {

@@ -17,7 +17,7 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use uuid::Uuid;
 
 use super::tables::Dialect;
-use super::{AnyConnection, Backend, QueryResult, Store, Transactional, time_text};
+use super::{AnyConnection, Backend, QueryResult, Store, time_text};
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 
@@ -94,11 +94,14 @@ impl Store for SqliteConnection {
         Backend::Sqlite
     }
 
+    /// `BEGIN IMMEDIATE`: a concurrent writer waits for the whole
+    /// transaction instead of failing halfway, as in the protocol crate's
+    /// own transaction on SQLite.
     fn in_transaction(
         &mut self,
         work: &mut dyn FnMut(&mut (dyn Store + 'static)) -> QueryResult<()>,
     ) -> QueryResult<()> {
-        Transactional::transaction(self, |tx| work(tx))
+        self.immediate_transaction(|tx| work(tx))
     }
 
     /// SQLite's write lock makes instances starting at once take turns.

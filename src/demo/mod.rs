@@ -76,6 +76,7 @@ mod hooks;
 pub mod lesson8;
 pub mod openapi;
 mod queries;
+mod race;
 mod receiver;
 pub mod rooms;
 mod routes;
@@ -163,6 +164,8 @@ pub struct Sandbox {
     /// requests that ask, with `Demo-Network: on` or a network fault).
     pub(crate) network: Option<Arc<NetworkClient>>,
     pub(crate) network_by_default: bool,
+    /// Lesson 3's check-then-insert look-ups, each waiting for the other's.
+    pub(crate) lookups: race::Lookups,
     /// Who the demo's state says its requests are: the demo account, whose
     /// rate limit the server's authenticator charged once already (in
     /// `faults`), so this one has none.
@@ -235,6 +238,7 @@ impl Sandbox {
             pool: connections,
             network: server.or(own_network),
             network_by_default,
+            lookups: race::Lookups::default(),
             shared_account,
             public: settings.demo_public,
             sandboxes: sandboxes::Sandboxes::new(settings, half_pool),

@@ -64,6 +64,7 @@ async fn check_then_insert(
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
+    sandbox: web::Data<Sandbox>,
 ) -> Result<HttpResponse, ApiError> {
     let request = requests::read_json(&req, payload, &state, KeyUse::Read).await?;
     let new_charge = charges::parse_new_charge(&request.body)?;
@@ -96,6 +97,12 @@ async fn check_then_insert(
                         true,
                     ));
                 }
+                // The other request looks before either inserts, however far
+                // apart they reached the server (see `race`).
+                let partner = super::race::PARTNER_WAIT;
+                sandbox
+                    .lookups
+                    .found_nothing(account_id, key.as_str(), partner);
                 std::thread::sleep(CHECK_THEN_INSERT_PAUSE);
                 // One transaction for the charge and the unguarded key row, after
                 // the look-up rather than around it, and no unique constraint: a

@@ -231,6 +231,24 @@ crate::on_both_backends! {
         assert_eq!(app.charges(), 3);
     }
 
+    /// In a class the page's two requests can reach the server further
+    /// apart than the pause (the pool, the demo's admission): the first
+    /// waits for the second's look-up, and the lesson's race still happens.
+    async fn check_then_insert_races_a_second_request_that_comes_later_than_the_pause() {
+        let app = spawn_app().await;
+        let naive = [("demo-mode", "check-then-insert")];
+        let (a, b) = tokio::join!(
+            app.demo().charge_with("k-late", &charge_body(), &naive),
+            async {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                app.demo().charge_with("k-late", &charge_body(), &naive).await
+            },
+        );
+        assert_eq!((a.status, b.status), (201, 201));
+        assert_eq!(b.header("idempotent-replayed"), None, "the second charged too");
+        assert_eq!(app.charges(), 2, "the race charged twice");
+    }
+
     async fn check_then_insert_replays_when_it_is_not_raced() {
         let app = spawn_app().await;
         let naive = [("demo-mode", "check-then-insert")];

@@ -96,7 +96,7 @@ const en = {
     'Storing the response is not what makes the request idempotent; the key alone prevents the second charge. It is a kindness to the client: it cannot tell a first attempt from a retry, so getting the same answer both times keeps its code simple. (Lessons 1 to 6 run every charge as this one transaction and ask no card network; lesson 7 asks for the network and shows what changes.)',
   'l3.race.title': 'Why a unique constraint?',
   'l3.race.p1.html':
-    'The obvious way to build this is: look the key up, and if it is not there, charge and write the key down. The trouble is the moment between looking and writing. Two requests with the same key that arrive together can both look, both find nothing, and both charge. The demo’s <code>Demo-Mode: check-then-insert</code> does exactly this. It waits {pause} ms between the look-up and the insert so the gap is easy to hit, and its key table, <code>unguarded_keys</code>, has no unique constraint.',
+    'The obvious way to build this is: look the key up, and if it is not there, charge and write the key down. The trouble is the moment between looking and writing. Two requests with the same key that arrive together can both look, both find nothing, and both charge. The demo’s <code>Demo-Mode: check-then-insert</code> does exactly this. It waits at least {pause} ms between the look-up and the insert, and until the other request has looked too, so the gap is always hit, and its key table, <code>unguarded_keys</code>, has no unique constraint.',
   'l3.naive.title': 'Two at once: look first, then insert',
   'l3.naive.step1': 'Send two requests with one key at the same moment (check-then-insert)',
   'l3.naive.verdict.ok.html': p =>
@@ -957,7 +957,7 @@ const ja = {
     '二重課金を防いでいるのはキーそのもので、応答の保存は冪等性の条件ではありません。これはクライアントへの心配りです。クライアントには自分の送信が初回か再送かを見分けられないので、どちらでも同じ応答が返れば、処理を分けずに済みます。（レッスン 1〜6 の課金はすべてこの 1つのトランザクションで、カードネットワークには問い合わせません。ネットワークに問い合わせると何が変わるかは、レッスン 7 で見ます。）',
   'l3.race.title': 'なぜ一意制約なのか',
   'l3.race.p1.html':
-    '素直に作るなら「キーを探し、無ければ課金してからキーを書き込む」でしょう。問題は、探してから書き込むまでの隙間です。同じキーの 2通が同時に届くと、両方が探し、両方とも何も見つけられず、両方が課金します。デモの <code>Demo-Mode: check-then-insert</code> はまさにこの動きをします。隙間に入りやすいよう検索と書き込みの間で {pause}ミリ秒 待ち、キーを入れるテーブル <code>unguarded_keys</code> には一意制約がありません。',
+    '素直に作るなら「キーを探し、無ければ課金してからキーを書き込む」でしょう。問題は、探してから書き込むまでの隙間です。同じキーの 2通が同時に届くと、両方が探し、両方とも何も見つけられず、両方が課金します。デモの <code>Demo-Mode: check-then-insert</code> はまさにこの動きをします。隙間に必ず入るよう、検索と書き込みの間で少なくとも {pause}ミリ秒、もう一方の検索が済むまで待ち、キーを入れるテーブル <code>unguarded_keys</code> には一意制約がありません。',
   'l3.naive.title': '同時に 2通: 探してから書き込む',
   'l3.naive.step1': '同じキーの 2通を同時に送る（check-then-insert）',
   'l3.naive.verdict.ok.html': p =>

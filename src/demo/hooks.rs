@@ -31,7 +31,7 @@ impl DemoHooks {
             String::new()
         } else {
             format!(
-                ", or one ended less than {} ms ago (SQLite's write lock is every account's: the writes a delay held go first)",
+                ", or one ended or was refused less than {} ms ago (SQLite's write lock is every account's: the writes a delay held go first)",
                 self.delayed.gap.as_millis()
             )
         };

@@ -193,7 +193,8 @@ impl Sandbox {
         // SQLite's write lock is global: a delayed transaction holds every
         // account's writes, and a second one would only queue behind the
         // first and hold them again. One at a time there, and a gap after
-        // each, so that the writers it held take the lock before the next.
+        // each (and after each refused), so that the writers it held take
+        // the lock before the next.
         let (ceiling, gap) = match pool.backend() {
             Backend::Postgres => (half_pool, Duration::ZERO),
             Backend::Sqlite => (1, SQLITE_DELAY_GAP),

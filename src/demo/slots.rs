@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 /// it: a duplicate waiting on the key's index entry holds none.
 pub(crate) struct DelaySlots {
     pub(crate) max: u32,
-    /// After a slot is given back, no delay starts for this long (SQLite).
+    /// After a slot is given back, or a delay is refused, no delay starts
+    /// for this long (SQLite).
     pub(crate) gap: Duration,
     held: Mutex<Held>,
 }
@@ -18,6 +19,8 @@ pub(crate) struct DelaySlots {
 #[derive(Default)]
 struct Held {
     open: u32,
+    /// When the last delayed transaction let the write lock go: its slot
+    /// given back, or its delay refused (it held the lock as it asked).
     last_release: Option<Instant>,
     /// The sandboxes holding one: one each.
     holders: std::collections::HashSet<i64>,
@@ -89,7 +92,12 @@ impl DelaySlots {
             let free_in = if held.open >= self.max {
                 first_end + self.gap
             } else {
-                gap_left
+                // On SQLite a refused delay held the write lock too, so the
+                // gap starts again: queued delays, each refused in turn,
+                // would otherwise use it up under load, and the next would
+                // start before the writes the first held had their turn.
+                held.last_release = Some(now);
+                self.gap
             };
             return Err(NoSlot::Demo(Busy {
                 held: held.open,
@@ -170,5 +178,30 @@ mod tests {
         assert_eq!(slots.left(3).0, None);
         drop(_b);
         assert!(slots.take(Some(3), Duration::from_secs(5)).is_ok());
+    }
+
+    #[test]
+    fn a_delay_refused_within_the_gap_starts_the_gap_again() {
+        // Wide margins: a loaded machine's sleeps overshoot.
+        let gap = Duration::from_secs(1);
+        let slots = DelaySlots::new(1, gap);
+        drop(slots.take(Some(1), Duration::from_millis(10)).ok().unwrap());
+        std::thread::sleep(Duration::from_millis(600));
+        let Err(NoSlot::Demo(busy)) = slots.take(Some(2), Duration::from_secs(1)) else {
+            panic!("a delay started 600 ms after one ended, within the gap");
+        };
+        assert_eq!(busy.free_in, gap, "the refusal starts the gap again");
+        // 1.2 s after the first ended, past its gap, but 600 ms after the
+        // refusal.
+        std::thread::sleep(Duration::from_millis(600));
+        assert!(
+            matches!(
+                slots.take(Some(3), Duration::from_secs(1)),
+                Err(NoSlot::Demo(_))
+            ),
+            "a delay started within the gap after a refused one"
+        );
+        std::thread::sleep(gap + Duration::from_millis(50));
+        assert!(slots.take(Some(3), Duration::from_secs(1)).is_ok());
     }
 }

@@ -50,6 +50,10 @@ const STEP_TIMEOUT_MS = 20_000; // one step of an experiment (lesson 4 needs ~5 
 const L4_STEP_TIMEOUT_MS = ROOM ? 150_000 : STEP_TIMEOUT_MS;
 const L4_B_TIMEOUT_MS = ROOM ? 150_000 : 4000;
 const ACTION_TIMEOUT_MS = 10_000; // a click, a locator, an API call
+// A section's screenshot on a phone is up to ~28 000 px tall, captured in tiles: with the
+// ten learners' browsers on the same two cores it once took more than 10 s. It is an
+// artifact to look at, not a check of the page, so it may take longer than an action.
+const SCREENSHOT_TIMEOUT_MS = 60_000;
 
 /** axe-core, pinned in package.json, injected from node_modules: nothing is fetched from a CDN. */
 const AXE_PATH = path.join(path.dirname(fileURLToPath(import.meta.url)), 'node_modules/axe-core/axe.min.js');
@@ -212,13 +216,14 @@ async function screenshot(page, testid, file) {
   await mkdir(ARTIFACTS_DIR, { recursive: true });
   const target = path.join(ARTIFACTS_DIR, file);
   // The sticky header would otherwise be painted over the middle of a tall section.
+  const started = Date.now();
   await page.getByTestId(testid).screenshot({
     path: target,
-    timeout: ACTION_TIMEOUT_MS,
+    timeout: SCREENSHOT_TIMEOUT_MS,
     animations: 'disabled',
     style: '.topbar { position: static !important; }',
   });
-  console.log(`# screenshot ${target}`);
+  console.log(`# screenshot ${target} (${Date.now() - started} ms)`);
 }
 
 // ---- looking at a state in every language and size -----------------------------------------

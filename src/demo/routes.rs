@@ -78,53 +78,62 @@ async fn check_then_insert(
     let key = key.ok_or_else(|| {
         ApiError::invalid("Demo-Mode: check-then-insert needs an Idempotency-Key")
     })?;
-    let (saved, replayed) = state
-        .db(
-            &req,
-            move |store| -> Result<(SavedResponse, bool), ApiError> {
-                if let Some(found) = queries::find_unguarded(store, account_id, key.as_str())? {
-                    if found.fingerprint != fingerprint.as_str() {
-                        return Err(ApiError::IdempotencyKeyReused);
-                    }
-                    let headers =
-                        [("content-type".to_owned(), "application/json".to_owned())].into();
-                    return Ok((
-                        SavedResponse {
-                            status: 201,
-                            headers,
-                            body: found.response_body,
-                        },
-                        true,
-                    ));
-                }
-                // The other request looks before either inserts, however far
-                // apart they reached the server (see `race`).
-                let partner = super::race::PARTNER_WAIT;
-                sandbox
-                    .lookups
-                    .found_nothing(account_id, key.as_str(), partner);
-                std::thread::sleep(CHECK_THEN_INSERT_PAUSE);
-                // One transaction for the charge and the unguarded key row, after
-                // the look-up rather than around it, and no unique constraint: a
-                // concurrent request that also found nothing inserts too.
-                let create = charges::CreateCharge::new(account_id, &new_charge);
-                let row = Unguarded {
-                    key: key.as_str().to_owned(),
-                    fingerprint: fingerprint.as_str().to_owned(),
-                    response_body: create.response.body.clone(),
-                };
-                store.transaction(|tx| {
-                    tx.insert_charge(&create.charge)?;
-                    tx.write_event(&charges::charge_event(&create.charge))?;
-                    queries::insert_unguarded(tx, account_id, &row, create.charge.id)?;
-                    hooks.before_commit()?;
-                    Ok::<_, ApiError>(())
-                })?;
-                Ok((create.response, false))
-            },
-        )
+    let looked = {
+        let key = key.clone();
+        state
+            .db(&req, move |store| {
+                Ok(queries::find_unguarded(store, account_id, key.as_str())?)
+            })
+            .await?
+    };
+    if let Some(found) = looked {
+        if found.fingerprint != fingerprint.as_str() {
+            return Err(ApiError::IdempotencyKeyReused);
+        }
+        let headers = [("content-type".to_owned(), "application/json".to_owned())].into();
+        let saved = SavedResponse {
+            status: 201,
+            headers,
+            body: found.response_body,
+        };
+        return Ok(requests::respond(&saved, true));
+    }
+    // The other request looks before either inserts, however far apart they
+    // reached the server (see `race`), then the pause: both holding no
+    // connection, which a class of learners would otherwise wait for.
+    {
+        let key = key.clone();
+        let sandbox = sandbox.clone();
+        web::block(move || {
+            sandbox
+                .lookups
+                .found_nothing(account_id, key.as_str(), super::race::PARTNER_WAIT)
+        })
         .await?;
-    Ok(requests::respond(&saved, replayed))
+    }
+    tokio::time::sleep(CHECK_THEN_INSERT_PAUSE).await;
+    // One transaction for the charge and the unguarded key row, after the
+    // look-up rather than around it, and no unique constraint: a concurrent
+    // request that also found nothing inserts too.
+    let saved = state
+        .db(&req, move |store| -> Result<SavedResponse, ApiError> {
+            let create = charges::CreateCharge::new(account_id, &new_charge);
+            let row = Unguarded {
+                key: key.as_str().to_owned(),
+                fingerprint: fingerprint.as_str().to_owned(),
+                response_body: create.response.body.clone(),
+            };
+            store.transaction(|tx| {
+                tx.insert_charge(&create.charge)?;
+                tx.write_event(&charges::charge_event(&create.charge))?;
+                queries::insert_unguarded(tx, account_id, &row, create.charge.id)?;
+                hooks.before_commit()?;
+                Ok::<_, ApiError>(())
+            })?;
+            Ok(create.response)
+        })
+        .await?;
+    Ok(requests::respond(&saved, false))
 }
 
 /// The demo account's rows, read at once (`queries::read_at_once`): a key

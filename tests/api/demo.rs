@@ -249,6 +249,28 @@ crate::on_both_backends! {
         assert_eq!(app.charges(), 2, "the race charged twice");
     }
 
+    /// The wait for a partner and the pause hold no connection: with one
+    /// connection for the demo, its view is read while a request waits.
+    async fn check_then_insert_waits_holding_no_connection() {
+        let app = spawn_app_with(|s| s.pool_size = 2).await;
+        let naive = [("demo-mode", "check-then-insert")];
+        let (charge, (state, read_in)) = tokio::join!(
+            app.demo().charge_with("k-alone", &charge_body(), &naive),
+            async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let sent = Instant::now();
+                let state = app.demo().get("/demo/state").await;
+                (state, sent.elapsed())
+            },
+        );
+        assert_eq!((charge.status, state.status), (201, 200));
+        assert!(
+            read_in < Duration::from_millis(600),
+            "the view waited {read_in:?} for the check-then-insert's connection"
+        );
+        assert_eq!(app.charges(), 1);
+    }
+
     async fn check_then_insert_replays_when_it_is_not_raced() {
         let app = spawn_app().await;
         let naive = [("demo-mode", "check-then-insert")];
